@@ -1,0 +1,22 @@
+// ChunkConfig: settings of the chunk-based memory manager, owned by chunkmem/.
+// Plain data; trainer/ parses YAML (and PatrickStar's seed keys) into it.
+// The chunk runtime itself is not built yet: ps_train rejects `enabled: true`.
+#pragma once
+
+#include <cstdint>
+
+namespace ps::chunkmem {
+
+struct ChunkConfig {
+  bool enabled = false;             // manage model data in chunks (else plain LibTorch)
+  int64_t size_elements = 32 * 1024 * 1024;  // chunk capacity in elements (PatrickStar default_chunk_size)
+  bool release_after_init = false;  // free the fp32 init copies once chunks hold the data
+  bool cpu_embedding = false;       // embeddings on the host in fp32 (use_cpu_embedding)
+  bool async_mem_monitor = false;   // sample device memory during warm-up (use_async_mem_monitor)
+  double device_mem_ratio = 0.8;    // usable fraction of device memory (overall_gpu_mem_ratio)
+  double host_mem_ratio = 0.8;      // usable fraction of host memory (overall_cpu_mem_ratio)
+  double warmup_device_chunk_ratio = 0.1;  // device fraction for chunks during warm-up
+  double margin_use_ratio = 0.8;    // fraction of post-warm-up margin for optimizer chunks
+};
+
+}  // namespace ps::chunkmem

@@ -1,0 +1,21 @@
+// DistributedConfig: how ranks find each other, owned by comm/.
+// Plain data; trainer/ parses YAML into it. Only world size 1 runs so far.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ps::comm {
+
+enum class Launcher { kAuto, kNone, kTorchrun, kSlurm };
+
+struct DistributedConfig {
+  Launcher launcher = Launcher::kAuto;  // auto: torchrun env, else Slurm env, else single
+  std::string master_addr;              // "" = from MASTER_ADDR / SLURM_JOB_NODELIST
+  int64_t master_port = 0;              // 0 = from MASTER_PORT / SLURM_JOB_ID
+  int64_t init_timeout_s = 600;
+};
+
+const char* ToString(Launcher l);
+
+}  // namespace ps::comm

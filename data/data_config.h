@@ -1,0 +1,28 @@
+// DataConfig: where training tokens come from, owned by data/. Plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ps::data {
+
+enum class DataFormat {
+  kSynthetic,  // uniform random tokens from run.seed (benchmarks, smoke tests)
+  kText,       // any file, byte-level: token = byte value (vocab >= 256)
+  kLlmc,       // llm.c shard: 256 x int32 header (magic, version, count), then tokens
+  kRawU16,     // headerless uint16 tokens (nanoGPT train.bin)
+  kRawU32,     // headerless uint32 tokens
+};
+
+struct DataConfig {
+  DataFormat format = DataFormat::kSynthetic;
+  std::string train_path;   // required unless synthetic
+  std::string valid_path;   // optional; "" = no evaluation data (synthetic: another seed)
+  int64_t seq_len = 256;    // tokens per sample (targets are shifted by one)
+  bool shuffle = true;      // permute samples each epoch (seeded by run.seed and epoch)
+  int64_t synthetic_tokens = 1 << 20;  // length of the synthetic stream
+};
+
+const char* ToString(DataFormat f);
+
+}  // namespace ps::data

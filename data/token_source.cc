@@ -1,0 +1,187 @@
+#include "data/token_source.h"
+
+#include <c10/util/Exception.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ps::data {
+
+const char* ToString(DataFormat f) {
+  switch (f) {
+    case DataFormat::kSynthetic: return "synthetic";
+    case DataFormat::kText: return "text";
+    case DataFormat::kLlmc: return "llmc";
+    case DataFormat::kRawU16: return "raw_u16";
+    case DataFormat::kRawU32: return "raw_u32";
+  }
+  return "?";
+}
+
+namespace {
+
+// Read-only memory map of a whole file; unmapped on destruction.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) : path_(path) {
+    int fd = ::open(path.c_str(), O_RDONLY);
+    TORCH_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+    struct stat st {};
+    ::fstat(fd, &st);
+    bytes_ = st.st_size;
+    if (bytes_ > 0) {
+      void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+      ::close(fd);
+      TORCH_CHECK(p != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
+      data_ = static_cast<const uint8_t*>(p);
+    } else {
+      ::close(fd);
+    }
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), bytes_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Tokens of type T stored little-endian at `offset_bytes` of a mapped file.
+template <typename T>
+class FileTokens final : public TokenSource {
+ public:
+  FileTokens(std::unique_ptr<MappedFile> file, int64_t offset_bytes, int64_t count)
+      : file_(std::move(file)),
+        tokens_(reinterpret_cast<const T*>(file_->data() + offset_bytes)),
+        count_(count) {}
+
+  int64_t num_tokens() const override { return count_; }
+  void Read(int64_t begin, int64_t count, int64_t* out) const override {
+    TORCH_INTERNAL_ASSERT(begin >= 0 && begin + count <= count_);
+    for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int64_t>(tokens_[begin + i]);
+  }
+  std::string description() const override { return file_->path(); }
+
+  // Throws naming the file and the first position whose id is >= vocab_size.
+  void Validate(int64_t vocab_size) const {
+    for (int64_t i = 0; i < count_; ++i) {
+      TORCH_CHECK(static_cast<int64_t>(tokens_[i]) < vocab_size, file_->path(), ": token ",
+                  static_cast<int64_t>(tokens_[i]), " at position ", i,
+                  " is not < model.vocab_size ", vocab_size);
+    }
+  }
+
+ private:
+  std::unique_ptr<MappedFile> file_;
+  const T* tokens_;
+  int64_t count_;
+};
+
+// SplitMix64: a stateless, well-mixed hash for random access into synthetic data.
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+class SyntheticTokens final : public TokenSource {
+ public:
+  SyntheticTokens(int64_t vocab_size, uint64_t seed, int64_t count)
+      : vocab_size_(vocab_size), seed_(seed), count_(count) {}
+  int64_t num_tokens() const override { return count_; }
+  void Read(int64_t begin, int64_t count, int64_t* out) const override {
+    for (int64_t i = 0; i < count; ++i) {
+      out[i] = static_cast<int64_t>(SplitMix64(seed_ * 0x100000001b3ULL + begin + i) %
+                                    static_cast<uint64_t>(vocab_size_));
+    }
+  }
+  std::string description() const override {
+    return "synthetic(seed=" + std::to_string(seed_) + ")";
+  }
+
+ private:
+  int64_t vocab_size_;
+  uint64_t seed_;
+  int64_t count_;
+};
+
+template <typename T>
+std::unique_ptr<TokenSource> OpenTokens(std::unique_ptr<MappedFile> file, int64_t offset_bytes,
+                                        int64_t vocab_size) {
+  const int64_t payload = file->bytes() - offset_bytes;
+  TORCH_CHECK(payload % static_cast<int64_t>(sizeof(T)) == 0, file->path(), ": ", payload,
+              " data bytes is not a multiple of the ", sizeof(T), "-byte token size");
+  auto src = std::make_unique<FileTokens<T>>(std::move(file), offset_bytes,
+                                             payload / static_cast<int64_t>(sizeof(T)));
+  src->Validate(vocab_size);
+  return src;
+}
+
+std::unique_ptr<TokenSource> OpenLlmc(std::unique_ptr<MappedFile> file, int64_t vocab_size) {
+  const std::string& path = file->path();
+  TORCH_CHECK(file->bytes() >= kLlmcHeaderBytes, path, ": ", file->bytes(),
+              " bytes is shorter than the 1024-byte llm.c header");
+  int32_t header[3];
+  std::memcpy(header, file->data(), sizeof(header));
+  const int32_t magic = header[0], version = header[1];
+  const int64_t count = header[2];
+  int64_t token_bytes = 0;
+  if (magic == kLlmcMagicGpt2) {
+    TORCH_CHECK(version == 1, path, ": llm.c GPT-2 shard version ", version, ", expected 1");
+    token_bytes = 2;
+  } else if (magic == kLlmcMagicLlama3) {
+    TORCH_CHECK(version == 7, path, ": llm.c Llama-3 shard version ", version, ", expected 7");
+    token_bytes = 4;
+  } else {
+    TORCH_CHECK(false, path, ": bad llm.c magic ", magic, " (expected ", kLlmcMagicGpt2, " or ",
+                kLlmcMagicLlama3, ")");
+  }
+  const int64_t expected = kLlmcHeaderBytes + count * token_bytes;
+  TORCH_CHECK(file->bytes() == expected, path, ": header says ", count, " tokens (", expected,
+              " bytes) but the file has ", file->bytes(), " bytes");
+  if (token_bytes == 2) return OpenTokens<uint16_t>(std::move(file), kLlmcHeaderBytes, vocab_size);
+  return OpenTokens<uint32_t>(std::move(file), kLlmcHeaderBytes, vocab_size);
+}
+
+}  // namespace
+
+std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::string& path,
+                                             int64_t vocab_size, uint64_t seed,
+                                             int64_t synthetic_tokens) {
+  if (format == DataFormat::kSynthetic) {
+    TORCH_CHECK(synthetic_tokens > 1, "data.synthetic_tokens must be > 1");
+    return std::make_unique<SyntheticTokens>(vocab_size, seed, synthetic_tokens);
+  }
+  TORCH_CHECK(!path.empty(), "data.train_path is required for data.format ", ToString(format));
+  auto file = std::make_unique<MappedFile>(path);
+  switch (format) {
+    case DataFormat::kText:
+      TORCH_CHECK(vocab_size >= 256, path, ": byte-level text needs model.vocab_size >= 256, got ",
+                  vocab_size);
+      return OpenTokens<uint8_t>(std::move(file), 0, vocab_size);
+    case DataFormat::kLlmc:
+      return OpenLlmc(std::move(file), vocab_size);
+    case DataFormat::kRawU16:
+      return OpenTokens<uint16_t>(std::move(file), 0, vocab_size);
+    case DataFormat::kRawU32:
+      return OpenTokens<uint32_t>(std::move(file), 0, vocab_size);
+    case DataFormat::kSynthetic:
+      break;
+  }
+  TORCH_INTERNAL_ASSERT(false, "unhandled data format");
+}
+
+}  // namespace ps::data

@@ -1,0 +1,36 @@
+// TokenSource: random access to a read-only stream of token ids, plus the factory
+// that opens one from a DataConfig. File sources are memory-mapped and validated on
+// open (header, size, every id < vocab); errors name the file. Thread-compatible:
+// const methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/data_config.h"
+
+namespace ps::data {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual int64_t num_tokens() const = 0;
+  // Copies tokens [begin, begin + count) into `out`; the range must be in bounds.
+  virtual void Read(int64_t begin, int64_t count, int64_t* out) const = 0;
+  // Where the tokens come from (file path or "synthetic(seed=...)"), for messages.
+  virtual std::string description() const = 0;
+};
+
+// Opens `path` in `format` and checks every token id against `vocab_size`.
+// For kSynthetic `path` is ignored and `seed` picks the stream.
+std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::string& path,
+                                             int64_t vocab_size, uint64_t seed,
+                                             int64_t synthetic_tokens);
+
+// llm.c shard constants (dev/data/data_common.py).
+constexpr int32_t kLlmcMagicGpt2 = 20240520;   // version 1, uint16 tokens
+constexpr int32_t kLlmcMagicLlama3 = 20240801; // version 7, uint32 tokens
+constexpr int64_t kLlmcHeaderBytes = 256 * 4;
+
+}  // namespace ps::data

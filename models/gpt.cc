@@ -1,0 +1,148 @@
+#include "models/gpt.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+namespace ps::models {
+namespace F = torch::nn::functional;
+
+AttentionImpl::AttentionImpl(const GptConfig& c) : n_head_(c.n_head), dropout_(c.dropout) {
+  c_attn = register_module("c_attn", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(c.n_embd, c.n_embd));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  const int64_t head_dim = C / n_head_;
+  auto qkv = c_attn(x).split(C, /*dim=*/2);  // 3 x [B, T, C]
+  auto heads = [&](const at::Tensor& t) {    // [B, nh, T, hd]
+    return t.view({B, T, n_head_, head_dim}).transpose(1, 2);
+  };
+  const double p = is_training() ? dropout_ : 0.0;
+  auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                            /*attn_mask=*/{}, p, /*is_causal=*/true);
+  return c_proj(y.transpose(1, 2).contiguous().view({B, T, C}));
+}
+
+MlpImpl::MlpImpl(const GptConfig& c) {
+  c_fc = register_module("c_fc", torch::nn::Linear(c.n_embd, 4 * c.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(4 * c.n_embd, c.n_embd));
+}
+
+at::Tensor MlpImpl::forward(const at::Tensor& x) {
+  return c_proj(at::gelu(c_fc(x), "tanh"));  // HF "gelu_new"
+}
+
+BlockImpl::BlockImpl(const GptConfig& c) {
+  auto ln = torch::nn::LayerNormOptions({c.n_embd}).eps(c.layer_norm_eps);
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(ln));
+  attn = register_module("attn", Attention(c));
+  ln_2 = register_module("ln_2", torch::nn::LayerNorm(ln));
+  mlp = register_module("mlp", Mlp(c));
+  resid_dropout = register_module("resid_dropout", torch::nn::Dropout(c.dropout));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x) {
+  auto h = x + resid_dropout(attn(ln_1(x)));
+  return h + resid_dropout(mlp(ln_2(h)));
+}
+
+GptImpl::GptImpl(const GptConfig& config) : config_(config) {
+  ValidateGptConfig(config_);
+  const auto& c = config_;
+  wte = register_module("wte", torch::nn::Embedding(c.vocab_size, c.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(c.n_positions, c.n_embd));
+  drop = register_module("drop", torch::nn::Dropout(c.dropout));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(Block(c));
+  ln_f = register_module(
+      "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd}).eps(c.layer_norm_eps)));
+  if (!c.tie_word_embeddings) {
+    lm_head = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.n_embd, c.vocab_size).bias(false)));
+  }
+  InitWeights();
+}
+
+void GptImpl::InitWeights() {
+  torch::NoGradGuard no_grad;
+  const double std = config_.init_std;
+  const double proj_std = std / std::sqrt(2.0 * config_.n_layer);
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    auto& p = item.value();
+    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (name.find("ln_") != std::string::npos) {
+      is_bias ? p.zero_() : p.fill_(1.0);
+    } else if (is_bias) {
+      p.zero_();
+    } else if (name.find("c_proj.weight") != std::string::npos) {
+      p.normal_(0.0, proj_std);
+    } else {
+      p.normal_(0.0, std);
+    }
+  }
+}
+
+at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
+  LayerHooks none;
+  LayerHooks& hk = hooks ? *hooks : none;
+  const int64_t T = idx.size(1);
+  TORCH_CHECK(T <= config_.n_positions, "sequence length ", T, " exceeds model.n_positions ",
+              config_.n_positions);
+  int block = 0;
+  hk.PreForward(block);
+  auto pos = at::arange(T, idx.options().dtype(at::kLong));
+  auto x = drop(wte(idx) + wpe(pos));
+  x = hk.PostForward(block, x);
+  for (const auto& m : *h) {
+    ++block;
+    hk.PreForward(block);
+    x = m->as<BlockImpl>()->forward(x);
+    x = hk.PostForward(block, x);
+  }
+  ++block;
+  hk.PreForward(block);
+  x = ln_f(x);
+  auto logits = config_.tie_word_embeddings ? F::linear(x, wte->weight) : lm_head(x);
+  return hk.PostForward(block, logits);
+}
+
+at::Tensor GptImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks) {
+  auto logits = forward(idx, hooks);
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                          targets.reshape({-1}));
+}
+
+std::vector<BlockParameter> GptImpl::BlockParameters() const {
+  std::vector<BlockParameter> out;
+  out.push_back({"wte.weight", wte->weight, 0});
+  out.push_back({"wpe.weight", wpe->weight, 0});
+  int block = 0;
+  for (const auto& m : *h) {
+    ++block;
+    const std::string prefix = "h." + std::to_string(block - 1) + ".";
+    for (const auto& item : m->named_parameters()) {
+      out.push_back({prefix + item.key(), item.value(), block});
+    }
+  }
+  ++block;
+  out.push_back({"ln_f.weight", ln_f->weight, block});
+  out.push_back({"ln_f.bias", ln_f->bias, block});
+  if (!config_.tie_word_embeddings) out.push_back({"lm_head.weight", lm_head->weight, block});
+  return out;
+}
+
+ParameterCounts GptImpl::CountParameters() const {
+  ParameterCounts c;
+  for (const auto& p : BlockParameters()) c.total_numel += p.tensor.numel();
+  c.embedding_numel = wte->weight.numel() + wpe->weight.numel();
+  c.non_embedding_numel = c.total_numel - c.embedding_numel;
+  return c;
+}
+
+}  // namespace ps::models

@@ -1,0 +1,107 @@
+// Gpt: GPT-2 on LibTorch (learned positions, pre-LN blocks, GELU-tanh MLP, causal
+// scaled_dot_product_attention, dropout, optional tied embedding / LM head).
+//
+// Parameter names follow HF GPT-2 ("wte.weight", "h.0.attn.c_attn.weight", ...) but
+// Linear weights are [out, in] (HF's Conv1D stores [in, out]; see hf_gpt2.h).
+// Every block calls LayerHooks at its boundaries (see layer_hooks.h).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+#include <vector>
+
+#include "models/gpt_config.h"
+#include "models/layer_hooks.h"
+
+namespace ps::models {
+
+// A parameter with the block that uses it (the tied embedding is used by the first
+// and last block; `block_id` is where it is first used in forward).
+struct BlockParameter {
+  std::string name;
+  at::Tensor tensor;
+  int block_id;
+};
+
+struct ParameterCounts {
+  int64_t total_numel = 0;          // every parameter once (tied counted once)
+  int64_t embedding_numel = 0;      // token + position embeddings
+  int64_t non_embedding_numel = 0;  // total - embedding (Kaplan's N)
+};
+
+// Causal multi-head self-attention ("attn.c_attn", "attn.c_proj").
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const GptConfig& config);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  torch::nn::Linear c_attn{nullptr};  // weight [3C, C]: q, k, v
+  torch::nn::Linear c_proj{nullptr};  // weight [C, C]
+
+ private:
+  int64_t n_head_;
+  double dropout_;
+};
+TORCH_MODULE(Attention);
+
+// GELU-tanh MLP ("mlp.c_fc", "mlp.c_proj").
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const GptConfig& config);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  torch::nn::Linear c_fc{nullptr};    // weight [4C, C]
+  torch::nn::Linear c_proj{nullptr};  // weight [C, 4C]
+};
+TORCH_MODULE(Mlp);
+
+// Pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.)).
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GptConfig& config);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  Attention attn{nullptr};
+  Mlp mlp{nullptr};
+  torch::nn::Dropout resid_dropout{nullptr};
+};
+TORCH_MODULE(Block);
+
+class GptImpl : public torch::nn::Module {
+ public:
+  explicit GptImpl(const GptConfig& config);
+
+  // idx: [B, T] int64 token ids (T <= n_positions) -> logits [B, T, vocab_size].
+  at::Tensor forward(const at::Tensor& idx, LayerHooks* hooks = nullptr);
+
+  // Mean cross-entropy of next-token prediction; targets [B, T] int64.
+  at::Tensor Loss(const at::Tensor& idx, const at::Tensor& targets,
+                  LayerHooks* hooks = nullptr);
+
+  // All parameters in model (forward) order, each once, with its block id.
+  std::vector<BlockParameter> BlockParameters() const;
+  ParameterCounts CountParameters() const;
+  int num_blocks() const { return static_cast<int>(config_.n_layer) + 2; }
+  const GptConfig& config() const { return config_; }
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // only when !tie_word_embeddings
+  torch::nn::Dropout drop{nullptr};
+
+ private:
+  void InitWeights();
+  GptConfig config_;
+};
+TORCH_MODULE(Gpt);
+
+}  // namespace ps::models

@@ -1,0 +1,61 @@
+#include "models/gpt_config.h"
+
+#include <c10/util/Exception.h>
+
+namespace ps::models {
+
+const std::vector<GptPreset>& GptPresets() {
+  // GPT-2 (Radford et al. 2019, HF configs) and PatrickStar's model zoo
+  // (patrickstar-internals.md §7.1). vocab 50257 = GPT-2 BPE.
+  static const std::vector<GptPreset> kPresets = {
+      {"gpt2-124m", 12, 12, 768, 1024, 50257},
+      {"gpt2-350m", 24, 16, 1024, 1024, 50257},
+      {"gpt2-774m", 36, 20, 1280, 1024, 50257},
+      {"gpt2-1.5b", 48, 25, 1600, 1024, 50257},
+      {"GPT2small", 24, 16, 1536, 1024, 50257},
+      {"GPT2_1B", 20, 16, 2048, 1024, 50257},
+      {"megatron_1.3B", 24, 32, 2048, 1024, 50257},
+      {"GPT2_2B", 40, 16, 2048, 1024, 50257},
+      {"megatron_3.9B", 24, 40, 2560, 1024, 50257},
+      {"GPT2_4B", 64, 16, 2304, 1024, 50257},
+      {"GPT3_6B", 53, 16, 3072, 1024, 50257},
+      {"GPT3_8B", 72, 16, 3072, 1024, 50257},
+      {"GPT3_10B", 50, 16, 4096, 1024, 50257},
+      {"GPT3_11B", 55, 16, 4096, 1024, 50257},
+      {"GPT3_12B", 60, 16, 4096, 1024, 50257},
+      {"GPT3_13B", 65, 16, 4096, 1024, 50257},
+      {"GPT3_15B", 78, 16, 4096, 1024, 50257},
+      {"GPT3_18B", 90, 16, 4096, 1024, 50257},
+      {"GPT_NV_18B", 40, 16, 6144, 1024, 50257},
+      {"GPT_NV_39B", 48, 16, 8192, 1024, 50257},
+      {"GPT_NV_76B", 60, 16, 10240, 1024, 50257},
+      {"GPT_DS_20B", 25, 16, 8192, 1024, 50257},
+      {"GPT_DS_40B", 50, 16, 8192, 1024, 50257},
+      {"GPT_DS_50B", 62, 16, 8192, 1024, 50257},
+      {"GPT_DS_60B", 75, 16, 8192, 1024, 50257},
+      {"GPT_DS_68B", 66, 16, 9216, 1024, 50257},
+      {"GPT_175B", 96, 96, 12288, 1024, 50257},
+  };
+  return kPresets;
+}
+
+std::optional<GptPreset> FindGptPreset(const std::string& name) {
+  for (const auto& p : GptPresets()) {
+    if (p.name == name) return p;
+  }
+  return std::nullopt;
+}
+
+void ValidateGptConfig(const GptConfig& c) {
+  TORCH_CHECK(c.n_layer > 0, "model.n_layer must be > 0, got ", c.n_layer);
+  TORCH_CHECK(c.n_head > 0, "model.n_head must be > 0, got ", c.n_head);
+  TORCH_CHECK(c.n_embd > 0, "model.n_embd must be > 0, got ", c.n_embd);
+  TORCH_CHECK(c.n_embd % c.n_head == 0, "model.n_embd (", c.n_embd,
+              ") must be divisible by model.n_head (", c.n_head, ")");
+  TORCH_CHECK(c.n_positions > 0, "model.n_positions must be > 0, got ", c.n_positions);
+  TORCH_CHECK(c.vocab_size > 0, "model.vocab_size must be > 0, got ", c.vocab_size);
+  TORCH_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "model.dropout must be in [0, 1), got ",
+              c.dropout);
+}
+
+}  // namespace ps::models

@@ -1,0 +1,44 @@
+// GptConfig: the GPT-2 architecture hyper-parameters, owned by models/.
+// Plain data; trainer/ fills it from YAML, models/ only reads it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ps::models {
+
+struct GptConfig {
+  // Named size ("gpt2-124m", "GPT2_1B", ...); fills the shape fields below that the
+  // config does not set explicitly. Empty: the shape fields are used as given.
+  std::string preset;
+  int64_t n_layer = 2;          // transformer blocks
+  int64_t n_head = 4;           // attention heads; must divide n_embd
+  int64_t n_embd = 128;         // hidden width
+  int64_t n_positions = 256;    // learned position table length (max sequence)
+  int64_t vocab_size = 256;     // token ids must be < vocab_size
+  double dropout = 0.0;         // embedding, attention and residual dropout
+  double layer_norm_eps = 1e-5;
+  double init_std = 0.02;       // N(0, std) init; residual projections / sqrt(2 n_layer)
+  bool tie_word_embeddings = true;  // LM head shares the token embedding
+};
+
+// One entry of the model zoo: GPT-2 sizes and PatrickStar's examples/model_builder.py.
+struct GptPreset {
+  std::string name;
+  int64_t n_layer;
+  int64_t n_head;
+  int64_t n_embd;
+  int64_t n_positions;
+  int64_t vocab_size;
+};
+
+const std::vector<GptPreset>& GptPresets();
+std::optional<GptPreset> FindGptPreset(const std::string& name);
+
+// Checks shapes (positive sizes, n_head divides n_embd); throws c10::Error naming
+// the offending field with the "model." prefix.
+void ValidateGptConfig(const GptConfig& config);
+
+}  // namespace ps::models

@@ -1,0 +1,127 @@
+#include "models/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace ps::models {
+namespace {
+
+struct DtypeName {
+  const char* name;
+  at::ScalarType type;
+};
+
+constexpr DtypeName kDtypes[] = {
+    {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16},
+    {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
+    {"U8", at::kByte},    {"BOOL", at::kBool},
+};
+
+at::ScalarType ParseDtype(const std::string& name, const std::string& where) {
+  for (const auto& d : kDtypes) {
+    if (name == d.name) return d.type;
+  }
+  TORCH_CHECK(false, where, ": unsupported dtype '", name, "'");
+}
+
+const char* DtypeString(at::ScalarType type) {
+  for (const auto& d : kDtypes) {
+    if (type == d.type) return d.name;
+  }
+  TORCH_CHECK(false, "safetensors: unsupported tensor dtype ", type);
+}
+
+}  // namespace
+
+TensorMap LoadSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  TORCH_CHECK(in.good(), path, ": cannot open");
+  const int64_t file_bytes = in.tellg();
+  in.seekg(0);
+  TORCH_CHECK(file_bytes >= 8, path, ": too short for a safetensors header (", file_bytes,
+              " bytes)");
+  uint64_t header_bytes = 0;
+  in.read(reinterpret_cast<char*>(&header_bytes), 8);
+  TORCH_CHECK(header_bytes <= static_cast<uint64_t>(file_bytes - 8), path, ": header length ",
+              header_bytes, " exceeds the file size ", file_bytes);
+  std::string header(header_bytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(header);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, path, ": malformed JSON header: ", e.what());
+  }
+  TORCH_CHECK(meta.is_object(), path, ": header is not a JSON object");
+  const int64_t data_bytes = file_bytes - 8 - static_cast<int64_t>(header_bytes);
+  std::vector<char> data(data_bytes);
+  in.read(data.data(), data_bytes);
+  TORCH_CHECK(in.good(), path, ": read failed");
+
+  TensorMap out;
+  for (auto it = meta.begin(); it != meta.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const std::string where = path + ": tensor '" + it.key() + "'";
+    const auto& v = it.value();
+    TORCH_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
+                    v.contains("data_offsets"),
+                where, ": needs dtype, shape and data_offsets");
+    const auto type = ParseDtype(v["dtype"].get<std::string>(), where);
+    std::vector<int64_t> shape = v["shape"].get<std::vector<int64_t>>();
+    const auto offsets = v["data_offsets"].get<std::vector<int64_t>>();
+    TORCH_CHECK(offsets.size() == 2 && offsets[0] >= 0 && offsets[0] <= offsets[1] &&
+                    offsets[1] <= data_bytes,
+                where, ": data_offsets out of range of ", data_bytes, " data bytes");
+    int64_t numel = 1;
+    for (int64_t d : shape) {
+      TORCH_CHECK(d >= 0, where, ": negative dimension");
+      numel *= d;
+    }
+    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(type));
+    TORCH_CHECK(offsets[1] - offsets[0] == bytes, where, ": shape needs ", bytes,
+                " bytes but data_offsets span ", offsets[1] - offsets[0]);
+    auto t = at::empty(shape, at::TensorOptions().dtype(type));
+    if (bytes > 0) std::memcpy(t.data_ptr(), data.data() + offsets[0], bytes);
+    out.emplace(it.key(), t);
+  }
+  return out;
+}
+
+void SaveSafetensors(const std::string& path, const TensorMap& tensors) {
+  nlohmann::json meta = nlohmann::json::object();
+  std::vector<at::Tensor> contiguous;
+  int64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    auto t = tensor.detach().to(at::kCPU).contiguous();
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    meta[name] = {{"dtype", DtypeString(t.scalar_type())},
+                  {"shape", t.sizes().vec()},
+                  {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    contiguous.push_back(t);
+  }
+  std::string header = meta.dump();
+  header.resize((header.size() + 7) / 8 * 8, ' ');  // 8-byte aligned data, as HF writes
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    TORCH_CHECK(out.good(), tmp, ": cannot open for writing");
+    const uint64_t header_bytes = header.size();
+    out.write(reinterpret_cast<const char*>(&header_bytes), 8);
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    for (const auto& t : contiguous) {
+      out.write(static_cast<const char*>(t.data_ptr()),
+                static_cast<std::streamsize>(t.numel() * t.element_size()));
+    }
+    TORCH_CHECK(out.good(), tmp, ": write failed");
+  }
+  TORCH_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename from ", tmp,
+              " failed");
+}
+
+}  // namespace ps::models

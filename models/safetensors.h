@@ -1,0 +1,24 @@
+// Reader and writer for the safetensors format (HF): an 8-byte little-endian header
+// length, a JSON header {name: {dtype, shape, data_offsets}}, then raw tensor bytes.
+// Errors name the file and the offending tensor. Tensors are returned on the CPU,
+// owning their memory (the file is not kept open).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+
+namespace ps::models {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+// Throws c10::Error naming `path` on a missing file, a truncated or malformed header,
+// an unknown dtype, or data offsets that do not match the shape.
+TensorMap LoadSafetensors(const std::string& path);
+
+// Writes contiguous CPU copies of `tensors` (F32/F16/BF16/I64/I32/U8...).
+// Writes `path.tmp` then renames, so an existing file is never left half-written.
+void SaveSafetensors(const std::string& path, const TensorMap& tensors);
+
+}  // namespace ps::models

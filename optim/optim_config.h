@@ -1,0 +1,44 @@
+// Typed configs owned by optim/: optimizer, LR schedule and precision/loss scaling.
+// Plain data; trainer/ parses YAML into them. Defaults are DeepSpeed's where a key
+// exists there (see docs/config_reference.md for the generated table).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ps::optim {
+
+enum class OptimizerType { kAdam, kAdamW };  // kAdam: L2 in the gradient; kAdamW: decoupled
+enum class ScheduleType { kConstant, kLinear, kCosine };
+enum class Dtype { kFp32, kFp16, kBf16 };
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 6e-4;               // peak learning rate
+  std::vector<double> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  double weight_decay = 0.1;      // matrices only: never biases or norm weights
+  bool hybrid_adam = true;        // PatrickStar use_hybrid_adam: GPU Adam for resident chunks
+};
+
+struct LrScheduleConfig {
+  ScheduleType type = ScheduleType::kCosine;
+  int64_t warmup_steps = 0;       // linear ramp from 0 to lr over these steps
+  int64_t decay_steps = 0;        // steps of decay after warm-up; 0 = until train.max_steps
+  double min_lr = 0.0;            // floor reached at the end of decay
+};
+
+struct PrecisionConfig {
+  Dtype dtype = Dtype::kFp32;     // compute dtype; masters are always fp32
+  double loss_scale = 0.0;        // fp16 only. 0 = dynamic (DeepSpeed), > 0 = static
+  int64_t initial_scale_power = 16;  // dynamic: initial scale 2^power
+  int64_t loss_scale_window = 1000;  // dynamic: clean steps before the scale doubles
+  int64_t hysteresis = 2;            // dynamic: overflows tolerated before it halves
+  double min_loss_scale = 1.0;
+};
+
+const char* ToString(OptimizerType t);
+const char* ToString(ScheduleType t);
+const char* ToString(Dtype t);
+
+}  // namespace ps::optim

@@ -1,0 +1,60 @@
+// Config: everything one run reads, assembled from the libraries' typed configs.
+// trainer/ owns the run-level sections (run, train, logging); each library owns its
+// own struct (models::GptConfig, data::DataConfig, optim::*, chunkmem::ChunkConfig,
+// comm::DistributedConfig). Defaults live in the struct definitions only; the
+// field table in config_schema.h derives parsing, printing and docs from them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "chunkmem/chunk_config.h"
+#include "comm/comm_config.h"
+#include "data/data_config.h"
+#include "models/gpt_config.h"
+#include "optim/optim_config.h"
+
+namespace ps::trainer {
+
+enum class DeviceKind { kAuto, kCpu, kCuda };
+
+struct RunConfig {
+  std::string name = "run";
+  std::string output_dir = "runs/default";  // metrics.jsonl, config.resolved.yaml
+  int64_t seed = 1234;                      // model init, data order, dropout
+  int64_t threads = 0;                      // CPU intra-op threads; 0 = all cores
+  DeviceKind device = DeviceKind::kAuto;    // auto: CUDA when available, else CPU
+};
+
+struct TrainConfig {
+  int64_t micro_batch_size = 8;   // sequences per forward/backward, per rank
+  int64_t global_batch_size = 8;  // sequences per optimizer step; accumulation is derived
+  int64_t max_steps = 100;        // optimizer steps
+  double grad_clip = 1.0;         // global L2 norm bound; 0 = off
+  int64_t eval_every = 0;         // steps between evaluations; 0 = only at the end
+  int64_t eval_steps = 10;        // micro-batches per evaluation
+};
+
+struct LoggingConfig {
+  std::string level = "info";     // trace | debug | info | warn | error
+  int64_t log_every = 1;          // steps between console/metrics lines
+  bool jsonl = true;              // write <output_dir>/metrics.jsonl
+};
+
+struct Config {
+  int64_t schema_version = 1;
+  RunConfig run;
+  models::GptConfig model;
+  data::DataConfig data;
+  TrainConfig train;
+  optim::OptimizerConfig optimizer;
+  optim::LrScheduleConfig lr_schedule;
+  optim::PrecisionConfig precision;
+  chunkmem::ChunkConfig chunk;
+  comm::DistributedConfig distributed;
+  LoggingConfig logging;
+};
+
+const char* ToString(DeviceKind d);
+
+}  // namespace ps::trainer

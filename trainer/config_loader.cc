@@ -1,0 +1,355 @@
+#include "trainer/config_loader.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "trainer/config_schema.h"
+
+namespace ps::trainer {
+namespace {
+
+std::string Where(const std::string& source, const YAML::Mark& mark) {
+  // yaml-cpp marks are 0-based; people and editors count from 1.
+  return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// Applies YAML documents and overrides to a Config, tracking where each key was set.
+class Loader {
+ public:
+  Loader(const EnvLookup& env) : env_(env), fields_(BuildConfigSchema()), aliases_(BuildConfigAliases()) {
+    for (const auto& f : fields_) {
+      for (size_t dot = f.key.find('.'); dot != std::string::npos; dot = f.key.find('.', dot + 1)) {
+        sections_.insert(f.key.substr(0, dot));
+      }
+    }
+    for (const auto& a : aliases_) {
+      for (size_t dot = a.key.find('.'); dot != std::string::npos; dot = a.key.find('.', dot + 1)) {
+        sections_.insert(a.key.substr(0, dot));
+      }
+    }
+  }
+
+  void ApplyDocument(const std::string& text, const std::string& source) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+      throw ConfigError(Where(source, e.mark) + ": YAML syntax error: " + e.msg);
+    }
+    if (root.IsNull()) return;
+    if (!root.IsMap()) {
+      throw ConfigError(Where(source, root.Mark()) + ": the top level must be a mapping of sections");
+    }
+    Walk(root, "", source);
+  }
+
+  void ApplyOverride(const std::string& arg) {
+    const std::string where = "--set " + arg;
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError(where + ": expected key=value, e.g. --set optimizer.lr=3e-4");
+    }
+    const std::string key = arg.substr(0, eq);
+    YAML::Node value;
+    try {
+      value = YAML::Load(arg.substr(eq + 1));
+    } catch (const YAML::ParserException& e) {
+      throw ConfigError(where + ": value is not valid YAML: " + e.msg);
+    }
+    if (sections_.count(key)) throw ConfigError(where + ": '" + key + "' is a section, not a key");
+    if (!ApplyKey(key, value, where, /*is_override=*/true)) {
+      throw ConfigError(where + ": unknown key '" + key + "'" + Suggest(key));
+    }
+  }
+
+  Config Finish() {
+    ResolvePreset();
+    Validate();
+    return config_;
+  }
+
+ private:
+  void Walk(const YAML::Node& map, const std::string& prefix, const std::string& source) {
+    std::map<std::string, YAML::Mark> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const YAML::Node& key_node = it->first;
+      const YAML::Node& value = it->second;
+      if (!key_node.IsScalar()) {
+        throw ConfigError(Where(source, key_node.Mark()) + ": keys must be plain names");
+      }
+      const std::string path = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
+      auto [prev, inserted] = seen.emplace(key_node.Scalar(), key_node.Mark());
+      if (!inserted) {
+        throw ConfigError(Where(source, key_node.Mark()) + ": duplicate key '" + path +
+                          "' (first set at line " + std::to_string(prev->second.line + 1) + ")");
+      }
+      if (ApplyKey(path, value, Where(source, value.Mark()), /*is_override=*/false)) continue;
+      if (sections_.count(path)) {
+        if (value.IsNull()) continue;  // an empty section
+        if (!value.IsMap()) {
+          throw ConfigError(Where(source, value.Mark()) + ": '" + path + "' is a section and needs a mapping");
+        }
+        Walk(value, path, source);
+        continue;
+      }
+      throw ConfigError(Where(source, key_node.Mark()) + ": unknown key '" + path + "'" + Suggest(path));
+    }
+  }
+
+  // Returns false when `key` is neither a field nor an alias.
+  bool ApplyKey(const std::string& key, const YAML::Node& raw, const std::string& where, bool is_override) {
+    for (const auto& alias : aliases_) {
+      if (alias.key != key) continue;
+      YAML::Node value = Interpolate(raw, key, where);
+      if (alias.transform) {
+        try {
+          value = alias.transform(value);
+        } catch (const std::invalid_argument& e) {
+          throw ConfigError(where + ": " + key + ": " + e.what());
+        }
+        if (!value.IsDefined() || value.IsNull()) return true;
+      }
+      SetField(alias.target, value, where, key, is_override);
+      return true;
+    }
+    for (const auto& f : fields_) {
+      if (f.key != key) continue;
+      SetField(key, Interpolate(raw, key, where), where, key, is_override);
+      return true;
+    }
+    return false;
+  }
+
+  void SetField(const std::string& target, const YAML::Node& value, const std::string& where,
+                const std::string& written_as, bool is_override) {
+    const FieldSpec& f = Field(target);
+    const std::string label = written_as == target ? target : written_as + " (-> " + target + ")";
+    if (!is_override) {
+      auto it = set_at_.find(target);
+      if (it != set_at_.end()) {
+        throw ConfigError(where + ": " + label + ": '" + target + "' is already set at " + it->second);
+      }
+    }
+    try {
+      f.set(config_, value);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(where + ": " + label + ": " + e.what() + " (" + f.type_name + ")");
+    }
+    set_at_[target] = where;
+  }
+
+  const FieldSpec& Field(const std::string& key) const {
+    for (const auto& f : fields_) {
+      if (f.key == key) return f;
+    }
+    throw std::logic_error("config alias targets unknown key " + key);
+  }
+
+  std::string InterpolateString(const std::string& s, const std::string& key, const std::string& where) {
+    std::string out;
+    size_t pos = 0;
+    while (true) {
+      const size_t start = s.find("${", pos);
+      if (start == std::string::npos) break;
+      const size_t end = s.find('}', start);
+      if (end == std::string::npos) throw ConfigError(where + ": " + key + ": unterminated '${' in '" + s + "'");
+      out += s.substr(pos, start - pos);
+      std::string name = s.substr(start + 2, end - start - 2);
+      std::optional<std::string> fallback;
+      const size_t dash = name.find(":-");
+      if (dash != std::string::npos) {
+        fallback = name.substr(dash + 2);
+        name = name.substr(0, dash);
+      }
+      auto value = env_(name);
+      if (value && !value->empty()) {
+        out += *value;
+      } else if (fallback) {
+        out += *fallback;
+      } else {
+        throw ConfigError(where + ": " + key + ": environment variable " + name +
+                          " is not set (write ${" + name + ":-default} for a default)");
+      }
+      pos = end + 1;
+    }
+    return out + s.substr(pos);
+  }
+
+  YAML::Node Interpolate(const YAML::Node& node, const std::string& key, const std::string& where) {
+    if (node.IsScalar()) {
+      if (node.Scalar().find("${") == std::string::npos) return node;
+      return YAML::Node(InterpolateString(node.Scalar(), key, where));
+    }
+    if (node.IsSequence()) {
+      YAML::Node out(YAML::NodeType::Sequence);
+      for (const auto& item : node) out.push_back(Interpolate(item, key, where));
+      return out;
+    }
+    return node;
+  }
+
+  std::string Suggest(const std::string& key) const {
+    std::string best;
+    size_t best_distance = std::max<size_t>(2, key.size() / 4) + 1;
+    auto consider = [&](const std::string& candidate) {
+      const size_t d = EditDistance(key, candidate);
+      if (d < best_distance) {
+        best_distance = d;
+        best = candidate;
+      }
+    };
+    for (const auto& f : fields_) consider(f.key);
+    for (const auto& a : aliases_) consider(a.key);
+    return best.empty() ? std::string(" (see ps_train --config-reference)") : "; did you mean '" + best + "'?";
+  }
+
+  std::string At(const std::string& key) const {
+    auto it = set_at_.find(key);
+    return it == set_at_.end() ? std::string("config") : it->second;
+  }
+
+  void ResolvePreset() {
+    auto& m = config_.model;
+    if (m.preset.empty()) return;
+    auto preset = models::FindGptPreset(m.preset);
+    if (!preset) {
+      std::string names;
+      for (const auto& p : models::GptPresets()) names += (names.empty() ? "" : ", ") + p.name;
+      throw ConfigError(At("model.preset") + ": model.preset: unknown preset '" + m.preset + "'; known: " + names);
+    }
+    auto fill = [&](const char* key, int64_t& field, int64_t value) {
+      if (!set_at_.count(key)) field = value;
+    };
+    fill("model.n_layer", m.n_layer, preset->n_layer);
+    fill("model.n_head", m.n_head, preset->n_head);
+    fill("model.n_embd", m.n_embd, preset->n_embd);
+    fill("model.n_positions", m.n_positions, preset->n_positions);
+    fill("model.vocab_size", m.vocab_size, preset->vocab_size);
+  }
+
+  void Validate() const {
+    const auto& c = config_;
+    if (c.model.n_embd % c.model.n_head != 0) {
+      throw ConfigError(At("model.n_head") + ": model.n_embd " + std::to_string(c.model.n_embd) +
+                        " is not divisible by model.n_head " + std::to_string(c.model.n_head));
+    }
+    if (c.data.seq_len > c.model.n_positions) {
+      throw ConfigError(At("data.seq_len") + ": data.seq_len " + std::to_string(c.data.seq_len) +
+                        " exceeds model.n_positions " + std::to_string(c.model.n_positions));
+    }
+    if (c.data.format != data::DataFormat::kSynthetic && c.data.train_path.empty()) {
+      throw ConfigError(At("data.format") + ": data.train_path is required for data.format " +
+                        data::ToString(c.data.format));
+    }
+    if (c.lr_schedule.min_lr > c.optimizer.lr) {
+      throw ConfigError(At("lr_schedule.min_lr") + ": lr_schedule.min_lr is above optimizer.lr");
+    }
+    try {
+      GradAccumSteps(c.train, 1);
+    } catch (const ConfigError& e) {
+      throw ConfigError(At("train.global_batch_size") + ": " + e.what());
+    }
+  }
+
+  const EnvLookup& env_;
+  std::vector<FieldSpec> fields_;
+  std::vector<AliasSpec> aliases_;
+  std::set<std::string> sections_;
+  std::map<std::string, std::string> set_at_;  // native key -> where it was set
+  Config config_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in.good()) throw ConfigError(path + ": cannot open config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+Config LoadConfigText(const std::string& yaml_text, const std::string& source_name,
+                      const std::vector<std::string>& overrides, const EnvLookup& env) {
+  Loader loader(env);
+  loader.ApplyDocument(yaml_text, source_name);
+  for (const auto& o : overrides) loader.ApplyOverride(o);
+  return loader.Finish();
+}
+
+Config LoadConfigFile(const std::string& path, const std::vector<std::string>& overrides,
+                      const EnvLookup& env) {
+  return LoadConfigText(ReadFile(path), path, overrides, env);
+}
+
+std::string ConfigToYaml(const Config& config) {
+  std::string out;
+  std::string section;
+  for (const auto& f : BuildConfigSchema()) {
+    const size_t dot = f.key.find('.');
+    if (dot == std::string::npos) {
+      out += f.key + ": " + f.get(config) + "\n";
+      continue;
+    }
+    const std::string s = f.key.substr(0, dot);
+    if (s != section) {
+      out += s + ":\n";
+      section = s;
+    }
+    out += "  " + f.key.substr(dot + 1) + ": " + f.get(config) + "\n";
+  }
+  return out;
+}
+
+std::string ConfigReferenceMarkdown() {
+  const Config defaults;
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& f : BuildConfigSchema()) {
+    out += "| `" + f.key + "` | " + f.type_name + " | `" + f.get(defaults) + "` | " + f.help + " |\n";
+  }
+  out += "\nAccepted for PatrickStar/DeepSpeed configs (setting both an alias and its key is an error):\n\n";
+  out += "| alias | sets | note |\n|---|---|---|\n";
+  for (const auto& a : BuildConfigAliases()) {
+    out += "| `" + a.key + "` | `" + a.target + "` | " + a.note + " |\n";
+  }
+  return out;
+}
+
+int64_t GradAccumSteps(const TrainConfig& train, int64_t world_size) {
+  const int64_t per_step = train.micro_batch_size * world_size;
+  if (train.global_batch_size % per_step != 0) {
+    throw ConfigError("train.global_batch_size " + std::to_string(train.global_batch_size) +
+                      " is not divisible by train.micro_batch_size " + std::to_string(train.micro_batch_size) +
+                      " x ranks " + std::to_string(world_size) + " = " + std::to_string(per_step));
+  }
+  return train.global_batch_size / per_step;
+}
+
+}  // namespace ps::trainer

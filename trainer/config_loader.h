@@ -1,0 +1,43 @@
+// Loads a Config from YAML: the only place YAML is parsed. Strict: unknown keys,
+// wrong types, out-of-range values, duplicate keys, missing ${VARS} and keys set
+// twice (alias + native) are ConfigErrors naming the key path and file:line:col
+// (1-based). `--set a.b=value` overrides are applied after the file; their values
+// are parsed as YAML scalars or flow sequences (`optimizer.betas=[0.9,0.95]`).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "trainer/config.h"
+
+namespace ps::trainer {
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Looks up an environment variable for ${VAR} interpolation.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup ProcessEnv();
+
+Config LoadConfigFile(const std::string& path, const std::vector<std::string>& overrides,
+                      const EnvLookup& env);
+// `source_name` stands for the file name in messages.
+Config LoadConfigText(const std::string& yaml_text, const std::string& source_name,
+                      const std::vector<std::string>& overrides, const EnvLookup& env);
+
+// The resolved config as YAML (every key, in schema order); loads back to the same Config.
+std::string ConfigToYaml(const Config& config);
+
+// Markdown tables of every key (type, default, meaning) and of the accepted aliases.
+std::string ConfigReferenceMarkdown();
+
+// Micro-batches per optimizer step; throws ConfigError spelling out the arithmetic
+// when global_batch_size is not a multiple of micro_batch_size x world_size.
+int64_t GradAccumSteps(const TrainConfig& train, int64_t world_size);
+
+}  // namespace ps::trainer

@@ -1,0 +1,355 @@
+#include "trainer/config_schema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+namespace ps::trainer {
+
+const char* ToString(DeviceKind d) {
+  switch (d) {
+    case DeviceKind::kAuto: return "auto";
+    case DeviceKind::kCpu: return "cpu";
+    case DeviceKind::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string Scalar(const YAML::Node& node, const char* expected) {
+  if (!node.IsScalar()) throw std::invalid_argument(std::string("expected ") + expected);
+  return node.Scalar();
+}
+
+int64_t ToInt(const YAML::Node& node) {
+  const std::string s = Scalar(node, "an integer");
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno == ERANGE) {
+    throw std::invalid_argument("expected an integer, got '" + s + "'");
+  }
+  return v;
+}
+
+double ToFloat(const YAML::Node& node) {
+  const std::string s = Scalar(node, "a number");
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !std::isfinite(v)) {
+    throw std::invalid_argument("expected a number, got '" + s + "'");
+  }
+  return v;
+}
+
+bool ToBool(const YAML::Node& node) {
+  std::string s = Scalar(node, "true or false");
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  if (s == "true") return true;
+  if (s == "false") return false;
+  throw std::invalid_argument("expected true or false, got '" + node.Scalar() + "'");
+}
+
+std::string ToText(const YAML::Node& node) {
+  if (node.IsNull()) return "";
+  return Scalar(node, "a string");
+}
+
+// Shortest decimal text that reads back to the same double.
+std::string FormatFloat(double v) {
+  char buf[64];
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  // Keep it a float in YAML's eyes ("1" -> "1.0"), except for exponents.
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+using IntCheck = std::function<void(int64_t)>;
+using FloatCheck = std::function<void(double)>;
+
+IntCheck MinInt(int64_t lo) {
+  return [lo](int64_t v) {
+    if (v < lo) throw std::invalid_argument("must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
+  };
+}
+
+FloatCheck FloatRange(double lo, double hi, bool lo_open = false) {
+  return [=](double v) {
+    if (v < lo || v > hi || (lo_open && v == lo)) {
+      throw std::invalid_argument("must be in " + std::string(lo_open ? "(" : "[") + FormatFloat(lo) +
+                                  ", " + FormatFloat(hi) + "], got " + FormatFloat(v));
+    }
+  };
+}
+
+constexpr double kInf = 1e300;
+
+// Generic accessors: `access` is a lambda `[](auto& c) -> auto& { return c.x.y; }`,
+// usable with Config& and const Config&.
+template <typename Access>
+FieldSpec Int(std::string key, Access access, std::string help, IntCheck check = MinInt(0)) {
+  return {std::move(key), "int", std::move(help),
+          [=](Config& c, const YAML::Node& n) {
+            const int64_t v = ToInt(n);
+            check(v);
+            access(c) = v;
+          },
+          [=](const Config& c) { return std::to_string(access(c)); }};
+}
+
+template <typename Access>
+FieldSpec Float(std::string key, Access access, std::string help, FloatCheck check) {
+  return {std::move(key), "float", std::move(help),
+          [=](Config& c, const YAML::Node& n) {
+            const double v = ToFloat(n);
+            check(v);
+            access(c) = v;
+          },
+          [=](const Config& c) { return FormatFloat(access(c)); }};
+}
+
+template <typename Access>
+FieldSpec Bool(std::string key, Access access, std::string help) {
+  return {std::move(key), "bool", std::move(help),
+          [=](Config& c, const YAML::Node& n) { access(c) = ToBool(n); },
+          [=](const Config& c) { return std::string(access(c) ? "true" : "false"); }};
+}
+
+template <typename Access>
+FieldSpec Text(std::string key, Access access, std::string help) {
+  return {std::move(key), "string", std::move(help),
+          [=](Config& c, const YAML::Node& n) { access(c) = ToText(n); },
+          [=](const Config& c) { return Quote(access(c)); }};
+}
+
+// Enum from a fixed list of names (matched case-insensitively: PatrickStar writes "Adam").
+template <typename E, typename Access>
+FieldSpec Enum(std::string key, Access access, std::string help,
+               std::vector<std::pair<std::string, E>> choices) {
+  std::string names;
+  for (const auto& ch : choices) names += (names.empty() ? "" : "|") + ch.first;
+  return {std::move(key), "one of " + names, std::move(help),
+          [=](Config& c, const YAML::Node& n) {
+            std::string s = Scalar(n, ("one of " + names).c_str());
+            std::string lower = s;
+            std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+            for (const auto& ch : choices) {
+              if (ch.first == lower) {
+                access(c) = ch.second;
+                return;
+              }
+            }
+            throw std::invalid_argument("expected one of " + names + ", got '" + s + "'");
+          },
+          [=](const Config& c) {
+            for (const auto& ch : choices) {
+              if (ch.second == access(c)) return ch.first;
+            }
+            return std::string("?");
+          }};
+}
+
+template <typename Access>
+FieldSpec FloatList(std::string key, Access access, std::string help, size_t length,
+                    FloatCheck check) {
+  return {std::move(key), "list of " + std::to_string(length) + " floats", std::move(help),
+          [=](Config& c, const YAML::Node& n) {
+            if (!n.IsSequence() || n.size() != length) {
+              throw std::invalid_argument("expected a list of " + std::to_string(length) +
+                                          " numbers, e.g. [0.9, 0.95]");
+            }
+            std::vector<double> v;
+            for (const auto& item : n) {
+              v.push_back(ToFloat(item));
+              check(v.back());
+            }
+            access(c) = v;
+          },
+          [=](const Config& c) {
+            std::string s = "[";
+            for (size_t i = 0; i < access(c).size(); ++i) {
+              s += (i ? ", " : "") + FormatFloat(access(c)[i]);
+            }
+            return s + "]";
+          }};
+}
+
+#define PS_ACCESS(member) [](auto& c) -> auto& { return c.member; }
+
+}  // namespace
+
+std::vector<FieldSpec> BuildConfigSchema() {
+  using data::DataFormat;
+  using optim::Dtype;
+  using optim::OptimizerType;
+  using optim::ScheduleType;
+  return {
+      Int("schema_version", PS_ACCESS(schema_version), "config format version; must be 1",
+          [](int64_t v) {
+            if (v != 1) throw std::invalid_argument("only schema_version 1 exists, got " + std::to_string(v));
+          }),
+      // run
+      Text("run.name", PS_ACCESS(run.name), "run name, shown in logs"),
+      Text("run.output_dir", PS_ACCESS(run.output_dir),
+           "folder for metrics.jsonl and config.resolved.yaml (created)"),
+      Int("run.seed", PS_ACCESS(run.seed), "seed of model init, data order and dropout"),
+      Int("run.threads", PS_ACCESS(run.threads), "CPU threads for LibTorch ops; 0 = all cores"),
+      Enum<DeviceKind>("run.device", PS_ACCESS(run.device),
+                       "auto = CUDA when this build and machine have it, else CPU",
+                       {{"auto", DeviceKind::kAuto}, {"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}}),
+      // model
+      Text("model.preset", PS_ACCESS(model.preset),
+           "named size (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, GPT2small, GPT2_1B, ... GPT_175B); "
+           "fills the shape keys this config leaves unset"),
+      Int("model.n_layer", PS_ACCESS(model.n_layer), "transformer blocks", MinInt(1)),
+      Int("model.n_head", PS_ACCESS(model.n_head), "attention heads (divides n_embd)", MinInt(1)),
+      Int("model.n_embd", PS_ACCESS(model.n_embd), "hidden width", MinInt(1)),
+      Int("model.n_positions", PS_ACCESS(model.n_positions), "position table length (>= data.seq_len)", MinInt(1)),
+      Int("model.vocab_size", PS_ACCESS(model.vocab_size), "vocabulary size; token ids must be below it", MinInt(1)),
+      Float("model.dropout", PS_ACCESS(model.dropout), "dropout probability", FloatRange(0.0, 0.99)),
+      Float("model.layer_norm_eps", PS_ACCESS(model.layer_norm_eps), "LayerNorm epsilon", FloatRange(0.0, 1.0, true)),
+      Float("model.init_std", PS_ACCESS(model.init_std), "std of the N(0, std) init", FloatRange(0.0, 10.0, true)),
+      Bool("model.tie_word_embeddings", PS_ACCESS(model.tie_word_embeddings), "LM head shares the token embedding"),
+      // data
+      Enum<DataFormat>("data.format", PS_ACCESS(data.format),
+                       "synthetic (random tokens), text (bytes of any file), llmc (llm.c shard), raw_u16, raw_u32",
+                       {{"synthetic", DataFormat::kSynthetic}, {"text", DataFormat::kText},
+                        {"llmc", DataFormat::kLlmc}, {"raw_u16", DataFormat::kRawU16},
+                        {"raw_u32", DataFormat::kRawU32}}),
+      Text("data.train_path", PS_ACCESS(data.train_path), "training token file (not for synthetic)"),
+      Text("data.valid_path", PS_ACCESS(data.valid_path), "evaluation token file; empty = no evaluation (synthetic: own stream)"),
+      Int("data.seq_len", PS_ACCESS(data.seq_len), "tokens per sample", MinInt(1)),
+      Bool("data.shuffle", PS_ACCESS(data.shuffle), "permute samples every epoch (seeded)"),
+      Int("data.synthetic_tokens", PS_ACCESS(data.synthetic_tokens), "length of the synthetic token stream", MinInt(2)),
+      // train
+      Int("train.micro_batch_size", PS_ACCESS(train.micro_batch_size), "sequences per forward/backward per rank", MinInt(1)),
+      Int("train.global_batch_size", PS_ACCESS(train.global_batch_size),
+          "sequences per optimizer step; gradient accumulation = global / (micro x ranks)", MinInt(1)),
+      Int("train.max_steps", PS_ACCESS(train.max_steps), "optimizer steps to run", MinInt(1)),
+      Float("train.grad_clip", PS_ACCESS(train.grad_clip), "clip the global gradient L2 norm to this; 0 = off",
+            FloatRange(0.0, kInf)),
+      Int("train.eval_every", PS_ACCESS(train.eval_every), "steps between evaluations; 0 = only after the last step"),
+      Int("train.eval_steps", PS_ACCESS(train.eval_steps), "micro-batches per evaluation", MinInt(1)),
+      // optimizer
+      Enum<OptimizerType>("optimizer.type", PS_ACCESS(optimizer.type),
+                          "adamw (decoupled weight decay) or adam (L2 added to the gradient)",
+                          {{"adamw", OptimizerType::kAdamW}, {"adam", OptimizerType::kAdam}}),
+      Float("optimizer.lr", PS_ACCESS(optimizer.lr), "peak learning rate", FloatRange(0.0, 10.0)),
+      FloatList("optimizer.betas", PS_ACCESS(optimizer.betas), "Adam betas [beta1, beta2]", 2,
+                FloatRange(0.0, 1.0)),
+      Float("optimizer.eps", PS_ACCESS(optimizer.eps), "Adam epsilon", FloatRange(0.0, 1.0, true)),
+      Float("optimizer.weight_decay", PS_ACCESS(optimizer.weight_decay),
+            "decoupled (adamw) or L2 (adam) weight decay; applied to matrices only, never to biases and norm weights", FloatRange(0.0, 10.0)),
+      Bool("optimizer.hybrid_adam", PS_ACCESS(optimizer.hybrid_adam),
+           "chunk runtime: update device-resident chunks on the GPU (PatrickStar use_hybrid_adam)"),
+      // lr_schedule
+      Enum<ScheduleType>("lr_schedule.type", PS_ACCESS(lr_schedule.type), "decay after warm-up",
+                         {{"constant", ScheduleType::kConstant}, {"linear", ScheduleType::kLinear},
+                          {"cosine", ScheduleType::kCosine}}),
+      Int("lr_schedule.warmup_steps", PS_ACCESS(lr_schedule.warmup_steps), "linear warm-up steps"),
+      Int("lr_schedule.decay_steps", PS_ACCESS(lr_schedule.decay_steps),
+          "decay length after warm-up; 0 = until train.max_steps"),
+      Float("lr_schedule.min_lr", PS_ACCESS(lr_schedule.min_lr), "learning rate at the end of decay",
+            FloatRange(0.0, 10.0)),
+      // precision
+      Enum<Dtype>("precision.dtype", PS_ACCESS(precision.dtype),
+                  "compute dtype (bf16: autocast, fp32 master weights)",
+                  {{"fp32", Dtype::kFp32}, {"fp16", Dtype::kFp16}, {"bf16", Dtype::kBf16}}),
+      Float("precision.loss_scale", PS_ACCESS(precision.loss_scale), "fp16: 0 = dynamic, > 0 = static scale",
+            FloatRange(0.0, kInf)),
+      Int("precision.initial_scale_power", PS_ACCESS(precision.initial_scale_power),
+          "fp16 dynamic: initial scale 2^power", MinInt(0)),
+      Int("precision.loss_scale_window", PS_ACCESS(precision.loss_scale_window),
+          "fp16 dynamic: overflow-free steps before the scale doubles", MinInt(1)),
+      Int("precision.hysteresis", PS_ACCESS(precision.hysteresis),
+          "fp16 dynamic: consecutive overflows tolerated before the scale halves (DeepSpeed meaning)", MinInt(1)),
+      Float("precision.min_loss_scale", PS_ACCESS(precision.min_loss_scale), "fp16 dynamic: scale floor",
+            FloatRange(0.0, kInf, true)),
+      // chunk
+      Bool("chunk.enabled", PS_ACCESS(chunk.enabled), "chunk-based memory manager (not built yet: must be false)"),
+      Int("chunk.size_elements", PS_ACCESS(chunk.size_elements), "chunk capacity in elements", MinInt(1)),
+      Bool("chunk.release_after_init", PS_ACCESS(chunk.release_after_init), "free init copies once chunks hold the data"),
+      Bool("chunk.cpu_embedding", PS_ACCESS(chunk.cpu_embedding), "embeddings computed on the host in fp32"),
+      Bool("chunk.async_mem_monitor", PS_ACCESS(chunk.async_mem_monitor), "sample device memory during warm-up"),
+      Float("chunk.device_mem_ratio", PS_ACCESS(chunk.device_mem_ratio), "usable fraction of device memory",
+            FloatRange(0.0, 1.0, true)),
+      Float("chunk.host_mem_ratio", PS_ACCESS(chunk.host_mem_ratio), "usable fraction of host memory",
+            FloatRange(0.0, 1.0, true)),
+      Float("chunk.warmup_device_chunk_ratio", PS_ACCESS(chunk.warmup_device_chunk_ratio),
+            "device fraction for chunks during warm-up", FloatRange(0.0, 1.0, true)),
+      Float("chunk.margin_use_ratio", PS_ACCESS(chunk.margin_use_ratio),
+            "fraction of the post-warm-up device margin given to optimizer chunks", FloatRange(0.0, 1.0)),
+      // distributed
+      Enum<comm::Launcher>("distributed.launcher", PS_ACCESS(distributed.launcher),
+                           "auto: torchrun env, else Slurm env, else one process (only one rank runs so far)",
+                           {{"auto", comm::Launcher::kAuto}, {"none", comm::Launcher::kNone},
+                            {"torchrun", comm::Launcher::kTorchrun}, {"slurm", comm::Launcher::kSlurm}}),
+      Text("distributed.master_addr", PS_ACCESS(distributed.master_addr), "rendezvous host; empty = from the environment"),
+      Int("distributed.master_port", PS_ACCESS(distributed.master_port), "rendezvous port; 0 = from the environment"),
+      Int("distributed.init_timeout_s", PS_ACCESS(distributed.init_timeout_s), "rendezvous timeout", MinInt(1)),
+      // logging
+      Enum<std::string>("logging.level", PS_ACCESS(logging.level), "console verbosity",
+                        {{"trace", "trace"}, {"debug", "debug"}, {"info", "info"}, {"warn", "warn"}, {"error", "error"}}),
+      Int("logging.log_every", PS_ACCESS(logging.log_every), "steps between log lines", MinInt(1)),
+      Bool("logging.jsonl", PS_ACCESS(logging.jsonl), "write <run.output_dir>/metrics.jsonl"),
+  };
+}
+
+std::vector<AliasSpec> BuildConfigAliases() {
+  auto set_if_true = [](const char* value) {
+    return [value](const YAML::Node& n) {
+      return ToBool(n) ? YAML::Node(value) : YAML::Node();
+    };
+  };
+  // DeepSpeed/PatrickStar "gradient_clipping": <= 0 means off (PatrickStar default -1).
+  auto clip = [](const YAML::Node& n) {
+    const double v = ToFloat(n);
+    return YAML::Node(v > 0 ? n.Scalar() : std::string("0"));
+  };
+  return {
+      {"optimizer.params.lr", "optimizer.lr", "", {}},
+      {"optimizer.params.betas", "optimizer.betas", "", {}},
+      {"optimizer.params.eps", "optimizer.eps", "", {}},
+      {"optimizer.params.weight_decay", "optimizer.weight_decay", "", {}},
+      {"optimizer.params.use_hybrid_adam", "optimizer.hybrid_adam", "", {}},
+      {"fp16.enabled", "precision.dtype", "true sets fp16; false leaves the dtype", set_if_true("fp16")},
+      {"bf16.enabled", "precision.dtype", "true sets bf16; false leaves the dtype", set_if_true("bf16")},
+      {"fp16.loss_scale", "precision.loss_scale", "0 = dynamic", {}},
+      {"fp16.initial_scale_power", "precision.initial_scale_power", "", {}},
+      {"fp16.loss_scale_window", "precision.loss_scale_window", "", {}},
+      {"fp16.hysteresis", "precision.hysteresis",
+       "DeepSpeed meaning (overflows tolerated), not PatrickStar's scale factor", {}},
+      {"fp16.min_loss_scale", "precision.min_loss_scale", "", {}},
+      {"gradient_clipping", "train.grad_clip", "global-norm clipping; <= 0 = off", clip},
+      {"default_chunk_size", "chunk.size_elements", "elements", {}},
+      {"chunk.size", "chunk.size_elements", "elements", {}},
+      {"release_after_init", "chunk.release_after_init", "", {}},
+      {"use_cpu_embedding", "chunk.cpu_embedding", "", {}},
+      {"client.mem_tracer.use_async_mem_monitor", "chunk.async_mem_monitor", "", {}},
+      {"client.mem_tracer.overall_gpu_mem_ratio", "chunk.device_mem_ratio", "", {}},
+      {"client.mem_tracer.overall_cpu_mem_ratio", "chunk.host_mem_ratio", "", {}},
+      {"client.mem_tracer.warmup_gpu_chunk_mem_ratio", "chunk.warmup_device_chunk_ratio", "", {}},
+      {"client.mem_tracer.margin_use_ratio", "chunk.margin_use_ratio", "", {}},
+  };
+}
+
+}  // namespace ps::trainer

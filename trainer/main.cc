@@ -1,0 +1,102 @@
+// ps_train: command-line entry point. Parses flags, loads the config, trains.
+// The only place that decides how the process ends: user errors print one line
+// "ps_train: error: ..." and exit 2; runtime failures exit 1.
+#include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
+#include <torch/version.h>
+
+#include <cxxopts.hpp>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "comm/nccl_info.h"
+#include "trainer/config_loader.h"
+#include "trainer/train_loop.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "--config FILE [--set key=value]... [--print-config]\n\n"
+    "Trains a GPT as the YAML config describes. Every key is listed by --config-reference;\n"
+    "--set overrides one key (repeatable), its value read as YAML: --set optimizer.betas=[0.9,0.95].\n"
+    "${VAR} and ${VAR:-default} in the config read the environment.";
+
+// Takes `--set k=v` / `--set=k=v` out of argv: cxxopts would split values at commas.
+std::vector<std::string> ExtractOverrides(int& argc, char** argv) {
+  std::vector<std::string> overrides;
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--set") {
+      if (i + 1 >= argc) throw ps::trainer::ConfigError("--set needs key=value");
+      overrides.push_back(argv[++i]);
+    } else if (arg.rfind("--set=", 0) == 0) {
+      overrides.push_back(arg.substr(6));
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argc = out;
+  return overrides;
+}
+
+int Run(int argc, char** argv) {
+  auto overrides = ExtractOverrides(argc, argv);
+  cxxopts::Options options("ps_train", kUsage);
+  options.add_options()
+      ("c,config", "YAML config file", cxxopts::value<std::string>())
+      ("set", "override one key: --set key=value (repeatable)")
+      ("print-config", "print the resolved config as YAML and exit")
+      ("config-reference", "print every config key (type, default, meaning) as Markdown and exit")
+      ("version", "print versions of ps_train, LibTorch and NCCL and exit")
+      ("h,help", "show this help");
+  auto args = options.parse(argc, argv);
+  if (args.count("help")) {
+    std::cout << options.help() << std::endl;
+    return 0;
+  }
+  if (args.count("version")) {
+    std::cout << "ps_train 0.1 | LibTorch " << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "."
+              << TORCH_VERSION_PATCH << " | " << ps::comm::NcclVersionString() << std::endl;
+    return 0;
+  }
+  if (args.count("config-reference")) {
+    std::cout << ps::trainer::ConfigReferenceMarkdown();
+    return 0;
+  }
+  if (!args.count("config")) throw ps::trainer::ConfigError("--config FILE is required (see --help)");
+  if (!args.unmatched().empty()) {
+    throw ps::trainer::ConfigError("unexpected argument '" + args.unmatched().front() + "' (see --help)");
+  }
+  const auto config = ps::trainer::LoadConfigFile(args["config"].as<std::string>(), overrides,
+                                                  ps::trainer::ProcessEnv());
+  if (args.count("print-config")) {
+    std::cout << ps::trainer::ConfigToYaml(config);
+    return 0;
+  }
+  spdlog::set_level(spdlog::level::from_str(config.logging.level));
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  ps::trainer::Train(config);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const ps::trainer::ConfigError& e) {
+    std::cerr << "ps_train: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::cerr << "ps_train: error: " << e.what() << " (see --help)" << std::endl;
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "ps_train: error: " << e.what_without_backtrace() << std::endl;
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ps_train: error: " << e.what() << std::endl;
+    return 1;
+  }
+}

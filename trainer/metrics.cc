@@ -1,0 +1,71 @@
+#include "trainer/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace ps::trainer {
+
+void JsonLine::Key(const std::string& key) {
+  if (!body_.empty()) body_ += ", ";
+  body_ += "\"" + key + "\": ";
+}
+
+JsonLine& JsonLine::Add(const std::string& key, double value) {
+  Key(key);
+  if (!std::isfinite(value)) {
+    body_ += "null";
+  } else {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.6g", value);
+    body_ += buf;
+  }
+  return *this;
+}
+
+JsonLine& JsonLine::Add(const std::string& key, int64_t value) {
+  Key(key);
+  body_ += std::to_string(value);
+  return *this;
+}
+
+JsonLine& JsonLine::Add(const std::string& key, bool value) {
+  Key(key);
+  body_ += value ? "true" : "false";
+  return *this;
+}
+
+JsonLine& JsonLine::Add(const std::string& key, const std::string& value) {
+  Key(key);
+  body_ += '"';
+  for (char c : value) {
+    if (c == '"' || c == '\\') {
+      body_ += '\\';
+      body_ += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      body_ += buf;
+    } else {
+      body_ += c;
+    }
+  }
+  body_ += '"';
+  return *this;
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) : out_(path, std::ios::app) {
+  if (!out_.good()) throw std::runtime_error(path + ": cannot open for writing");
+}
+
+void MetricsWriter::Write(const JsonLine& line) {
+  out_ << line.str() << '\n';
+  out_.flush();
+}
+
+double TrainingFlopsPerToken(int64_t n_params, int64_t n_layer, int64_t n_embd, int64_t seq_len) {
+  return 6.0 * static_cast<double>(n_params) +
+         12.0 * static_cast<double>(n_layer) * static_cast<double>(n_embd) * static_cast<double>(seq_len);
+}
+
+}  // namespace ps::trainer

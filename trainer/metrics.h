@@ -1,0 +1,41 @@
+// Metrics output: one JSON object per line (metrics.jsonl) and the FLOPs formula.
+// MetricsWriter owns its file and flushes every line, so a killed run keeps what it
+// logged. Not thread-safe; the training loop calls it from one thread.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace ps::trainer {
+
+// A flat JSON object built key by key. Non-finite numbers are written as null.
+class JsonLine {
+ public:
+  JsonLine& Add(const std::string& key, double value);
+  JsonLine& Add(const std::string& key, int64_t value);
+  JsonLine& Add(const std::string& key, const std::string& value);
+  JsonLine& Add(const std::string& key, bool value);
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  void Key(const std::string& key);
+  std::string body_;
+};
+
+class MetricsWriter {
+ public:
+  // Opens `path` for appending; throws std::runtime_error naming it on failure.
+  explicit MetricsWriter(const std::string& path);
+  void Write(const JsonLine& line);
+
+ private:
+  std::ofstream out_;
+};
+
+// Training FLOPs per token (forward + backward): 6 N + 12 L C T (PaLM appendix B),
+// where N counts every parameter once, including the tied embedding, whose matmul
+// as the LM head is real work; 12 L C T is attention scores and values.
+double TrainingFlopsPerToken(int64_t n_params, int64_t n_layer, int64_t n_embd, int64_t seq_len);
+
+}  // namespace ps::trainer

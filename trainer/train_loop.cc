@@ -1,0 +1,255 @@
+#include "trainer/train_loop.h"
+
+#include <ATen/autocast_mode.h>
+#include <spdlog/spdlog.h>
+#include <torch/cuda.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/utils.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include "data/batch_sampler.h"
+#include "data/token_source.h"
+#include "models/gpt.h"
+#include "optim/lr_schedule.h"
+#include "trainer/config_loader.h"
+#include "trainer/metrics.h"
+
+namespace ps::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+at::Device ChooseDevice(DeviceKind kind) {
+  const bool cuda = torch::cuda::is_available();
+  switch (kind) {
+    case DeviceKind::kCpu:
+      return at::kCPU;
+    case DeviceKind::kCuda:
+      if (!cuda) throw ConfigError("run.device: cuda requested but this build or machine has no CUDA device");
+      return at::kCUDA;
+    case DeviceKind::kAuto:
+      return cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  }
+  return at::kCPU;
+}
+
+// Enables autocast to `dtype` on `device` for its lifetime (bf16 compute, fp32 weights).
+class AutocastScope {
+ public:
+  AutocastScope(at::Device device, optim::Dtype dtype) : type_(device.type()) {
+    enabled_ = dtype == optim::Dtype::kBf16;
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, false);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  at::DeviceType type_;
+  bool enabled_ = false;
+};
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(models::Gpt& model, const optim::OptimizerConfig& c) {
+  // Weight decay on matrices only (nanoGPT/Megatron convention): biases and norm
+  // weights are 1-D and never decayed.
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& p : model->BlockParameters()) (p.tensor.dim() >= 2 ? decay : no_decay).push_back(p.tensor);
+  const auto betas = std::make_tuple(c.betas[0], c.betas[1]);
+  if (c.type == optim::OptimizerType::kAdamW) {
+    auto opts = [&](double wd) {
+      return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(c.lr).betas(betas).eps(c.eps).weight_decay(wd));
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decay, opts(c.weight_decay));
+    groups.emplace_back(no_decay, opts(0.0));
+    return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(c.lr));
+  }
+  auto opts = [&](double wd) {
+    return std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(c.lr).betas(betas).eps(c.eps).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, opts(c.weight_decay));
+  groups.emplace_back(no_decay, opts(0.0));
+  return std::make_unique<torch::optim::Adam>(groups, torch::optim::AdamOptions(c.lr));
+}
+
+void SetLr(torch::optim::Optimizer& opt, double lr) {
+  for (auto& group : opt.param_groups()) group.options().set_lr(lr);
+}
+
+// Mean loss over `steps` micro-batches from the start of `source` (same batches every time).
+double Evaluate(models::Gpt& model, const data::TokenSource& source, const Config& c, at::Device device) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  data::BatchSampler sampler(source, c.data.seq_len, /*shuffle=*/false, 0);
+  AutocastScope autocast(device, c.precision.dtype);
+  double sum = 0.0;
+  for (int64_t i = 0; i < c.train.eval_steps; ++i) {
+    auto batch = sampler.Next(c.train.micro_batch_size).to(device);
+    auto x = batch.narrow(1, 0, c.data.seq_len), y = batch.narrow(1, 1, c.data.seq_len);
+    sum += model->Loss(x, y).item<double>();
+  }
+  model->train();
+  return sum / static_cast<double>(c.train.eval_steps);
+}
+
+}  // namespace
+
+TrainResult Train(const Config& c) {
+  if (c.chunk.enabled) {
+    throw ConfigError("chunk.enabled: the chunk memory manager is not part of this build yet; set it to false");
+  }
+  if (c.precision.dtype == optim::Dtype::kFp16) {
+    throw ConfigError("precision.dtype: fp16 needs the dynamic loss scaler of the chunk optimizer, "
+                      "not part of this build yet; use bf16 or fp32");
+  }
+  const int64_t accum = GradAccumSteps(c.train, /*world_size=*/1);
+  const int threads = c.run.threads > 0 ? static_cast<int>(c.run.threads)
+                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  const at::Device device = ChooseDevice(c.run.device);
+  torch::manual_seed(static_cast<uint64_t>(c.run.seed));
+
+  std::filesystem::create_directories(c.run.output_dir);
+  {
+    std::ofstream resolved(std::filesystem::path(c.run.output_dir) / "config.resolved.yaml");
+    resolved << ConfigToYaml(c);
+  }
+  std::unique_ptr<MetricsWriter> metrics;
+  if (c.logging.jsonl) {
+    const auto path = std::filesystem::path(c.run.output_dir) / "metrics.jsonl";
+    std::filesystem::remove(path);  // one run per file
+    metrics = std::make_unique<MetricsWriter>(path.string());
+  }
+
+  auto train_source = data::OpenTokenSource(c.data.format, c.data.train_path, c.model.vocab_size,
+                                            static_cast<uint64_t>(c.run.seed), c.data.synthetic_tokens);
+  std::unique_ptr<data::TokenSource> valid_source;
+  if (c.data.format == data::DataFormat::kSynthetic) {
+    valid_source = data::OpenTokenSource(c.data.format, "", c.model.vocab_size,
+                                         static_cast<uint64_t>(c.run.seed) + 1, c.data.synthetic_tokens);
+  } else if (!c.data.valid_path.empty()) {
+    valid_source = data::OpenTokenSource(c.data.format, c.data.valid_path, c.model.vocab_size, 0, 0);
+  }
+  data::BatchSampler sampler(*train_source, c.data.seq_len, c.data.shuffle, static_cast<uint64_t>(c.run.seed));
+
+  models::Gpt model(c.model);
+  model->to(device);
+  model->train();
+  auto optimizer = MakeOptimizer(model, c.optimizer);
+  optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
+  std::vector<at::Tensor> params;
+  for (const auto& p : model->BlockParameters()) params.push_back(p.tensor);
+
+  const auto counts = model->CountParameters();
+  const int64_t tokens_per_step = c.train.global_batch_size * c.data.seq_len;
+  const double flops_per_token =
+      TrainingFlopsPerToken(counts.total_numel, c.model.n_layer, c.model.n_embd, c.data.seq_len);
+  spdlog::info("run '{}': GPT {} layers x {} wide, {} heads; {:.2f}M parameters ({:.2f}M non-embedding)",
+               c.run.name, c.model.n_layer, c.model.n_embd, c.model.n_head, counts.total_numel / 1e6,
+               counts.non_embedding_numel / 1e6);
+  spdlog::info("device {}, {} CPU threads, {}; data {} ({} tokens, {} samples/epoch)", device.str(), threads,
+               optim::ToString(c.precision.dtype), train_source->description(), train_source->num_tokens(),
+               sampler.samples_per_epoch());
+  spdlog::info("batch: {} micro x {} accumulation = {} sequences = {} tokens per step; {} steps",
+               c.train.micro_batch_size, accum, c.train.global_batch_size, tokens_per_step, c.train.max_steps);
+
+  TrainResult result;
+  result.final_eval_loss = std::numeric_limits<double>::quiet_NaN();
+  double timed_s = 0.0;
+  int64_t timed_tokens = 0;
+  const auto run_start = Clock::now();
+  for (int64_t step = 0; step < c.train.max_steps; ++step) {
+    const auto t0 = Clock::now();
+    const double lr = schedule.LrAt(step);
+    SetLr(*optimizer, lr);
+    optimizer->zero_grad(/*set_to_none=*/true);
+    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      auto batch = sampler.Next(c.train.micro_batch_size).to(device);
+      auto x = batch.narrow(1, 0, c.data.seq_len), y = batch.narrow(1, 1, c.data.seq_len);
+      at::Tensor loss;
+      {
+        AutocastScope autocast(device, c.precision.dtype);
+        loss = model->Loss(x, y) / static_cast<double>(accum);
+      }
+      loss.backward();
+      loss_sum += loss.detach();
+    }
+    const double max_norm = c.train.grad_clip > 0 ? c.train.grad_clip : std::numeric_limits<double>::infinity();
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
+    optimizer->step();
+    const double loss = loss_sum.item<double>();  // host sync: the step is done
+    const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!std::isfinite(loss)) {
+      throw std::runtime_error("training loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
+                               " (lower optimizer.lr or set train.grad_clip)");
+    }
+    result.losses.push_back(loss);
+    result.lrs.push_back(lr);
+    if (step > 0 || c.train.max_steps == 1) {
+      timed_s += step_s;
+      timed_tokens += tokens_per_step;
+    }
+    const double tokens_per_s = tokens_per_step / step_s;
+    const double tflops = flops_per_token * tokens_per_s / 1e12;
+    const bool last = step + 1 == c.train.max_steps;
+    if ((step + 1) % c.logging.log_every == 0 || step == 0 || last) {
+      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | {:.3f} TFLOPS",
+                   step + 1, c.train.max_steps, loss, lr, grad_norm, step_s * 1e3, tokens_per_s, tflops);
+      if (metrics) {
+        metrics->Write(JsonLine()
+                           .Add("step", step + 1)
+                           .Add("loss", loss)
+                           .Add("lr", lr)
+                           .Add("grad_norm", grad_norm)
+                           .Add("step_ms", step_s * 1e3)
+                           .Add("tokens_per_s", tokens_per_s)
+                           .Add("tflops", tflops)
+                           .Add("tokens", (step + 1) * tokens_per_step));
+      }
+    }
+    const bool eval_now = valid_source && (last || (c.train.eval_every > 0 && (step + 1) % c.train.eval_every == 0));
+    if (eval_now) {
+      result.final_eval_loss = Evaluate(model, *valid_source, c, device);
+      spdlog::info("eval  {:>5} | loss {:.4f}", step + 1, result.final_eval_loss);
+      if (metrics) metrics->Write(JsonLine().Add("step", step + 1).Add("eval_loss", result.final_eval_loss));
+    }
+  }
+  result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0.0;
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  spdlog::info("done: {} steps in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} | {:.0f} tok/s | {:.3f} TFLOPS",
+               c.train.max_steps, elapsed_s, result.losses.front(), result.losses.back(), result.final_eval_loss,
+               result.tokens_per_s, flops_per_token * result.tokens_per_s / 1e12);
+  if (metrics) {
+    metrics->Write(JsonLine()
+                       .Add("summary", true)
+                       .Add("steps", c.train.max_steps)
+                       .Add("first_loss", result.losses.front())
+                       .Add("final_loss", result.losses.back())
+                       .Add("final_eval_loss", result.final_eval_loss)
+                       .Add("tokens_per_s", result.tokens_per_s)
+                       .Add("tflops", flops_per_token * result.tokens_per_s / 1e12)
+                       .Add("elapsed_s", elapsed_s)
+                       .Add("params", counts.total_numel)
+                       .Add("device", device.str())
+                       .Add("threads", static_cast<int64_t>(threads)));
+  }
+  return result;
+}
+
+}  // namespace ps::trainer
