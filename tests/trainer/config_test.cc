@@ -1,0 +1,223 @@
+// Config loading: valid files, every class of error with its message and location,
+// --set overrides, ${VAR} interpolation, PatrickStar seed keys, presets, the
+// resolved-YAML round trip, and the README's config reference against the schema.
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tests/catch.h"
+#include "trainer/config_loader.h"
+
+namespace ps::trainer {
+namespace {
+
+EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+Config Load(const std::string& yaml, const std::vector<std::string>& overrides = {},
+            std::map<std::string, std::string> env = {}) {
+  return LoadConfigText(yaml, "test.yaml", overrides, FakeEnv(env));
+}
+
+// The ConfigError message for `yaml` (fails the test when it loads).
+std::string ErrorOf(const std::string& yaml, const std::vector<std::string>& overrides = {},
+                    std::map<std::string, std::string> env = {}) {
+  try {
+    Load(yaml, overrides, env);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("config loaded but an error was expected:\n" << yaml);
+  return "";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST_CASE("empty config gives the struct defaults", "[config]") {
+  const Config c = Load("");
+  const Config defaults;
+  CHECK(ConfigToYaml(c) == ConfigToYaml(defaults));
+}
+
+TEST_CASE("every shipped config loads", "[config]") {
+  for (const char* path : {"configs/quickstart.yaml", "configs/patrickstar_seed.yaml"}) {
+    INFO(path);
+    CHECK_NOTHROW(LoadConfigFile(path, {}, FakeEnv({})));
+  }
+}
+
+TEST_CASE("values land in the typed structs", "[config]") {
+  const Config c = Load(
+      "run:\n  seed: 7\n  output_dir: out\n"
+      "model:\n  n_layer: 3\n  n_embd: 96\n  n_head: 3\n  dropout: 0.1\n"
+      "optimizer:\n  type: adam\n  lr: 1.0e-3\n  betas: [0.8, 0.9]\n"
+      "precision:\n  dtype: bf16\n"
+      "lr_schedule:\n  type: linear\n  warmup_steps: 5\n");
+  CHECK(c.run.seed == 7);
+  CHECK(c.run.output_dir == "out");
+  CHECK(c.model.n_layer == 3);
+  CHECK(c.model.n_embd == 96);
+  CHECK(c.model.dropout == Approx(0.1));
+  CHECK(c.optimizer.type == optim::OptimizerType::kAdam);
+  CHECK(c.optimizer.lr == 1e-3);
+  CHECK(c.optimizer.betas == std::vector<double>{0.8, 0.9});
+  CHECK(c.precision.dtype == optim::Dtype::kBf16);
+  CHECK(c.lr_schedule.type == optim::ScheduleType::kLinear);
+  CHECK(c.lr_schedule.warmup_steps == 5);
+}
+
+TEST_CASE("unknown key names the path, line and column, and suggests", "[config][errors]") {
+  CHECK(ErrorOf("optimizer:\n  lr: 0.1\n  weight_dacay: 0.1\n") ==
+        "test.yaml:3:3: unknown key 'optimizer.weight_dacay'; did you mean 'optimizer.weight_decay'?");
+  CHECK(ErrorOf("trian:\n  max_steps: 3\n") == "test.yaml:1:1: unknown key 'trian' (see ps_train --config-reference)");
+}
+
+TEST_CASE("wrong types name the key, location and expected type", "[config][errors]") {
+  CHECK(ErrorOf("train:\n  max_steps: lots\n") ==
+        "test.yaml:2:14: train.max_steps: expected an integer, got 'lots' (int)");
+  CHECK(ErrorOf("train:\n  max_steps: 2.5\n") ==
+        "test.yaml:2:14: train.max_steps: expected an integer, got '2.5' (int)");
+  CHECK(ErrorOf("data:\n  shuffle: maybe\n") ==
+        "test.yaml:2:12: data.shuffle: expected true or false, got 'maybe' (bool)");
+  CHECK(ErrorOf("optimizer:\n  betas: 0.9\n") ==
+        "test.yaml:2:10: optimizer.betas: expected a list of 2 numbers, e.g. [0.9, 0.95] (list of 2 floats)");
+  CHECK(ErrorOf("precision:\n  dtype: fp8\n") ==
+        "test.yaml:2:10: precision.dtype: expected one of fp32|fp16|bf16, got 'fp8' (one of fp32|fp16|bf16)");
+  CHECK(ErrorOf("optimizer: 3\n") == "test.yaml:1:12: 'optimizer' is a section and needs a mapping");
+  CHECK(ErrorOf("- a\n- b\n") == "test.yaml:1:1: the top level must be a mapping of sections");
+}
+
+TEST_CASE("out-of-range values are rejected", "[config][errors]") {
+  CHECK(ErrorOf("optimizer:\n  lr: -1\n") == "test.yaml:2:7: optimizer.lr: must be in [0.0, 10.0], got -1.0 (float)");
+  CHECK(ErrorOf("train:\n  micro_batch_size: 0\n") ==
+        "test.yaml:2:21: train.micro_batch_size: must be >= 1, got 0 (int)");
+  CHECK(ErrorOf("optimizer:\n  betas: [0.9, 1.5]\n") ==
+        "test.yaml:2:10: optimizer.betas: must be in [0.0, 1.0], got 1.5 (list of 2 floats)");
+}
+
+TEST_CASE("duplicate keys are an error naming both lines", "[config][errors]") {
+  CHECK(ErrorOf("run:\n  seed: 1\n  seed: 2\n") == "test.yaml:3:3: duplicate key 'run.seed' (first set at line 2)");
+}
+
+TEST_CASE("YAML syntax errors carry the location", "[config][errors]") {
+  const std::string e = ErrorOf("run:\n  seed: [1, 2\n");
+  CHECK(e.rfind("test.yaml:", 0) == 0);
+  CHECK(e.find("YAML syntax error") != std::string::npos);
+}
+
+TEST_CASE("cross-field checks spell out the problem", "[config][errors]") {
+  CHECK(ErrorOf("train:\n  micro_batch_size: 8\n  global_batch_size: 20\n") ==
+        "test.yaml:3:22: train.global_batch_size 20 is not divisible by train.micro_batch_size 8 x ranks 1 = 8");
+  CHECK(ErrorOf("model:\n  n_embd: 100\n  n_head: 3\n") ==
+        "test.yaml:3:11: model.n_embd 100 is not divisible by model.n_head 3");
+  CHECK(ErrorOf("data:\n  seq_len: 512\n") == "test.yaml:2:12: data.seq_len 512 exceeds model.n_positions 256");
+  CHECK(ErrorOf("data:\n  format: text\n") == "test.yaml:2:11: data.train_path is required for data.format text");
+}
+
+TEST_CASE("--set overrides apply after the file, parsed as YAML", "[config][overrides]") {
+  const Config c = Load("optimizer:\n  lr: 0.1\n",
+                        {"optimizer.lr=3e-4", "optimizer.betas=[0.9,0.95]", "run.name=my run", "data.shuffle=false"});
+  CHECK(c.optimizer.lr == 3e-4);
+  CHECK(c.optimizer.betas == std::vector<double>{0.9, 0.95});
+  CHECK(c.run.name == "my run");
+  CHECK_FALSE(c.data.shuffle);
+  // Aliases work as overrides too.
+  CHECK(Load("", {"optimizer.params.lr=0.5"}).optimizer.lr == 0.5);
+}
+
+TEST_CASE("--set errors name the override", "[config][overrides][errors]") {
+  CHECK(ErrorOf("", {"optimizer.lrr=1"}) == "--set optimizer.lrr=1: unknown key 'optimizer.lrr'; did you mean 'optimizer.lr'?");
+  CHECK(ErrorOf("", {"optimizer.lr"}) == "--set optimizer.lr: expected key=value, e.g. --set optimizer.lr=3e-4");
+  CHECK(ErrorOf("", {"optimizer=1"}) == "--set optimizer=1: 'optimizer' is a section, not a key");
+  CHECK(ErrorOf("", {"train.max_steps=x"}) == "--set train.max_steps=x: train.max_steps: expected an integer, got 'x' (int)");
+}
+
+TEST_CASE("${VAR} interpolation reads the environment", "[config][env]") {
+  const std::string yaml = "run:\n  output_dir: ${SCRATCH}/runs/${SLURM_JOB_ID:-local}\n";
+  CHECK(Load(yaml, {}, {{"SCRATCH", "/scratch/me"}, {"SLURM_JOB_ID", "42"}}).run.output_dir == "/scratch/me/runs/42");
+  CHECK(Load(yaml, {}, {{"SCRATCH", "/s"}}).run.output_dir == "/s/runs/local");
+  CHECK(ErrorOf(yaml) ==
+        "test.yaml:2:15: run.output_dir: environment variable SCRATCH is not set (write ${SCRATCH:-default} for a default)");
+  CHECK(Load("train:\n  max_steps: ${STEPS}\n", {}, {{"STEPS", "12"}}).train.max_steps == 12);
+}
+
+TEST_CASE("PatrickStar's seed config maps onto native keys with DeepSpeed semantics", "[config][seed]") {
+  const Config c = LoadConfigFile("configs/patrickstar_seed.yaml", {}, FakeEnv({}));
+  CHECK(c.optimizer.type == optim::OptimizerType::kAdam);
+  CHECK(c.optimizer.lr == 0.001);
+  CHECK(c.optimizer.betas == std::vector<double>{0.9, 0.999});
+  CHECK(c.optimizer.eps == 1e-6);
+  CHECK(c.optimizer.weight_decay == 0.0);
+  CHECK(c.optimizer.hybrid_adam);
+  CHECK(c.precision.dtype == optim::Dtype::kFp16);
+  CHECK(c.precision.loss_scale == 0.0);
+  CHECK(c.precision.initial_scale_power == 8);
+  CHECK(c.precision.loss_scale_window == 1000);
+  CHECK(c.precision.hysteresis == 2);
+  CHECK(c.precision.min_loss_scale == 1.0);
+  CHECK(c.chunk.size_elements == 67108864);
+  CHECK_FALSE(c.chunk.release_after_init);
+  CHECK(c.chunk.cpu_embedding);
+  CHECK(c.chunk.async_mem_monitor);
+  CHECK(c.chunk.device_mem_ratio == 0.9);
+  CHECK(c.chunk.margin_use_ratio == 0.8);
+}
+
+TEST_CASE("alias rules: fp16.enabled false keeps the dtype; alias plus native key is an error", "[config][seed]") {
+  CHECK(Load("fp16:\n  enabled: false\n").precision.dtype == optim::Dtype::kFp32);
+  CHECK(Load("gradient_clipping: -1\n").train.grad_clip == 0.0);
+  CHECK(Load("gradient_clipping: 0.5\n").train.grad_clip == 0.5);
+  CHECK(ErrorOf("optimizer:\n  lr: 0.1\n  params:\n    lr: 0.2\n") ==
+        "test.yaml:4:9: optimizer.params.lr (-> optimizer.lr): 'optimizer.lr' is already set at test.yaml:2:7");
+}
+
+TEST_CASE("presets fill the shape keys the config leaves unset", "[config][presets]") {
+  const Config c = Load("model:\n  preset: gpt2-124m\n  n_layer: 2\n");
+  CHECK(c.model.n_layer == 2);  // explicit wins
+  CHECK(c.model.n_embd == 768);
+  CHECK(c.model.n_head == 12);
+  CHECK(c.model.vocab_size == 50257);
+  CHECK(c.model.n_positions == 1024);
+  const std::string e = ErrorOf("model:\n  preset: gpt5\n");
+  CHECK(e.rfind("test.yaml:2:11: model.preset: unknown preset 'gpt5'; known: gpt2-124m, ", 0) == 0);
+}
+
+TEST_CASE("the resolved YAML loads back to the same config", "[config]") {
+  const Config c = Load("model:\n  preset: GPT2_1B\noptimizer:\n  lr: 1.0e-4\n  betas: [0.85, 0.975]\n"
+                        "run:\n  name: 'a \"quoted\" name'\n",
+                        {"train.grad_clip=0.3", "lr_schedule.min_lr=1.0e-5"});
+  const std::string yaml = ConfigToYaml(c);
+  CHECK(ConfigToYaml(Load(yaml)) == yaml);
+  CHECK(yaml.find("  lr: 0.0001\n") != std::string::npos);
+}
+
+TEST_CASE("README's config reference is the one generated from the schema", "[config][docs]") {
+  const std::string readme = ReadFile("README.md");
+  const std::string reference = ConfigReferenceMarkdown();
+  INFO("regenerate with: bazel-bin/trainer/ps_train --config-reference (see tools/update_readme_config.sh)");
+  CHECK(readme.find(reference) != std::string::npos);
+}
+
+TEST_CASE("grad accumulation is derived with the arithmetic in the error", "[config]") {
+  TrainConfig t;
+  t.micro_batch_size = 4;
+  t.global_batch_size = 32;
+  CHECK(GradAccumSteps(t, 2) == 4);
+  t.global_batch_size = 36;
+  CHECK_THROWS_WITH(GradAccumSteps(t, 2),
+                    "train.global_batch_size 36 is not divisible by train.micro_batch_size 4 x ranks 2 = 8");
+}
+
+}  // namespace
+}  // namespace ps::trainer
