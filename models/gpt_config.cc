@@ -46,6 +46,18 @@ std::optional<GptPreset> FindGptPreset(const std::string& name) {
   return std::nullopt;
 }
 
+int64_t GptParameterCount(const GptConfig& c) {
+  const int64_t C = c.n_embd;
+  const int64_t per_block = 2 * 2 * C             // ln_1, ln_2
+                            + C * 3 * C + 3 * C   // attn.c_attn
+                            + C * C + C           // attn.c_proj
+                            + C * 4 * C + 4 * C   // mlp.c_fc
+                            + 4 * C * C + C;      // mlp.c_proj
+  const int64_t embeddings = c.vocab_size * C + c.n_positions * C;
+  const int64_t head = c.tie_word_embeddings ? 0 : c.vocab_size * C;
+  return embeddings + c.n_layer * per_block + 2 * C + head;
+}
+
 void ValidateGptConfig(const GptConfig& c) {
   TORCH_CHECK(c.n_layer > 0, "model.n_layer must be > 0, got ", c.n_layer);
   TORCH_CHECK(c.n_head > 0, "model.n_head must be > 0, got ", c.n_head);

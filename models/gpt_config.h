@@ -37,6 +37,10 @@ struct GptPreset {
 const std::vector<GptPreset>& GptPresets();
 std::optional<GptPreset> FindGptPreset(const std::string& name);
 
+// Parameter count of the GPT a config describes, without building it (each tensor
+// once; a tied LM head is not counted twice).
+int64_t GptParameterCount(const GptConfig& config);
+
 // Checks shapes (positive sizes, n_head divides n_embd); throws c10::Error naming
 // the offending field with the "model." prefix.
 void ValidateGptConfig(const GptConfig& config);

@@ -1,0 +1,155 @@
+// Token sources (llm.c shards, raw, text, synthetic) on good and corrupt files, and
+// the batch sampler: determinism, epoch coverage, rank sharding, exact resume.
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include "data/batch_sampler.h"
+#include "data/token_source.h"
+#include "tests/catch.h"
+
+namespace ps::data {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+template <typename T>
+std::string WriteLlmc(const std::string& name, int32_t magic, int32_t version, const std::vector<T>& tokens,
+                      int32_t header_count) {
+  const std::string path = TempPath(name);
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = header_count;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(T)));
+  return path;
+}
+
+std::vector<int64_t> ReadAll(const TokenSource& s) {
+  std::vector<int64_t> out(s.num_tokens());
+  s.Read(0, s.num_tokens(), out.data());
+  return out;
+}
+
+TEST_CASE("llm.c GPT-2 and Llama-3 shards read back", "[data][llmc]") {
+  const std::vector<uint16_t> t16 = {1, 2, 50256, 7};
+  auto s = OpenTokenSource(DataFormat::kLlmc, WriteLlmc("gpt2.bin", kLlmcMagicGpt2, 1, t16, 4), 50257, 0, 0);
+  CHECK(ReadAll(*s) == std::vector<int64_t>{1, 2, 50256, 7});
+  const std::vector<uint32_t> t32 = {100000, 3, 128000};
+  auto l = OpenTokenSource(DataFormat::kLlmc, WriteLlmc("llama.bin", kLlmcMagicLlama3, 7, t32, 3), 128256, 0, 0);
+  CHECK(ReadAll(*l) == std::vector<int64_t>{100000, 3, 128000});
+}
+
+TEST_CASE("corrupt llm.c shards are rejected naming the file", "[data][llmc]") {
+  const std::vector<uint16_t> t = {1, 2, 3};
+  std::string p = WriteLlmc("magic.bin", 12345, 1, t, 3);
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kLlmc, p, 100, 0, 0), Catch::Contains(p + ": bad llm.c magic 12345"));
+  p = WriteLlmc("version.bin", kLlmcMagicGpt2, 2, t, 3);
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kLlmc, p, 100, 0, 0), Catch::Contains("version 2, expected 1"));
+  p = WriteLlmc("count.bin", kLlmcMagicGpt2, 1, t, 5);
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kLlmc, p, 100, 0, 0),
+                    Catch::Contains(p + ": header says 5 tokens (1034 bytes) but the file has 1030 bytes"));
+  p = WriteLlmc("vocab.bin", kLlmcMagicGpt2, 1, std::vector<uint16_t>{1, 200, 3}, 3);
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kLlmc, p, 100, 0, 0),
+                    Catch::Contains(p + ": token 200 at position 1 is not < model.vocab_size 100"));
+  const std::string short_path = TempPath("short.bin");
+  std::ofstream(short_path) << "tiny";
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kLlmc, short_path, 100, 0, 0),
+                    Catch::Contains("shorter than the 1024-byte llm.c header"));
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kLlmc, TempPath("nope.bin"), 100, 0, 0),
+                    Catch::Contains("cannot open"));
+}
+
+TEST_CASE("raw token files: sizes and ids are validated", "[data][raw]") {
+  const std::string p = TempPath("raw.bin");
+  const std::vector<uint16_t> t = {5, 6, 7};
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), 6);
+  CHECK(ReadAll(*OpenTokenSource(DataFormat::kRawU16, p, 10, 0, 0)) == std::vector<int64_t>{5, 6, 7});
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kRawU32, p, 10, 0, 0),
+                    Catch::Contains("6 data bytes is not a multiple of the 4-byte token size"));
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kRawU16, p, 6, 0, 0), Catch::Contains("token 6 at position 1"));
+}
+
+TEST_CASE("text files are byte tokens", "[data][text]") {
+  const std::string p = TempPath("t.txt");
+  std::ofstream(p) << "hi!";
+  CHECK(ReadAll(*OpenTokenSource(DataFormat::kText, p, 256, 0, 0)) == std::vector<int64_t>{'h', 'i', '!'});
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, p, 100, 0, 0), Catch::Contains("needs model.vocab_size >= 256"));
+}
+
+TEST_CASE("synthetic tokens are deterministic by seed and within the vocabulary", "[data][synthetic]") {
+  auto a = ReadAll(*OpenTokenSource(DataFormat::kSynthetic, "", 37, 1, 1000));
+  auto b = ReadAll(*OpenTokenSource(DataFormat::kSynthetic, "", 37, 1, 1000));
+  auto c = ReadAll(*OpenTokenSource(DataFormat::kSynthetic, "", 37, 2, 1000));
+  CHECK(a == b);
+  CHECK(a != c);
+  std::set<int64_t> distinct(a.begin(), a.end());
+  CHECK(distinct.size() == 37);
+  CHECK(*distinct.rbegin() == 36);
+}
+
+std::unique_ptr<TokenSource> Counting(int64_t n) {
+  // Token i of a raw u32 file is i: samples can be identified by their first token.
+  const std::string p = TempPath("count_" + std::to_string(n) + ".bin");
+  std::vector<uint32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(i);
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), n * 4);
+  return OpenTokenSource(DataFormat::kRawU32, p, n, 0, 0);
+}
+
+std::vector<int64_t> Starts(const at::Tensor& batch) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < batch.size(0); ++i) out.push_back(batch[i][0].item<int64_t>());
+  return out;
+}
+
+TEST_CASE("samples are seq_len + 1 tokens; each epoch visits every sample once", "[data][sampler]") {
+  auto src = Counting(41);  // (41 - 1) / 4 = 10 samples of 5 tokens
+  BatchSampler s(*src, 4, /*shuffle=*/true, 9);
+  REQUIRE(s.samples_per_epoch() == 10);
+  auto batch = s.Next(10);
+  CHECK(batch.sizes() == at::IntArrayRef({10, 5}));
+  CHECK(at::equal(batch.select(1, 4) - batch.select(1, 0), at::full({10}, 4, at::kLong)));
+  auto starts = Starts(batch);
+  CHECK(std::set<int64_t>(starts.begin(), starts.end()).size() == 10);
+  CHECK(starts != std::vector<int64_t>{0, 4, 8, 12, 16, 20, 24, 28, 32, 36});  // shuffled
+  auto next_epoch = Starts(s.Next(10));
+  CHECK(std::set<int64_t>(next_epoch.begin(), next_epoch.end()).size() == 10);
+  CHECK(next_epoch != starts);  // a new permutation
+  BatchSampler plain(*src, 4, /*shuffle=*/false, 9);
+  CHECK(Starts(plain.Next(3)) == std::vector<int64_t>{0, 4, 8});
+}
+
+TEST_CASE("ranks get disjoint shards of the same global stream", "[data][sampler]") {
+  auto src = Counting(401);
+  BatchSampler single(*src, 4, true, 5, 0, 1);
+  BatchSampler r0(*src, 4, true, 5, 0, 2), r1(*src, 4, true, 5, 1, 2);
+  for (int step = 0; step < 5; ++step) {
+    auto all = Starts(single.Next(6));
+    auto a = Starts(r0.Next(3)), b = Starts(r1.Next(3));
+    a.insert(a.end(), b.begin(), b.end());
+    CHECK(a == all);
+  }
+  CHECK(r0.consumed_samples() == 30);
+}
+
+TEST_CASE("resuming from consumed_samples continues exactly", "[data][sampler]") {
+  auto src = Counting(401);
+  BatchSampler a(*src, 4, true, 11);
+  for (int i = 0; i < 7; ++i) a.Next(4);  // crosses into the second epoch (100 samples)
+  BatchSampler b(*src, 4, true, 11);
+  b.set_consumed_samples(a.consumed_samples());
+  for (int i = 0; i < 30; ++i) CHECK(at::equal(a.Next(4), b.Next(4)));
+  CHECK_THROWS_WITH(BatchSampler(*Counting(4), 4, true, 0), Catch::Contains("4 tokens is fewer than data.seq_len + 1 = 5"));
+}
+
+}  // namespace
+}  // namespace ps::data
