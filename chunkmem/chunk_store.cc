@@ -1,0 +1,154 @@
+#include "chunkmem/chunk_store.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+namespace ps::chunkmem {
+
+const char* ToString(Tier t) {
+  switch (t) {
+    case Tier::kNone: return "none";
+    case Tier::kHost: return "host";
+    case Tier::kDevice: return "device";
+  }
+  return "?";
+}
+
+namespace {
+
+class HostAllocator final : public TierAllocator {
+ public:
+  explicit HostAllocator(bool pinned) : pinned_(pinned) {}
+  at::Tensor Allocate(int64_t numel, at::ScalarType dtype) override {
+    return at::empty({numel}, at::TensorOptions().dtype(dtype).pinned_memory(pinned_));
+  }
+  at::Device device() const override { return at::kCPU; }
+
+ private:
+  bool pinned_;
+};
+
+class DeviceAllocator final : public TierAllocator {
+ public:
+  explicit DeviceAllocator(at::Device device) : device_(device) {}
+  at::Tensor Allocate(int64_t numel, at::ScalarType dtype) override {
+    return at::empty({numel}, at::TensorOptions().dtype(dtype).device(device_));
+  }
+  at::Device device() const override { return device_; }
+
+ private:
+  at::Device device_;
+};
+
+}  // namespace
+
+std::unique_ptr<TierAllocator> MakeHostAllocator(bool pinned) { return std::make_unique<HostAllocator>(pinned); }
+std::unique_ptr<TierAllocator> MakeDeviceAllocator(at::Device device) {
+  return std::make_unique<DeviceAllocator>(device);
+}
+
+ChunkStore::ChunkStore(std::unique_ptr<TierAllocator> host, std::unique_ptr<TierAllocator> device,
+                       int64_t host_budget_bytes, int64_t device_budget_bytes)
+    : host_(std::move(host)),
+      device_(std::move(device)),
+      host_budget_bytes_(host_budget_bytes),
+      device_budget_bytes_(device_budget_bytes) {
+  TORCH_CHECK(host_budget_bytes >= 0 && device_budget_bytes >= 0, "chunkmem: budgets must be >= 0");
+}
+
+int ChunkStore::Add(int64_t capacity_numel, at::ScalarType dtype) {
+  TORCH_CHECK(capacity_numel > 0, "chunkmem: chunk capacity must be > 0");
+  chunks_.push_back(Entry{capacity_numel, dtype, Tier::kNone, at::Tensor()});
+  return num_chunks() - 1;
+}
+
+int64_t ChunkStore::chunk_bytes(int id) const {
+  const Entry& e = chunks_.at(id);
+  return e.capacity_numel * static_cast<int64_t>(c10::elementSize(e.dtype));
+}
+
+int64_t ChunkStore::BytesUsed(Tier tier) const {
+  switch (tier) {
+    case Tier::kHost: return stats_.host_bytes;
+    case Tier::kDevice: return stats_.device_bytes;
+    case Tier::kNone: return 0;
+  }
+  return 0;
+}
+
+int64_t ChunkStore::Budget(Tier tier) const {
+  switch (tier) {
+    case Tier::kHost: return host_budget_bytes_;
+    case Tier::kDevice: return device_budget_bytes_;
+    case Tier::kNone: return 0;
+  }
+  return 0;
+}
+
+at::Device ChunkStore::device_of(Tier tier) const {
+  TORCH_INTERNAL_ASSERT(tier != Tier::kNone);
+  return tier == Tier::kHost ? host_->device() : device_->device();
+}
+
+TierAllocator& ChunkStore::allocator(Tier tier) {
+  TORCH_INTERNAL_ASSERT(tier != Tier::kNone);
+  return tier == Tier::kHost ? *host_ : *device_;
+}
+
+void ChunkStore::CheckBudget(int id, Tier tier) const {
+  TORCH_CHECK(CanHold(tier, chunk_bytes(id)), "chunkmem: ", ToString(tier), " budget of ", Budget(tier),
+              " bytes cannot take chunk ", id, " (", chunk_bytes(id), " bytes): ", BytesUsed(tier),
+              " bytes already held");
+}
+
+void ChunkStore::Account(Tier tier, int64_t bytes) {
+  if (tier == Tier::kHost) {
+    stats_.host_bytes += bytes;
+    stats_.peak_host_bytes = std::max(stats_.peak_host_bytes, stats_.host_bytes);
+  } else if (tier == Tier::kDevice) {
+    stats_.device_bytes += bytes;
+    stats_.peak_device_bytes = std::max(stats_.peak_device_bytes, stats_.device_bytes);
+  }
+}
+
+void ChunkStore::Allocate(int id, Tier tier) {
+  Entry& e = chunks_.at(id);
+  TORCH_INTERNAL_ASSERT(e.tier == Tier::kNone, "chunk ", id, " already has a payload");
+  CheckBudget(id, tier);
+  e.payload = allocator(tier).Allocate(e.capacity_numel, e.dtype);
+  e.payload.zero_();
+  e.tier = tier;
+  Account(tier, chunk_bytes(id));
+}
+
+void ChunkStore::Move(int id, Tier to) {
+  Entry& e = chunks_.at(id);
+  TORCH_INTERNAL_ASSERT(e.tier != Tier::kNone && to != Tier::kNone, "chunk ", id, " has no payload to move");
+  if (e.tier == to) return;
+  CheckBudget(id, to);
+  at::Tensor dst = allocator(to).Allocate(e.capacity_numel, e.dtype);
+  dst.copy_(e.payload);
+  const int64_t bytes = chunk_bytes(id);
+  (to == Tier::kDevice ? stats_.h2d_bytes : stats_.d2h_bytes) += bytes;
+  Account(to, bytes);
+  Account(e.tier, -bytes);
+  e.payload = dst;
+  e.tier = to;
+}
+
+void ChunkStore::Free(int id) {
+  Entry& e = chunks_.at(id);
+  if (e.tier == Tier::kNone) return;
+  Account(e.tier, -chunk_bytes(id));
+  e.payload = at::Tensor();
+  e.tier = Tier::kNone;
+}
+
+void ChunkStore::ResetPeaks() {
+  stats_.peak_host_bytes = stats_.host_bytes;
+  stats_.peak_device_bytes = stats_.device_bytes;
+}
+
+}  // namespace ps::chunkmem

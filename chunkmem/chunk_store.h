@@ -1,0 +1,89 @@
+// ChunkStore: the payloads of all chunks, in two tiers with exact byte budgets.
+//
+// Host tier: pinned host memory when CUDA is available, plain host memory otherwise.
+// Device tier: CUDA memory, or a simulated device (host memory with its own budget and
+// real copies) so the same placement code runs, and is tested, without a GPU.
+// The store never exceeds a tier's budget: Allocate/Move throw instead, and the runtime
+// evicts first. Counters of bytes moved and peaks are kept as data (StoreStats).
+// Single-threaded: the training thread owns it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+namespace ps::chunkmem {
+
+enum class Tier { kNone, kHost, kDevice };
+const char* ToString(Tier t);
+
+// Allocates payload tensors of one tier.
+class TierAllocator {
+ public:
+  virtual ~TierAllocator() = default;
+  virtual at::Tensor Allocate(int64_t numel, at::ScalarType dtype) = 0;  // uninitialised
+  virtual at::Device device() const = 0;
+};
+
+// Host memory, pinned if `pinned` (needs a CUDA runtime).
+std::unique_ptr<TierAllocator> MakeHostAllocator(bool pinned);
+// Memory of `device` (a CUDA device, or the CPU for the simulated device tier).
+std::unique_ptr<TierAllocator> MakeDeviceAllocator(at::Device device);
+
+struct StoreStats {
+  int64_t host_bytes = 0;         // payload bytes held now
+  int64_t device_bytes = 0;
+  int64_t peak_host_bytes = 0;    // since the last ResetPeaks()
+  int64_t peak_device_bytes = 0;
+  int64_t h2d_bytes = 0;          // cumulative bytes copied host -> device
+  int64_t d2h_bytes = 0;          // cumulative bytes copied device -> host
+};
+
+class ChunkStore {
+ public:
+  ChunkStore(std::unique_ptr<TierAllocator> host, std::unique_ptr<TierAllocator> device,
+             int64_t host_budget_bytes, int64_t device_budget_bytes);
+
+  // Registers a chunk without a payload; returns its id (dense, from 0).
+  int Add(int64_t capacity_numel, at::ScalarType dtype);
+
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  Tier tier(int id) const { return chunks_.at(id).tier; }
+  const at::Tensor& payload(int id) const { return chunks_.at(id).payload; }  // 1-D
+  int64_t chunk_bytes(int id) const;
+  at::ScalarType dtype(int id) const { return chunks_.at(id).dtype; }
+
+  bool CanHold(Tier tier, int64_t bytes) const { return BytesUsed(tier) + bytes <= Budget(tier); }
+  int64_t BytesUsed(Tier tier) const;
+  int64_t Budget(Tier tier) const;
+
+  // Gives chunk `id` (without payload) a zero-filled payload on `tier`.
+  void Allocate(int id, Tier tier);
+  // Copies the payload to `to` and frees the old one; bytes are preserved exactly.
+  void Move(int id, Tier to);
+  // Drops the payload.
+  void Free(int id);
+
+  at::Device device_of(Tier tier) const;
+  const StoreStats& stats() const { return stats_; }
+  void ResetPeaks();
+
+ private:
+  struct Entry {
+    int64_t capacity_numel;
+    at::ScalarType dtype;
+    Tier tier = Tier::kNone;
+    at::Tensor payload;
+  };
+  void Account(Tier tier, int64_t bytes);  // bytes may be negative
+  void CheckBudget(int id, Tier tier) const;
+  TierAllocator& allocator(Tier tier);
+
+  std::unique_ptr<TierAllocator> host_, device_;
+  int64_t host_budget_bytes_, device_budget_bytes_;
+  std::vector<Entry> chunks_;
+  StoreStats stats_;
+};
+
+}  // namespace ps::chunkmem
