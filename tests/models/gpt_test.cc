@@ -1,0 +1,189 @@
+// GPT: shapes, parameter counts against the published GPT-2 sizes, parameter order
+// and block ids, hook calls, and numerics against HF transformers (fixture generated
+// once by tools/gen_gpt_fixture.py).
+#include <ATen/ATen.h>
+#include <torch/nn/functional/loss.h>
+
+#include <set>
+
+#include "models/gpt.h"
+#include "models/hf_gpt2.h"
+#include "models/safetensors.h"
+#include "tests/catch.h"
+
+namespace ps::models {
+namespace {
+
+GptConfig Tiny() {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  c.n_positions = 16;
+  c.vocab_size = 50;
+  return c;
+}
+
+TEST_CASE("forward shapes and sequence-length check", "[gpt]") {
+  Gpt model(Tiny());
+  auto idx = at::randint(0, 50, {3, 10}, at::kLong);
+  auto logits = model->forward(idx);
+  CHECK(logits.sizes() == at::IntArrayRef({3, 10, 50}));
+  CHECK(model->Loss(idx, idx).dim() == 0);
+  CHECK_THROWS_WITH(model->forward(at::zeros({1, 17}, at::kLong)),
+                    Catch::Contains("sequence length 17 exceeds model.n_positions 16"));
+}
+
+TEST_CASE("parameter counts match the published GPT-2 sizes", "[gpt]") {
+  // HF GPT2LMHeadModel sizes with tied embeddings.
+  const std::pair<const char*, int64_t> published[] = {
+      {"gpt2-124m", 124439808}, {"gpt2-350m", 354823168}, {"gpt2-774m", 774030080}, {"gpt2-1.5b", 1557611200}};
+  for (const auto& [name, count] : published) {
+    INFO(name);
+    auto preset = FindGptPreset(name);
+    REQUIRE(preset);
+    GptConfig c;
+    c.n_layer = preset->n_layer;
+    c.n_head = preset->n_head;
+    c.n_embd = preset->n_embd;
+    c.n_positions = preset->n_positions;
+    c.vocab_size = preset->vocab_size;
+    CHECK(GptParameterCount(c) == count);
+  }
+  // The module itself agrees with the formula (built for real at 124M).
+  GptConfig c;
+  c.n_layer = 12;
+  c.n_head = 12;
+  c.n_embd = 768;
+  c.n_positions = 1024;
+  c.vocab_size = 50257;
+  Gpt model(c);
+  const auto counts = model->CountParameters();
+  CHECK(counts.total_numel == 124439808);
+  CHECK(counts.embedding_numel == 50257 * 768 + 1024 * 768);
+  CHECK(counts.non_embedding_numel == 124439808 - 50257 * 768 - 1024 * 768);
+  int64_t module_total = 0;
+  for (const auto& p : model->parameters()) module_total += p.numel();
+  CHECK(module_total == 124439808);
+}
+
+TEST_CASE("untied LM head adds vocab x n_embd parameters", "[gpt]") {
+  GptConfig c = Tiny();
+  c.tie_word_embeddings = false;
+  Gpt model(c);
+  CHECK(model->CountParameters().total_numel == GptParameterCount(Tiny()) + 50 * 32);
+  CHECK(GptParameterCount(c) == GptParameterCount(Tiny()) + 50 * 32);
+}
+
+TEST_CASE("BlockParameters lists every parameter once, in forward order", "[gpt]") {
+  Gpt model(Tiny());
+  const auto params = model->BlockParameters();
+  std::set<const void*> seen;
+  int last_block = 0;
+  for (const auto& p : params) {
+    CHECK(seen.insert(p.tensor.unsafeGetTensorImpl()).second);
+    CHECK(p.block_id >= last_block);
+    last_block = p.block_id;
+  }
+  CHECK(seen.size() == model->parameters().size());
+  CHECK(params.front().name == "wte.weight");
+  CHECK(params[2].name == "h.0.ln_1.weight");
+  CHECK(params[2].block_id == 1);
+  CHECK(params.back().name == "ln_f.bias");
+  CHECK(params.back().block_id == model->num_blocks() - 1);
+}
+
+// Records hook calls; PostForward returns the output unchanged.
+class RecordingHooks : public LayerHooks {
+ public:
+  void PreForward(int block_id) override { calls.push_back("pre" + std::to_string(block_id)); }
+  at::Tensor PostForward(int block_id, at::Tensor out) override {
+    calls.push_back("post" + std::to_string(block_id));
+    return out;
+  }
+  std::vector<std::string> calls;
+};
+
+TEST_CASE("layer hooks see every block in order and do not change results", "[gpt][hooks]") {
+  Gpt model(Tiny());
+  model->eval();
+  auto idx = at::randint(0, 50, {2, 8}, at::kLong);
+  RecordingHooks hooks;
+  auto with = model->forward(idx, &hooks);
+  auto without = model->forward(idx);
+  CHECK(at::equal(with, without));
+  CHECK(hooks.calls == std::vector<std::string>{"pre0", "post0", "pre1", "post1", "pre2", "post2", "pre3", "post3"});
+}
+
+TEST_CASE("same seed, same weights; dropout only in training mode", "[gpt]") {
+  GptConfig c = Tiny();
+  c.dropout = 0.5;
+  at::manual_seed(3);
+  Gpt a(c);
+  at::manual_seed(3);
+  Gpt b(c);
+  auto idx = at::randint(0, 50, {2, 8}, at::kLong);
+  a->eval();
+  b->eval();
+  CHECK(at::equal(a->forward(idx), b->forward(idx)));
+  a->train();
+  CHECK_FALSE(at::allclose(a->forward(idx), b->forward(idx)));
+}
+
+TEST_CASE("logits and loss match HF transformers GPT2LMHeadModel", "[gpt][hf]") {
+  auto state = LoadSafetensors("tests/models/testdata/gpt2_tiny_hf.safetensors");
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 64;
+  c.n_positions = 32;
+  c.vocab_size = 101;
+  Gpt model(c);
+  model->eval();
+  const auto ids = state.at("fixture.input_ids");
+  const auto expected_logits = state.at("fixture.logits");
+  const double expected_loss = state.at("fixture.loss").item<double>();
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& [k, v] : state) {
+    if (k.rfind("fixture.", 0) != 0) weights[k] = v;
+  }
+  LoadHfGpt2(model, weights);
+  at::NoGradGuard no_grad;
+  auto logits = model->forward(ids);
+  const double max_diff = (logits - expected_logits).abs().max().item<double>();
+  INFO("max |logits - HF| = " << max_diff);
+  CHECK(max_diff < 1e-4);
+  // HF's labels=input_ids loss: predict token t+1 from position t.
+  const int64_t T = ids.size(1);
+  auto loss = torch::nn::functional::cross_entropy(logits.narrow(1, 0, T - 1).reshape({-1, c.vocab_size}),
+                                                   ids.narrow(1, 1, T - 1).reshape({-1}));
+  CHECK(loss.item<double>() == Approx(expected_loss).epsilon(1e-5));
+  CHECK(model->Loss(ids.narrow(1, 0, T - 1), ids.narrow(1, 1, T - 1)).item<double>() ==
+        Approx(expected_loss).epsilon(1e-5));
+}
+
+TEST_CASE("HF mapping rejects missing, misshapen and unexpected weights", "[gpt][hf]") {
+  Gpt model(Tiny());
+  std::map<std::string, at::Tensor> hf;
+  for (const auto& p : model->BlockParameters()) hf["transformer." + p.name] = p.tensor.detach().clone();
+  // Conv1D weights are stored [in, out] by HF.
+  for (auto& [k, v] : hf) {
+    if (k.find("c_attn.weight") != std::string::npos || k.find("c_proj.weight") != std::string::npos ||
+        k.find("c_fc.weight") != std::string::npos) {
+      v = v.t().contiguous();
+    }
+  }
+  CHECK_NOTHROW(LoadHfGpt2(model, hf));
+  auto missing = hf;
+  missing.erase("transformer.h.1.mlp.c_fc.bias");
+  CHECK_THROWS_WITH(LoadHfGpt2(model, missing), Catch::Contains("missing 'h.1.mlp.c_fc.bias'"));
+  auto wrong = hf;
+  wrong["transformer.wpe.weight"] = at::zeros({3, 3});
+  CHECK_THROWS_WITH(LoadHfGpt2(model, wrong), Catch::Contains("'wpe.weight' has shape [3, 3]"));
+  auto extra = hf;
+  extra["transformer.h.9.attn.c_attn.weight"] = at::zeros({1});
+  CHECK_THROWS_WITH(LoadHfGpt2(model, extra), Catch::Contains("unexpected key 'h.9.attn.c_attn.weight'"));
+}
+
+}  // namespace
+}  // namespace ps::models

@@ -1,0 +1,69 @@
+// safetensors: round trip of several dtypes, and clear errors on corrupt files.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "models/safetensors.h"
+#include "tests/catch.h"
+
+namespace ps::models {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string WithHeader(const std::string& json, const std::string& data) {
+  std::string out(8, '\0');
+  const uint64_t n = json.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + json + data;
+}
+
+TEST_CASE("round trip keeps names, shapes, dtypes and values", "[safetensors]") {
+  TensorMap in;
+  in["a.weight"] = at::randn({3, 4});
+  in["b"] = at::randn({5}).to(at::kHalf);
+  in["c"] = at::randn({2, 2}).to(at::kBFloat16);
+  in["ids"] = at::arange(7, at::kLong);
+  in["empty"] = at::zeros({0, 3});
+  const std::string path = TempPath("round.safetensors");
+  SaveSafetensors(path, in);
+  const TensorMap out = LoadSafetensors(path);
+  REQUIRE(out.size() == in.size());
+  for (const auto& [name, t] : in) {
+    INFO(name);
+    CHECK(out.at(name).scalar_type() == t.scalar_type());
+    CHECK(at::equal(out.at(name), t));
+  }
+}
+
+TEST_CASE("corrupt files are rejected with the file and tensor named", "[safetensors]") {
+  const std::string path = TempPath("bad.safetensors");
+  WriteBytes(path, "abc");
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains(path + ": too short"));
+  WriteBytes(path, WithHeader("{\"x\": ", ""));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("malformed JSON header"));
+  std::string header(8, '\0');
+  const uint64_t huge = 1 << 20;
+  std::memcpy(header.data(), &huge, 8);
+  WriteBytes(path, header + "{}");
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("exceeds the file size"));
+  WriteBytes(path, WithHeader(R"({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}})", std::string(12, 'x')));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("tensor 'w': shape needs 16 bytes but data_offsets span 12"));
+  WriteBytes(path, WithHeader(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", std::string(4, 'x')));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("data_offsets out of range"));
+  WriteBytes(path, WithHeader(R"({"w": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}})", "x"));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("unsupported dtype 'Q4'"));
+  CHECK_THROWS_WITH(LoadSafetensors(TempPath("missing.safetensors")), Catch::Contains("cannot open"));
+}
+
+}  // namespace
+}  // namespace ps::models
