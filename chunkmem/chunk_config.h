@@ -1,15 +1,22 @@
 // ChunkConfig: settings of the chunk-based memory manager, owned by chunkmem/.
 // Plain data; trainer/ parses YAML (and PatrickStar's seed keys) into it.
-// The chunk runtime itself is not built yet: ps_train rejects `enabled: true`.
 #pragma once
 
 #include <cstdint>
 
 namespace ps::chunkmem {
 
+enum class DeviceTierKind { kAuto, kCuda, kSimulated };
+enum class EvictionPolicyKind { kOpt, kLru };
+
 struct ChunkConfig {
   bool enabled = false;             // manage model data in chunks (else plain LibTorch)
-  int64_t size_elements = 32 * 1024 * 1024;  // chunk capacity in elements (PatrickStar default_chunk_size)
+  int64_t size_elements = 32 * 1024 * 1024;  // chunk capacity in elements; 0 = auto (least waste)
+  DeviceTierKind device_tier = DeviceTierKind::kAuto;  // auto: CUDA when training on CUDA, else simulated
+  int64_t device_budget_bytes = 0;  // chunk bytes allowed on the device; 0 = device_mem_ratio x device (simulated: unlimited)
+  int64_t host_budget_bytes = 0;    // chunk bytes allowed on the host; 0 = host_mem_ratio x RAM
+  EvictionPolicyKind eviction = EvictionPolicyKind::kOpt;  // opt: Belady from the warm-up trace (LRU until then)
+  int64_t warmup_steps = 1;         // optimizer steps traced before Belady decides
   bool release_after_init = false;  // free the fp32 init copies once chunks hold the data
   bool cpu_embedding = false;       // embeddings on the host in fp32 (use_cpu_embedding)
   bool async_mem_monitor = false;   // sample device memory during warm-up (use_async_mem_monitor)

@@ -50,7 +50,11 @@ ChunkLayout ChunkLayout::Plan(const std::vector<ParamSpec>& params, const Layout
       block_numel = AlignUp(block_numel, o.align_numel) + params[end].numel;
       ++end;
     }
-    if (!fits(current, block_numel) && block_numel <= capacity) current = open_chunk(capacity);
+    // A block that does not fit in the space left starts a new chunk, also when it is
+    // larger than a chunk: it then spans as few chunks as possible.
+    if (!fits(current, block_numel) && (current < 0 || !chunks[current].param_indices.empty())) {
+      current = open_chunk(capacity);
+    }
     for (; i < end; ++i) {
       const int64_t numel = params[i].numel;
       if (numel > capacity) {

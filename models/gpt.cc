@@ -120,20 +120,21 @@ at::Tensor GptImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, Layer
 
 std::vector<BlockParameter> GptImpl::BlockParameters() const {
   std::vector<BlockParameter> out;
-  out.push_back({"wte.weight", wte->weight, 0});
-  out.push_back({"wpe.weight", wpe->weight, 0});
+  const int last = num_blocks() - 1;
+  const std::vector<int> wte_blocks = config_.tie_word_embeddings ? std::vector<int>{0, last} : std::vector<int>{0};
+  out.push_back({"wte.weight", wte->weight, 0, wte_blocks});
+  out.push_back({"wpe.weight", wpe->weight, 0, {0}});
   int block = 0;
   for (const auto& m : *h) {
     ++block;
     const std::string prefix = "h." + std::to_string(block - 1) + ".";
     for (const auto& item : m->named_parameters()) {
-      out.push_back({prefix + item.key(), item.value(), block});
+      out.push_back({prefix + item.key(), item.value(), block, {block}});
     }
   }
-  ++block;
-  out.push_back({"ln_f.weight", ln_f->weight, block});
-  out.push_back({"ln_f.bias", ln_f->bias, block});
-  if (!config_.tie_word_embeddings) out.push_back({"lm_head.weight", lm_head->weight, block});
+  out.push_back({"ln_f.weight", ln_f->weight, last, {last}});
+  out.push_back({"ln_f.bias", ln_f->bias, last, {last}});
+  if (!config_.tie_word_embeddings) out.push_back({"lm_head.weight", lm_head->weight, last, {last}});
   return out;
 }
 

@@ -22,12 +22,13 @@
 
 namespace ps::models {
 
-// A parameter with the block that uses it (the tied embedding is used by the first
-// and last block; `block_id` is where it is first used in forward).
+// A parameter with the blocks that use it in forward, in order: the tied embedding is
+// used by the first and the last block. `block_id` is the first of them.
 struct BlockParameter {
   std::string name;
   at::Tensor tensor;
   int block_id;
+  std::vector<int> used_by_blocks;
 };
 
 struct ParameterCounts {

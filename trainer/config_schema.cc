@@ -116,6 +116,22 @@ FieldSpec Int(std::string key, Access access, std::string help, IntCheck check =
           [=](const Config& c) { return std::to_string(access(c)); }};
 }
 
+// An int where the word "auto" stands for 0.
+template <typename Access>
+FieldSpec IntOrAuto(std::string key, Access access, std::string help) {
+  return {std::move(key), "int or auto", std::move(help),
+          [=](Config& c, const YAML::Node& n) {
+            if (n.IsScalar() && n.Scalar() == "auto") {
+              access(c) = 0;
+              return;
+            }
+            const int64_t v = ToInt(n);
+            if (v < 1) throw std::invalid_argument("must be >= 1 or auto, got " + std::to_string(v));
+            access(c) = v;
+          },
+          [=](const Config& c) { return access(c) == 0 ? std::string("auto") : std::to_string(access(c)); }};
+}
+
 template <typename Access>
 FieldSpec Float(std::string key, Access access, std::string help, FloatCheck check) {
   return {std::move(key), "float", std::move(help),
@@ -285,8 +301,21 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Float("precision.min_loss_scale", PS_ACCESS(precision.min_loss_scale), "fp16 dynamic: scale floor",
             FloatRange(0.0, kInf, true)),
       // chunk
-      Bool("chunk.enabled", PS_ACCESS(chunk.enabled), "chunk-based memory manager (not built yet: must be false)"),
-      Int("chunk.size_elements", PS_ACCESS(chunk.size_elements), "chunk capacity in elements", MinInt(1)),
+      Bool("chunk.enabled", PS_ACCESS(chunk.enabled), "manage parameters, gradients and Adam state in chunks (docs/chunkmem.md)"),
+      IntOrAuto("chunk.size_elements", PS_ACCESS(chunk.size_elements),
+                "chunk capacity in elements; auto = least padding waste, >= the largest parameter"),
+      Enum<chunkmem::DeviceTierKind>("chunk.device_tier", PS_ACCESS(chunk.device_tier),
+                                     "auto: CUDA when training on CUDA, else a simulated device (host memory, own budget)",
+                                     {{"auto", chunkmem::DeviceTierKind::kAuto}, {"cuda", chunkmem::DeviceTierKind::kCuda},
+                                      {"simulated", chunkmem::DeviceTierKind::kSimulated}}),
+      Int("chunk.device_budget_bytes", PS_ACCESS(chunk.device_budget_bytes),
+          "chunk bytes allowed on the device; 0 = device_mem_ratio x device memory (simulated: unlimited)"),
+      Int("chunk.host_budget_bytes", PS_ACCESS(chunk.host_budget_bytes),
+          "chunk bytes allowed on the host; 0 = host_mem_ratio x physical memory"),
+      Enum<chunkmem::EvictionPolicyKind>("chunk.eviction", PS_ACCESS(chunk.eviction),
+                                         "opt = Belady from the warm-up trace (LRU during warm-up); lru",
+                                         {{"opt", chunkmem::EvictionPolicyKind::kOpt}, {"lru", chunkmem::EvictionPolicyKind::kLru}}),
+      Int("chunk.warmup_steps", PS_ACCESS(chunk.warmup_steps), "optimizer steps traced before Belady decides", MinInt(1)),
       Bool("chunk.release_after_init", PS_ACCESS(chunk.release_after_init), "free init copies once chunks hold the data"),
       Bool("chunk.cpu_embedding", PS_ACCESS(chunk.cpu_embedding), "embeddings computed on the host in fp32"),
       Bool("chunk.async_mem_monitor", PS_ACCESS(chunk.async_mem_monitor), "sample device memory during warm-up"),

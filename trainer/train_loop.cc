@@ -16,11 +16,16 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
+#include <unistd.h>
 
+#include "chunkmem/chunk_store.h"
+#include "chunkmem/runtime.h"
 #include "data/batch_sampler.h"
 #include "data/token_source.h"
 #include "models/gpt.h"
+#include "optim/chunk_adam.h"
 #include "optim/lr_schedule.h"
+#include "trainer/chunk_hooks.h"
 #include "trainer/config_loader.h"
 #include "trainer/metrics.h"
 
@@ -91,18 +96,68 @@ void SetLr(torch::optim::Optimizer& opt, double lr) {
   for (auto& group : opt.param_groups()) group.options().set_lr(lr);
 }
 
+// The chunk memory manager of a run: store, runtime, optimizer and model hooks.
+struct ChunkSetup {
+  std::unique_ptr<chunkmem::ChunkStore> store;
+  std::unique_ptr<chunkmem::ChunkRuntime> runtime;
+  std::unique_ptr<optim::ChunkAdam> adam;
+  std::unique_ptr<ChunkLayerHooks> hooks;
+};
+
+ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device) {
+  const auto& cc = c.chunk;
+  const bool on_cuda = device.is_cuda();
+  const bool simulated = cc.device_tier == chunkmem::DeviceTierKind::kSimulated ||
+                         (cc.device_tier == chunkmem::DeviceTierKind::kAuto && !on_cuda);
+  if (cc.device_tier == chunkmem::DeviceTierKind::kCuda && !on_cuda) {
+    throw ConfigError("chunk.device_tier: cuda needs run.device cuda (this run trains on " + device.str() + ")");
+  }
+  if (simulated && on_cuda) throw ConfigError("chunk.device_tier: simulated needs run.device cpu");
+  int64_t device_budget = cc.device_budget_bytes;
+  if (device_budget == 0) {
+    if (simulated) {
+      device_budget = std::numeric_limits<int64_t>::max() / 2;
+    } else {
+      throw ConfigError("chunk.device_budget_bytes: set it explicitly for CUDA runs (measuring the device is not built yet)");
+    }
+  }
+  int64_t host_budget = cc.host_budget_bytes;
+  if (host_budget == 0) {
+    host_budget = static_cast<int64_t>(cc.host_mem_ratio * static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                                       static_cast<double>(sysconf(_SC_PAGESIZE)));
+  }
+  ChunkSetup s;
+  s.store = std::make_unique<chunkmem::ChunkStore>(chunkmem::MakeHostAllocator(/*pinned=*/on_cuda),
+                                                   chunkmem::MakeDeviceAllocator(device), host_budget, device_budget);
+  std::vector<chunkmem::ManagedParam> params;
+  for (const auto& p : model->BlockParameters()) params.push_back({p.name, p.tensor, p.used_by_blocks});
+  chunkmem::RuntimeOptions options;
+  options.chunk_numel = cc.size_elements;
+  options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  options.eviction = cc.eviction == chunkmem::EvictionPolicyKind::kOpt ? chunkmem::EvictionKind::kOpt
+                                                                        : chunkmem::EvictionKind::kLru;
+  options.warmup_iterations = cc.warmup_steps;
+  s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, options);
+  s.adam = std::make_unique<optim::ChunkAdam>(*s.runtime, c.optimizer);
+  s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
+  return s;
+}
+
 // Mean loss over `steps` micro-batches from the start of `source` (same batches every time).
-double Evaluate(models::Gpt& model, const data::TokenSource& source, const Config& c, at::Device device) {
+double Evaluate(models::Gpt& model, const data::TokenSource& source, const Config& c, at::Device device,
+                ChunkSetup& chunks) {
   torch::NoGradGuard no_grad;
   model->eval();
+  if (chunks.runtime) chunks.runtime->set_trace_paused(true);
   data::BatchSampler sampler(source, c.data.seq_len, /*shuffle=*/false, 0);
   AutocastScope autocast(device, c.precision.dtype);
   double sum = 0.0;
   for (int64_t i = 0; i < c.train.eval_steps; ++i) {
     auto batch = sampler.Next(c.train.micro_batch_size).to(device);
     auto x = batch.narrow(1, 0, c.data.seq_len), y = batch.narrow(1, 1, c.data.seq_len);
-    sum += model->Loss(x, y).item<double>();
+    sum += model->Loss(x, y, chunks.hooks.get()).item<double>();
   }
+  if (chunks.runtime) chunks.runtime->set_trace_paused(false);
   model->train();
   return sum / static_cast<double>(c.train.eval_steps);
 }
@@ -110,9 +165,6 @@ double Evaluate(models::Gpt& model, const data::TokenSource& source, const Confi
 }  // namespace
 
 TrainResult Train(const Config& c) {
-  if (c.chunk.enabled) {
-    throw ConfigError("chunk.enabled: the chunk memory manager is not part of this build yet; set it to false");
-  }
   if (c.precision.dtype == optim::Dtype::kFp16) {
     throw ConfigError("precision.dtype: fp16 needs the dynamic loss scaler of the chunk optimizer, "
                       "not part of this build yet; use bf16 or fp32");
@@ -150,12 +202,19 @@ TrainResult Train(const Config& c) {
   models::Gpt model(c.model);
   model->to(device);
   model->train();
-  auto optimizer = MakeOptimizer(model, c.optimizer);
+  const auto counts = model->CountParameters();  // before the chunk runtime takes the storage
+  ChunkSetup chunks;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (c.chunk.enabled) {
+    chunks = MakeChunkSetup(model, c, device);
+    spdlog::info("chunks: {}", chunks.runtime->layout().Summary());
+  } else {
+    optimizer = MakeOptimizer(model, c.optimizer);
+  }
   optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
   std::vector<at::Tensor> params;
   for (const auto& p : model->BlockParameters()) params.push_back(p.tensor);
 
-  const auto counts = model->CountParameters();
   const int64_t tokens_per_step = c.train.global_batch_size * c.data.seq_len;
   const double flops_per_token =
       TrainingFlopsPerToken(counts.total_numel, c.model.n_layer, c.model.n_embd, c.data.seq_len);
@@ -176,23 +235,36 @@ TrainResult Train(const Config& c) {
   for (int64_t step = 0; step < c.train.max_steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = schedule.LrAt(step);
-    SetLr(*optimizer, lr);
-    optimizer->zero_grad(/*set_to_none=*/true);
+    if (optimizer) {
+      SetLr(*optimizer, lr);
+      optimizer->zero_grad(/*set_to_none=*/true);
+    } else {
+      chunks.runtime->ZeroGrads();
+    }
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));
     for (int64_t micro = 0; micro < accum; ++micro) {
       auto batch = sampler.Next(c.train.micro_batch_size).to(device);
       auto x = batch.narrow(1, 0, c.data.seq_len), y = batch.narrow(1, 1, c.data.seq_len);
       at::Tensor loss;
       {
-        AutocastScope autocast(device, c.precision.dtype);
-        loss = model->Loss(x, y) / static_cast<double>(accum);
+        // Chunk mode computes in the chunks' dtype directly; plain bf16 uses autocast.
+        AutocastScope autocast(device, chunks.runtime ? optim::Dtype::kFp32 : c.precision.dtype);
+        loss = model->Loss(x, y, chunks.hooks.get()) / static_cast<double>(accum);
       }
       loss.backward();
+      if (chunks.runtime) chunks.runtime->AfterBackward();
       loss_sum += loss.detach();
     }
     const double max_norm = c.train.grad_clip > 0 ? c.train.grad_clip : std::numeric_limits<double>::infinity();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
-    optimizer->step();
+    double grad_norm = 0.0;
+    if (optimizer) {
+      grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
+      optimizer->step();
+    } else {
+      grad_norm = chunks.adam->ClipGradNorm(max_norm);
+      chunks.adam->Step(lr);
+      chunks.runtime->EndIteration();
+    }
     const double loss = loss_sum.item<double>();  // host sync: the step is done
     const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!std::isfinite(loss)) {
@@ -211,26 +283,48 @@ TrainResult Train(const Config& c) {
     if ((step + 1) % c.logging.log_every == 0 || step == 0 || last) {
       spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | {:.3f} TFLOPS",
                    step + 1, c.train.max_steps, loss, lr, grad_norm, step_s * 1e3, tokens_per_s, tflops);
-      if (metrics) {
-        metrics->Write(JsonLine()
-                           .Add("step", step + 1)
-                           .Add("loss", loss)
-                           .Add("lr", lr)
-                           .Add("grad_norm", grad_norm)
-                           .Add("step_ms", step_s * 1e3)
-                           .Add("tokens_per_s", tokens_per_s)
-                           .Add("tflops", tflops)
-                           .Add("tokens", (step + 1) * tokens_per_step));
+      JsonLine line;
+      line.Add("step", step + 1)
+          .Add("loss", loss)
+          .Add("lr", lr)
+          .Add("grad_norm", grad_norm)
+          .Add("step_ms", step_s * 1e3)
+          .Add("tokens_per_s", tokens_per_s)
+          .Add("tflops", tflops)
+          .Add("tokens", (step + 1) * tokens_per_step);
+      if (chunks.runtime) {
+        const auto& ss = chunks.store->stats();
+        const auto& rs = chunks.runtime->stats();
+        line.Add("device_chunk_bytes", ss.device_bytes)
+            .Add("host_chunk_bytes", ss.host_bytes)
+            .Add("peak_device_chunk_bytes", ss.peak_device_bytes)
+            .Add("h2d_bytes", ss.h2d_bytes)
+            .Add("d2h_bytes", ss.d2h_bytes)
+            .Add("evictions", rs.evictions)
+            .Add("fetches", rs.fetches);
+        result.peak_device_chunk_bytes = std::max(result.peak_device_chunk_bytes, ss.peak_device_bytes);
+        chunks.store->ResetPeaks();
       }
+      if (metrics) metrics->Write(line);
     }
     const bool eval_now = valid_source && (last || (c.train.eval_every > 0 && (step + 1) % c.train.eval_every == 0));
     if (eval_now) {
-      result.final_eval_loss = Evaluate(model, *valid_source, c, device);
+      result.final_eval_loss = Evaluate(model, *valid_source, c, device, chunks);
       spdlog::info("eval  {:>5} | loss {:.4f}", step + 1, result.final_eval_loss);
       if (metrics) metrics->Write(JsonLine().Add("step", step + 1).Add("eval_loss", result.final_eval_loss));
     }
   }
   result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0.0;
+  if (chunks.runtime) {
+    result.peak_device_chunk_bytes = std::max(result.peak_device_chunk_bytes, chunks.store->stats().peak_device_bytes);
+    result.device_budget_bytes = chunks.store->Budget(chunkmem::Tier::kDevice);
+    result.evictions = chunks.runtime->stats().evictions;
+    const auto& rt = *chunks.runtime;
+    for (int chunk = 0; chunk < rt.layout().num_chunks(); ++chunk) {
+      result.compute_chunk_bytes += chunks.store->chunk_bytes(rt.chunk_id(chunkmem::ChunkKind::kCompute, chunk));
+    }
+    for (int id = 0; id < chunks.store->num_chunks(); ++id) result.model_data_bytes += chunks.store->chunk_bytes(id);
+  }
   const double elapsed_s = std::chrono::duration<double>(Clock::now() - run_start).count();
   spdlog::info("done: {} steps in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} | {:.0f} tok/s | {:.3f} TFLOPS",
                c.train.max_steps, elapsed_s, result.losses.front(), result.losses.back(), result.final_eval_loss,

@@ -17,6 +17,12 @@ struct TrainResult {
   std::vector<double> lrs;        // learning rate of every step
   double final_eval_loss = 0.0;   // NaN when there is no evaluation data
   double tokens_per_s = 0.0;      // mean over steps after the first
+  // Chunk runs only (chunk.enabled):
+  int64_t peak_device_chunk_bytes = 0;  // highest chunk bytes on the device tier
+  int64_t device_budget_bytes = 0;
+  int64_t compute_chunk_bytes = 0;      // all compute-dtype chunks (the kind that moves)
+  int64_t model_data_bytes = 0;         // every chunk of every kind (params, grads, master, m, v)
+  int64_t evictions = 0;
 };
 
 // Throws ConfigError for inconsistent settings, c10::Error for bad data files, and

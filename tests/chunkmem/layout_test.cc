@@ -96,6 +96,15 @@ TEST_CASE("a block larger than a chunk splits at parameter boundaries", "[layout
   CHECK(layout.placements()[2].chunk_id == 1);
 }
 
+TEST_CASE("a block larger than a chunk starts a new chunk instead of filling a leftover", "[layout]") {
+  const LayoutOptions o{100, 1, 1};
+  const auto layout = ChunkLayout::Plan({{"x", 30, 0}, {"a", 60, 1}, {"b", 60, 1}}, o);
+  CheckInvariants(layout, o);
+  CHECK(layout.placements()[1].chunk_id == 1);  // not into the 70 left in chunk 0
+  CHECK(layout.placements()[2].chunk_id == 2);
+  CHECK(layout.num_chunks() == 3);
+}
+
 TEST_CASE("a parameter larger than the chunk size gets a chunk of its own", "[layout]") {
   const LayoutOptions o{100, 1, 32};
   const auto layout = ChunkLayout::Plan({{"small", 10, 0}, {"huge", 250, 0}, {"after", 10, 0}}, o);

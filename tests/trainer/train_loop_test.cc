@@ -95,9 +95,6 @@ TEST_CASE("same seed, same losses; features the build lacks are refused", "[trai
   Config c = TinyRun("repeat");
   c.train.max_steps = 3;
   CHECK(Train(c).losses == Train(c).losses);
-  c.chunk.enabled = true;
-  CHECK_THROWS_WITH(Train(c), Catch::Contains("chunk.enabled"));
-  c.chunk.enabled = false;
   c.precision.dtype = optim::Dtype::kFp16;
   CHECK_THROWS_WITH(Train(c), Catch::Contains("precision.dtype: fp16"));
 }

@@ -1,0 +1,219 @@
+#include "chunkmem/runtime.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+
+namespace ps::chunkmem {
+namespace {
+
+// Runs after autograd accumulated a parameter's gradient: its last backward use.
+class GradArrivedHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradArrivedHook(ChunkRuntime* runtime, int index) : runtime_(runtime), index_(index) {}
+  void operator()(const torch::autograd::Variable& /*param*/) override { runtime_->OnGradAccumulated(index_); }
+
+ private:
+  ChunkRuntime* runtime_;
+  int index_;
+};
+
+constexpr int kCompute = static_cast<int>(ChunkKind::kCompute);
+
+}  // namespace
+
+ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, const RuntimeOptions& options)
+    : params_(std::move(params)), store_(store), options_(options) {
+  std::vector<ParamSpec> specs;
+  int max_block = 0;
+  for (const auto& p : params_) {
+    TORCH_CHECK(p.tensor.defined() && p.tensor.is_leaf() && p.tensor.requires_grad(),
+                "chunkmem: parameter '", p.name, "' must be a leaf that requires grad");
+    TORCH_CHECK(!p.used_by_blocks.empty(), "chunkmem: parameter '", p.name, "' is used by no block");
+    specs.push_back({p.name, p.tensor.numel(), p.used_by_blocks.front()});
+    for (int b : p.used_by_blocks) max_block = std::max(max_block, b);
+  }
+  const int64_t chunk_numel = options.chunk_numel > 0 ? options.chunk_numel : ChooseChunkNumel(specs, 1);
+  layout_ = ChunkLayout::Plan(specs, {chunk_numel, /*world_size=*/1, /*align_numel=*/32});
+
+  params_of_block_.resize(max_block + 1);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (int b : params_[i].used_by_blocks) params_of_block_[b].push_back(static_cast<int>(i));
+  }
+  const bool separate_master = options.compute_dtype != at::kFloat;
+  for (const auto& chunk : layout_.chunks()) {
+    std::array<int, 5> ids{};
+    auto add = [&](at::ScalarType dtype) {
+      const int id = store_.Add(chunk.capacity_numel, dtype);
+      store_.Allocate(id, Tier::kHost);  // zero-filled: m, v and grads start at 0
+      return id;
+    };
+    ids[kCompute] = add(options.compute_dtype);
+    ids[static_cast<int>(ChunkKind::kGrad)] = add(at::kFloat);
+    ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat) : ids[kCompute];
+    ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat);
+    ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat);
+    ids_.push_back(ids);
+  }
+  counts_.assign(layout_.num_chunks(), {});
+  states_.assign(params_.size(), TensorState::kFree);
+  has_grad_.assign(params_.size(), false);
+
+  at::NoGradGuard no_grad;
+  const auto empty = at::empty({0}, at::TensorOptions().dtype(options.compute_dtype).device(compute_device()));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int index = static_cast<int>(i);
+    View(ChunkKind::kCompute, index).copy_(params_[i].tensor);
+    if (separate_master) View(ChunkKind::kMaster, index).copy_(params_[i].tensor);
+    SetState(index, TensorState::kHold);  // kFree -> kHold: the init copy
+    shapes_.push_back(params_[i].tensor.sizes().vec());
+    params_[i].tensor.set_data(empty);    // the model's own storage is released
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i].tensor,
+                                                   std::make_unique<GradArrivedHook>(this, index));
+  }
+}
+
+ChunkRuntime::~ChunkRuntime() {
+  // Hand the values back to plain parameters so the model outlives the runtime.
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i].tensor, nullptr);
+    params_[i].tensor.set_data(View(ChunkKind::kMaster, static_cast<int>(i)).clone());
+  }
+}
+
+int ChunkRuntime::chunk_id(ChunkKind kind, int chunk) const { return ids_.at(chunk)[static_cast<int>(kind)]; }
+
+at::Tensor ChunkRuntime::View(ChunkKind kind, int index) const {
+  const auto& pl = layout_.placements()[index];
+  const at::Tensor& payload = store_.payload(chunk_id(kind, pl.chunk_id));
+  const auto& shape = index < static_cast<int>(shapes_.size()) ? shapes_[index] : params_[index].tensor.sizes().vec();
+  return payload.narrow(0, pl.offset_numel, pl.numel).view(shape);
+}
+
+void ChunkRuntime::SetState(int index, TensorState to) {
+  const TensorState from = states_[index];
+  CheckTransition(from, to, params_[index].name);
+  auto& counts = counts_[layout_.placements()[index].chunk_id];
+  --counts[static_cast<int>(from)];
+  ++counts[static_cast<int>(to)];
+  states_[index] = to;
+}
+
+void ChunkRuntime::Moment() {
+  if (trace_paused_) return;
+  ++moment_;
+}
+
+void ChunkRuntime::FetchToDevice(int chunk) {
+  const int id = chunk_id(ChunkKind::kCompute, chunk);
+  if (store_.tier(id) == Tier::kDevice) return;
+  const int64_t need = store_.chunk_bytes(id);
+  if (!store_.CanHold(Tier::kDevice, need)) {
+    std::vector<EvictionCandidate> candidates;
+    int64_t pinned_bytes = 0;
+    std::string in_use;
+    for (int c = 0; c < layout_.num_chunks(); ++c) {
+      const int cid = chunk_id(ChunkKind::kCompute, c);
+      if (c == chunk || store_.tier(cid) != Tier::kDevice) continue;
+      if (ComputeCount(c) > 0) {
+        pinned_bytes += store_.chunk_bytes(cid);
+        for (int i : layout_.chunks()[c].param_indices) {
+          if (states_[i] == TensorState::kCompute) {
+            in_use += (in_use.empty() ? "" : ", ") + params_[i].name;
+            break;
+          }
+        }
+      } else {
+        candidates.push_back({c, store_.chunk_bytes(cid)});
+      }
+    }
+    const int64_t deficit = store_.BytesUsed(Tier::kDevice) + need - store_.Budget(Tier::kDevice);
+    const EvictionPolicy& policy =
+        belady_ ? static_cast<const EvictionPolicy&>(*belady_) : static_cast<const EvictionPolicy&>(lru_);
+    for (int victim : policy.Choose(candidates, deficit, moment_)) {
+      store_.Move(chunk_id(ChunkKind::kCompute, victim), Tier::kHost);
+      ++stats_.evictions;
+    }
+    TORCH_CHECK(store_.CanHold(Tier::kDevice, need), "chunkmem: chunk ", chunk, " (", need,
+                " bytes) does not fit the device budget of ", store_.Budget(Tier::kDevice), " bytes: ", pinned_bytes,
+                " bytes are held by chunks in use (by ", in_use, "); raise the device budget or lower chunk.size_elements");
+  }
+  store_.Move(id, Tier::kDevice);
+  ++stats_.fetches;
+}
+
+void ChunkRuntime::Access(int index) {
+  if (states_[index] == TensorState::kCompute) return;  // re-entrant: a shared parameter
+  const int chunk = layout_.placements()[index].chunk_id;
+  FetchToDevice(chunk);
+  if (!trace_paused_ && stats_.iterations < options_.warmup_iterations) trace_.Record(chunk, std::max(moment_, 0));
+  lru_.Touch(chunk, ++tick_);
+  SetState(index, TensorState::kCompute);
+  params_[index].tensor.set_data(View(ChunkKind::kCompute, index));
+}
+
+void ChunkRuntime::Release(int index, TensorState to) {
+  SetState(index, to);
+  params_[index].tensor.set_data(
+      at::empty({0}, at::TensorOptions().dtype(options_.compute_dtype).device(compute_device())));
+}
+
+void ChunkRuntime::PreForward(int block) {
+  Moment();
+  for (int i : params_of_block_.at(block)) Access(i);
+}
+
+void ChunkRuntime::PostForward(int block) {
+  for (int i : params_of_block_.at(block)) {
+    if (states_[i] == TensorState::kCompute) Release(i, TensorState::kHoldAfterFwd);
+  }
+}
+
+void ChunkRuntime::PreBackward(int block) {
+  Moment();
+  for (int i : params_of_block_.at(block)) Access(i);
+}
+
+void ChunkRuntime::OnGradAccumulated(int index) {
+  auto& param = params_[index].tensor;
+  at::NoGradGuard no_grad;
+  at::Tensor grad = param.grad();
+  TORCH_INTERNAL_ASSERT(grad.defined(), "grad hook without a gradient for ", params_[index].name);
+  View(ChunkKind::kGrad, index).add_(grad.to(at::kFloat).to(store_.device_of(Tier::kHost)));
+  param.mutable_grad() = at::Tensor();
+  has_grad_[index] = true;
+  if (states_[index] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
+}
+
+void ChunkRuntime::AfterBackward() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (states_[i] == TensorState::kCompute) Release(static_cast<int>(i), TensorState::kHoldAfterBwd);
+  }
+}
+
+void ChunkRuntime::EndIteration() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int index = static_cast<int>(i);
+    if (states_[i] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
+    if (states_[i] != TensorState::kHold) SetState(index, TensorState::kHold);
+  }
+  ++stats_.iterations;
+  stats_.moments_per_iteration = moment_ + 1;
+  if (!belady_ && options_.eviction == EvictionKind::kOpt && stats_.iterations >= options_.warmup_iterations) {
+    trace_.set_total_moments(moment_ + 1);
+    belady_ = std::make_unique<BeladyPolicy>(trace_);
+  }
+  moment_ = -1;
+}
+
+void ChunkRuntime::ZeroGrads() {
+  for (int c = 0; c < layout_.num_chunks(); ++c) store_.payload(chunk_id(ChunkKind::kGrad, c)).zero_();
+  std::fill(has_grad_.begin(), has_grad_.end(), false);
+}
+
+}  // namespace ps::chunkmem

@@ -1,0 +1,121 @@
+// ChunkRuntime: the facade the training loop and the model's layer hooks call.
+//
+// Owns the parameter <-> chunk binding: every managed parameter is an ordinary LibTorch
+// leaf whose data points at its slot in a compute-dtype chunk on the device tier while
+// it is in kCompute, and at an empty tensor on the compute device otherwise
+// (docs/chunkmem.md, invariant 4). Chunk kinds per layout chunk i: compute (params,
+// moved between tiers), grad (fp32, host), master (fp32, host; only when the compute
+// dtype is not fp32), Adam m and v (fp32, host). Placement: compute chunks are fetched
+// to the device tier on access, evicting by Belady (after warm-up) or LRU (before).
+// Single-threaded: the training thread (autograd runs hooks on it for CPU tensors).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chunkmem/chunk_store.h"
+#include "chunkmem/eviction.h"
+#include "chunkmem/layout.h"
+#include "chunkmem/tensor_state.h"
+
+namespace ps::chunkmem {
+
+struct ManagedParam {
+  std::string name;
+  at::Tensor tensor;             // the model's leaf parameter (requires grad)
+  std::vector<int> used_by_blocks;
+};
+
+enum class EvictionKind { kOpt, kLru };
+
+struct RuntimeOptions {
+  int64_t chunk_numel = 0;                     // 0 = ChooseChunkNumel
+  at::ScalarType compute_dtype = at::kFloat;   // kFloat, kBFloat16 or kHalf
+  EvictionKind eviction = EvictionKind::kOpt;
+  int64_t warmup_iterations = 1;               // iterations traced before Belady is used
+};
+
+enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
+
+struct RuntimeStats {
+  int64_t evictions = 0;        // compute chunks moved device -> host to make room
+  int64_t fetches = 0;          // compute chunks moved host -> device
+  int64_t iterations = 0;
+  int moments_per_iteration = 0;
+};
+
+class ChunkRuntime {
+ public:
+  // Copies every parameter's current values into the chunks (compute kind, and the fp32
+  // master when the compute dtype is lower), places compute chunks on the host tier and
+  // releases the parameters' own storage. `store` must outlive the runtime.
+  ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, const RuntimeOptions& options);
+  ~ChunkRuntime();
+  ChunkRuntime(const ChunkRuntime&) = delete;
+  ChunkRuntime& operator=(const ChunkRuntime&) = delete;
+
+  // Layer-hook events (block ids as in models/layer_hooks.h).
+  void PreForward(int block);
+  void PostForward(int block);
+  void PreBackward(int block);
+  // After the last backward of an iteration: parameters still in kCompute (no gradient
+  // arrived, e.g. inputs without grad) go to kHoldAfterBwd.
+  void AfterBackward();
+  // After the optimizer step: every parameter back to kHold; ends warm-up tracing.
+  void EndIteration();
+  // Zeroes the fp32 gradient chunks (start of an optimizer step).
+  void ZeroGrads();
+  // While paused (evaluation), accesses neither advance the moment nor enter the trace.
+  void set_trace_paused(bool paused) { trace_paused_ = paused; }
+
+  // Called by the post-accumulate-grad hook of parameter `index` (internal; public for
+  // the hook object).
+  void OnGradAccumulated(int index);
+
+  const ChunkLayout& layout() const { return layout_; }
+  const std::vector<ManagedParam>& params() const { return params_; }
+  ChunkStore& store() { return store_; }
+  // Store id of layout chunk `chunk` of `kind` (-1 for kMaster in fp32: the compute
+  // chunk is the master).
+  int chunk_id(ChunkKind kind, int chunk) const;
+  // View of parameter `index` in a chunk of `kind`, shaped like the parameter.
+  at::Tensor View(ChunkKind kind, int index) const;
+  // True if parameter `index` received a gradient since the last ZeroGrads().
+  bool has_grad(int index) const { return has_grad_[index]; }
+  TensorState state(int index) const { return states_[index]; }
+  int ComputeCount(int chunk) const { return counts_[chunk][static_cast<int>(TensorState::kCompute)]; }
+  const RuntimeStats& stats() const { return stats_; }
+  at::Device compute_device() const { return store_.device_of(Tier::kDevice); }
+  at::ScalarType compute_dtype() const { return options_.compute_dtype; }
+
+ private:
+  void Access(int index);
+  void Release(int index, TensorState to);
+  void SetState(int index, TensorState to);
+  void FetchToDevice(int chunk);
+  void Moment();
+
+  std::vector<ManagedParam> params_;
+  ChunkStore& store_;
+  RuntimeOptions options_;
+  ChunkLayout layout_;
+  std::vector<std::vector<int>> params_of_block_;  // [block] -> param indices
+  std::vector<std::array<int, 5>> ids_;            // [chunk][kind] -> store id
+  std::vector<TensorState> states_;                // [param]
+  std::vector<std::array<int, kNumTensorStates>> counts_;  // [chunk][state] -> params
+  std::vector<bool> has_grad_;                     // [param]
+  std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
+  bool trace_paused_ = false;
+  AccessTrace trace_;
+  LruPolicy lru_;
+  std::unique_ptr<BeladyPolicy> belady_;
+  int moment_ = -1;
+  int64_t tick_ = 0;
+  RuntimeStats stats_;
+};
+
+}  // namespace ps::chunkmem

@@ -1,0 +1,122 @@
+// ChunkRuntime on a three-block toy: a parameter shared by blocks 0 and 2 (like GPT's
+// tied embedding), a parameter its block never uses, parameter binding (invariant 4),
+// states through an iteration, and gradients equal to plain autograd's.
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "chunkmem/pre_backward.h"
+#include "chunkmem/runtime.h"
+#include "tests/catch.h"
+
+namespace ps::chunkmem {
+namespace {
+
+struct Toy {
+  at::Tensor shared = at::randn({8, 8}).requires_grad_();  // blocks 0 and 2
+  at::Tensor unused = at::randn({8}).requires_grad_();     // block 1, never touched
+  at::Tensor middle = at::randn({8, 8}).requires_grad_();  // block 1
+  at::Tensor tail = at::randn({8}).requires_grad_();       // block 3
+};
+
+// Runs the toy forward; `rt` may be null (plain autograd).
+at::Tensor Forward(Toy& m, const at::Tensor& x, ChunkRuntime* rt) {
+  auto block = [&](int id, auto body, at::Tensor in) {
+    if (rt) rt->PreForward(id);
+    at::Tensor out = body(in);
+    if (rt) {
+      rt->PostForward(id);
+      out = WrapForPreBackward(out, id, *rt);
+    }
+    return out;
+  };
+  at::Tensor y = block(0, [&](at::Tensor in) { return at::tanh(in.matmul(m.shared)); }, x);
+  y = block(1, [&](at::Tensor in) { return at::tanh(in.matmul(m.middle)); }, y);
+  y = block(2, [&](at::Tensor in) { return in.matmul(m.shared.t()); }, y);
+  y = block(3, [&](at::Tensor in) { return in * m.tail; }, y);
+  return y.pow(2).sum();
+}
+
+std::unique_ptr<ChunkStore> Store(int64_t device_budget) {
+  return std::make_unique<ChunkStore>(MakeHostAllocator(false), MakeDeviceAllocator(at::kCPU), 1 << 24,
+                                      device_budget);
+}
+
+TEST_CASE("tied and unused parameters: gradients as plain autograd, states as documented", "[runtime]") {
+  at::manual_seed(0);
+  Toy plain;
+  Toy chunked;
+  {
+    at::NoGradGuard g;
+    chunked.shared.copy_(plain.shared);
+    chunked.unused.copy_(plain.unused);
+    chunked.middle.copy_(plain.middle);
+    chunked.tail.copy_(plain.tail);
+  }
+  const at::Tensor x = at::randn({3, 8});
+  Forward(plain, x, nullptr).backward();
+
+  // One parameter per chunk (chunks of 64 elements) and room for three of the four on the
+  // device: block 1's backward needs its two chunks plus the shared one, which stays in
+  // use until its last gradient arrives (block 0's backward).
+  auto store = Store(3 * 64 * 4);
+  ChunkRuntime rt({{"shared", chunked.shared, {0, 2}},
+                   {"unused", chunked.unused, {1}},
+                   {"middle", chunked.middle, {1}},
+                   {"tail", chunked.tail, {3}}},
+                  *store, RuntimeOptions{64, at::kFloat, EvictionKind::kLru, 1});
+  REQUIRE(rt.layout().num_chunks() == 4);
+  CHECK(chunked.shared.numel() == 0);  // released to the chunks
+  CHECK(rt.state(0) == TensorState::kHold);
+
+  rt.ZeroGrads();
+  const at::Tensor loss = Forward(chunked, x, &rt);
+  CHECK(rt.state(0) == TensorState::kHoldAfterFwd);
+  CHECK(rt.state(1) == TensorState::kHoldAfterFwd);
+  CHECK(chunked.middle.numel() == 0);
+  loss.backward();
+  rt.AfterBackward();
+
+  CHECK(rt.has_grad(0));
+  CHECK(rt.has_grad(2));
+  CHECK_FALSE(rt.has_grad(1));  // never used in forward: no gradient, no update later
+  CHECK(rt.state(0) == TensorState::kHoldAfterBwd);
+  CHECK(rt.state(1) == TensorState::kHoldAfterBwd);
+  CHECK(at::allclose(rt.View(ChunkKind::kGrad, 0), plain.shared.grad(), 1e-6, 1e-6));  // both uses summed
+  CHECK(at::allclose(rt.View(ChunkKind::kGrad, 2), plain.middle.grad(), 1e-6, 1e-6));
+  CHECK(at::allclose(rt.View(ChunkKind::kGrad, 3), plain.tail.grad(), 1e-6, 1e-6));
+  CHECK(at::equal(rt.View(ChunkKind::kGrad, 1), at::zeros({8})));
+  CHECK_FALSE(chunked.shared.grad().defined());  // the temporary gradient was taken
+  CHECK(store->stats().peak_device_bytes <= 3 * 64 * 4);
+  CHECK(rt.stats().evictions > 0);
+
+  rt.EndIteration();
+  for (int i = 0; i < 4; ++i) CHECK(rt.state(i) == TensorState::kHold);
+}
+
+TEST_CASE("the model gets its values back when the runtime ends", "[runtime]") {
+  at::Tensor w = at::randn({5, 7}).requires_grad_();
+  const at::Tensor original = w.detach().clone();
+  {
+    auto store = Store(1 << 20);
+    ChunkRuntime rt({{"w", w, {0}}}, *store, RuntimeOptions{64, at::kFloat, EvictionKind::kOpt, 1});
+    CHECK(w.numel() == 0);
+    rt.PreForward(0);
+    CHECK(w.data_ptr() == rt.View(ChunkKind::kCompute, 0).data_ptr());  // bound to the chunk slot
+    CHECK(at::equal(w, original));
+    rt.PostForward(0);
+  }
+  CHECK(at::equal(w, original));
+}
+
+TEST_CASE("bf16 compute chunks keep an fp32 master", "[runtime]") {
+  at::Tensor w = at::randn({4, 4}).requires_grad_();
+  const at::Tensor original = w.detach().clone();
+  auto store = Store(1 << 20);
+  ChunkRuntime rt({{"w", w, {0}}}, *store, RuntimeOptions{64, at::kBFloat16, EvictionKind::kOpt, 1});
+  CHECK(rt.View(ChunkKind::kCompute, 0).scalar_type() == at::kBFloat16);
+  CHECK(at::equal(rt.View(ChunkKind::kMaster, 0), original));  // exact fp32 copy
+  CHECK(rt.chunk_id(ChunkKind::kMaster, 0) != rt.chunk_id(ChunkKind::kCompute, 0));
+}
+
+}  // namespace
+}  // namespace ps::chunkmem
