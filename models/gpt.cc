@@ -1,11 +1,14 @@
 #include "models/gpt.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
 
 #include <cmath>
+
+#include "models/checkpoint.h"
 
 namespace ps::models {
 namespace F = torch::nn::functional;
@@ -99,10 +102,20 @@ at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
   auto pos = at::arange(T, idx.options().dtype(at::kLong));
   auto x = drop(wte(idx) + wpe(pos));
   x = hk.PostForward(block, x);
+  const bool recompute = config_.activation_checkpointing && is_training() && at::GradMode::is_enabled();
   for (const auto& m : *h) {
     ++block;
     hk.PreForward(block);
-    x = m->as<BlockImpl>()->forward(x);
+    auto* impl = m->as<BlockImpl>();
+    if (recompute) {
+      x = CheckpointedCall(
+          x, [impl](const at::Tensor& in) { return impl->forward(in); },
+          [hooks, block] {  // `hooks` (not `hk`): the default no-op object dies with forward()
+            if (hooks) hooks->PreForward(block);
+          });
+    } else {
+      x = impl->forward(x);
+    }
     x = hk.PostForward(block, x);
   }
   ++block;

@@ -22,6 +22,9 @@ struct GptConfig {
   double layer_norm_eps = 1e-5;
   double init_std = 0.02;       // N(0, std) init; residual projections / sqrt(2 n_layer)
   bool tie_word_embeddings = true;  // LM head shares the token embedding
+  // Recompute each transformer block's activations in backward instead of keeping them
+  // (trades one extra forward per block for activation memory).
+  bool activation_checkpointing = false;
 };
 
 // One entry of the model zoo: GPT-2 sizes and PatrickStar's examples/model_builder.py.

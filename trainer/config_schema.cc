@@ -245,6 +245,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Float("model.layer_norm_eps", PS_ACCESS(model.layer_norm_eps), "LayerNorm epsilon", FloatRange(0.0, 1.0, true)),
       Float("model.init_std", PS_ACCESS(model.init_std), "std of the N(0, std) init", FloatRange(0.0, 10.0, true)),
       Bool("model.tie_word_embeddings", PS_ACCESS(model.tie_word_embeddings), "LM head shares the token embedding"),
+      Bool("model.activation_checkpointing", PS_ACCESS(model.activation_checkpointing),
+           "recompute each block's activations in backward instead of storing them"),
       // data
       Enum<DataFormat>("data.format", PS_ACCESS(data.format),
                        "synthetic (random tokens), text (bytes of any file), llmc (llm.c shard), raw_u16, raw_u32",

@@ -130,6 +130,45 @@ TEST_CASE("same seed, same weights; dropout only in training mode", "[gpt]") {
   CHECK_FALSE(at::allclose(a->forward(idx), b->forward(idx)));
 }
 
+TEST_CASE("activation checkpointing gives the same loss and gradients, dropout included", "[gpt][checkpoint]") {
+  GptConfig c = Tiny();
+  c.dropout = 0.2;
+  auto idx = at::randint(0, 50, {2, 12}, at::kLong);
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<double> losses;
+  for (bool checkpoint : {false, true}) {
+    c.activation_checkpointing = checkpoint;
+    at::manual_seed(7);
+    Gpt model(c);
+    model->train();
+    auto loss = model->Loss(idx, idx);
+    loss.backward();
+    losses.push_back(loss.item<double>());
+    std::vector<at::Tensor> g;
+    for (const auto& p : model->BlockParameters()) g.push_back(p.tensor.grad().clone());
+    grads.push_back(g);
+  }
+  CHECK(losses[0] == losses[1]);
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(at::allclose(grads[0][i], grads[1][i], 1e-6, 1e-7));
+  }
+}
+
+TEST_CASE("recompute calls the block's pre-forward hook again in backward", "[gpt][checkpoint]") {
+  GptConfig c = Tiny();
+  c.activation_checkpointing = true;
+  Gpt model(c);
+  model->train();
+  RecordingHooks hooks;
+  auto idx = at::randint(0, 50, {2, 8}, at::kLong);
+  auto loss = model->Loss(idx, idx, &hooks);
+  const size_t forward_calls = hooks.calls.size();
+  loss.backward();
+  std::vector<std::string> recompute(hooks.calls.begin() + forward_calls, hooks.calls.end());
+  CHECK(recompute == std::vector<std::string>{"pre2", "pre1"});  // blocks recomputed in backward order
+}
+
 TEST_CASE("logits and loss match HF transformers GPT2LMHeadModel", "[gpt][hf]") {
   auto state = LoadSafetensors("tests/models/testdata/gpt2_tiny_hf.safetensors");
   GptConfig c;

@@ -79,6 +79,15 @@ TEST_CASE("fp32, device budget below 1/3 of the compute chunks: evicted every st
   }
 }
 
+TEST_CASE("activation checkpointing through evicting chunks: same losses as plain", "[chunk][parity][checkpoint]") {
+  const TrainResult plain = Train(Tiny("ckpt_plain"));
+  const TrainResult chunked =
+      Train(Chunked("ckpt_chunk", {"model.activation_checkpointing=true", "chunk.device_budget_bytes=320000"}));
+  CheckSameLosses(plain, chunked);
+  CHECK(chunked.evictions > 0);
+  CHECK(chunked.peak_device_chunk_bytes <= chunked.device_budget_bytes);
+}
+
 TEST_CASE("gradient accumulation through chunks matches plain accumulation", "[chunk][parity]") {
   const std::vector<std::string> accum = {"train.micro_batch_size=2", "train.global_batch_size=4",
                                           "train.max_steps=8"};

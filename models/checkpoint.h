@@ -1,0 +1,20 @@
+// CheckpointedCall: activation checkpointing (recompute) for one block.
+//
+// Forward runs `fn(x)` without recording a graph, keeping only `x`. Backward calls
+// `before_recompute()` (a layer hook: the chunk runtime counts the moment and makes
+// sure the block's parameters are bound), re-runs `fn` on `x` with the RNG state of
+// the first run (same dropout masks), back-propagates the incoming gradient through
+// the recomputed graph (parameter gradients accumulate as usual), and returns x's
+// gradient. Thread: the autograd thread that runs backward.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+
+namespace ps::models {
+
+at::Tensor CheckpointedCall(const at::Tensor& x, std::function<at::Tensor(const at::Tensor&)> fn,
+                            std::function<void()> before_recompute);
+
+}  // namespace ps::models
