@@ -46,6 +46,27 @@ std::optional<GptPreset> FindGptPreset(const std::string& name) {
   return std::nullopt;
 }
 
+std::vector<ParameterShape> GptParameterShapes(const GptConfig& c) {
+  const int64_t C = c.n_embd;
+  const int last = static_cast<int>(c.n_layer) + 1;
+  std::vector<ParameterShape> out;
+  out.push_back({"wte.weight", c.vocab_size * C, c.tie_word_embeddings ? std::vector<int>{0, last} : std::vector<int>{0}});
+  out.push_back({"wpe.weight", c.n_positions * C, {0}});
+  for (int b = 1; b <= c.n_layer; ++b) {
+    const std::string h = "h." + std::to_string(b - 1) + ".";
+    const std::pair<const char*, int64_t> block[] = {
+        {"ln_1.weight", C},          {"ln_1.bias", C},           {"attn.c_attn.weight", 3 * C * C},
+        {"attn.c_attn.bias", 3 * C}, {"attn.c_proj.weight", C * C}, {"attn.c_proj.bias", C},
+        {"ln_2.weight", C},          {"ln_2.bias", C},           {"mlp.c_fc.weight", 4 * C * C},
+        {"mlp.c_fc.bias", 4 * C},    {"mlp.c_proj.weight", 4 * C * C}, {"mlp.c_proj.bias", C}};
+    for (const auto& [name, numel] : block) out.push_back({h + name, numel, {b}});
+  }
+  out.push_back({"ln_f.weight", C, {last}});
+  out.push_back({"ln_f.bias", C, {last}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", c.vocab_size * C, {last}});
+  return out;
+}
+
 int64_t GptParameterCount(const GptConfig& c) {
   const int64_t C = c.n_embd;
   const int64_t per_block = 2 * 2 * C             // ln_1, ln_2

@@ -40,6 +40,15 @@ struct GptPreset {
 const std::vector<GptPreset>& GptPresets();
 std::optional<GptPreset> FindGptPreset(const std::string& name);
 
+// A parameter of the GPT a config describes, known without building it: name, element
+// count and the blocks that use it, in the order of GptImpl::BlockParameters().
+struct ParameterShape {
+  std::string name;
+  int64_t numel;
+  std::vector<int> used_by_blocks;
+};
+std::vector<ParameterShape> GptParameterShapes(const GptConfig& config);
+
 // Parameter count of the GPT a config describes, without building it (each tensor
 // once; a tied LM head is not counted twice).
 int64_t GptParameterCount(const GptConfig& config);

@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "comm/nccl_info.h"
+#include "trainer/chunk_setup.h"
 #include "trainer/config_loader.h"
 #include "trainer/train_loop.h"
 
 namespace {
 
 constexpr char kUsage[] =
-    "--config FILE [--set key=value]... [--print-config]\n\n"
+    "--config FILE [--set key=value]... [--print-config | --plan]\n\n"
     "Trains a GPT as the YAML config describes. Every key is listed by --config-reference;\n"
     "--set overrides one key (repeatable), its value read as YAML: --set optimizer.betas=[0.9,0.95].\n"
     "${VAR} and ${VAR:-default} in the config read the environment.";
@@ -48,6 +49,8 @@ int Run(int argc, char** argv) {
       ("c,config", "YAML config file", cxxopts::value<std::string>())
       ("set", "override one key: --set key=value (repeatable)")
       ("print-config", "print the resolved config as YAML and exit")
+      ("plan", "print the memory plan (model data per tier, largest model that fits, whether this run fits) "
+               "without allocating, and exit: 0 if it fits, 3 if not")
       ("config-reference", "print every config key (type, default, meaning) as Markdown and exit")
       ("version", "print versions of ps_train, LibTorch and NCCL and exit")
       ("h,help", "show this help");
@@ -74,6 +77,12 @@ int Run(int argc, char** argv) {
   if (args.count("print-config")) {
     std::cout << ps::trainer::ConfigToYaml(config);
     return 0;
+  }
+  if (args.count("plan")) {
+    bool fits = false;
+    const at::Device device = config.run.device == ps::trainer::DeviceKind::kCuda ? at::kCUDA : at::kCPU;
+    std::cout << ps::trainer::PlanReport(config, device, &fits);
+    return fits ? 0 : 3;
   }
   spdlog::set_level(spdlog::level::from_str(config.logging.level));
   spdlog::set_pattern("[%H:%M:%S] %v");

@@ -16,16 +16,13 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
-#include <unistd.h>
 
 #include "chunkmem/chunk_store.h"
-#include "chunkmem/runtime.h"
 #include "data/batch_sampler.h"
 #include "data/token_source.h"
 #include "models/gpt.h"
-#include "optim/chunk_adam.h"
 #include "optim/lr_schedule.h"
-#include "trainer/chunk_hooks.h"
+#include "trainer/chunk_setup.h"
 #include "trainer/config_loader.h"
 #include "trainer/metrics.h"
 
@@ -94,53 +91,6 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(models::Gpt& model, const
 
 void SetLr(torch::optim::Optimizer& opt, double lr) {
   for (auto& group : opt.param_groups()) group.options().set_lr(lr);
-}
-
-// The chunk memory manager of a run: store, runtime, optimizer and model hooks.
-struct ChunkSetup {
-  std::unique_ptr<chunkmem::ChunkStore> store;
-  std::unique_ptr<chunkmem::ChunkRuntime> runtime;
-  std::unique_ptr<optim::ChunkAdam> adam;
-  std::unique_ptr<ChunkLayerHooks> hooks;
-};
-
-ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device) {
-  const auto& cc = c.chunk;
-  const bool on_cuda = device.is_cuda();
-  const bool simulated = cc.device_tier == chunkmem::DeviceTierKind::kSimulated ||
-                         (cc.device_tier == chunkmem::DeviceTierKind::kAuto && !on_cuda);
-  if (cc.device_tier == chunkmem::DeviceTierKind::kCuda && !on_cuda) {
-    throw ConfigError("chunk.device_tier: cuda needs run.device cuda (this run trains on " + device.str() + ")");
-  }
-  if (simulated && on_cuda) throw ConfigError("chunk.device_tier: simulated needs run.device cpu");
-  int64_t device_budget = cc.device_budget_bytes;
-  if (device_budget == 0) {
-    if (simulated) {
-      device_budget = std::numeric_limits<int64_t>::max() / 2;
-    } else {
-      throw ConfigError("chunk.device_budget_bytes: set it explicitly for CUDA runs (measuring the device is not built yet)");
-    }
-  }
-  int64_t host_budget = cc.host_budget_bytes;
-  if (host_budget == 0) {
-    host_budget = static_cast<int64_t>(cc.host_mem_ratio * static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-                                       static_cast<double>(sysconf(_SC_PAGESIZE)));
-  }
-  ChunkSetup s;
-  s.store = std::make_unique<chunkmem::ChunkStore>(chunkmem::MakeHostAllocator(/*pinned=*/on_cuda),
-                                                   chunkmem::MakeDeviceAllocator(device), host_budget, device_budget);
-  std::vector<chunkmem::ManagedParam> params;
-  for (const auto& p : model->BlockParameters()) params.push_back({p.name, p.tensor, p.used_by_blocks});
-  chunkmem::RuntimeOptions options;
-  options.chunk_numel = cc.size_elements;
-  options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16 ? at::kBFloat16 : at::kFloat;
-  options.eviction = cc.eviction == chunkmem::EvictionPolicyKind::kOpt ? chunkmem::EvictionKind::kOpt
-                                                                        : chunkmem::EvictionKind::kLru;
-  options.warmup_iterations = cc.warmup_steps;
-  s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, options);
-  s.adam = std::make_unique<optim::ChunkAdam>(*s.runtime, c.optimizer);
-  s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
-  return s;
 }
 
 // Mean loss over `steps` micro-batches from the start of `source` (same batches every time).

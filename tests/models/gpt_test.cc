@@ -67,6 +67,23 @@ TEST_CASE("parameter counts match the published GPT-2 sizes", "[gpt]") {
   CHECK(module_total == 124439808);
 }
 
+TEST_CASE("GptParameterShapes describes BlockParameters without building", "[gpt]") {
+  for (bool tied : {true, false}) {
+    GptConfig c = Tiny();
+    c.tie_word_embeddings = tied;
+    Gpt model(c);
+    const auto built = model->BlockParameters();
+    const auto shapes = GptParameterShapes(c);
+    REQUIRE(shapes.size() == built.size());
+    for (size_t i = 0; i < built.size(); ++i) {
+      INFO(built[i].name);
+      CHECK(shapes[i].name == built[i].name);
+      CHECK(shapes[i].numel == built[i].tensor.numel());
+      CHECK(shapes[i].used_by_blocks == built[i].used_by_blocks);
+    }
+  }
+}
+
 TEST_CASE("untied LM head adds vocab x n_embd parameters", "[gpt]") {
   GptConfig c = Tiny();
   c.tie_word_embeddings = false;

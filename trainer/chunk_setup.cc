@@ -1,0 +1,78 @@
+#include "trainer/chunk_setup.h"
+
+#include <unistd.h>
+
+#include "chunkmem/memory_plan.h"
+#include "trainer/config_loader.h"
+
+namespace ps::trainer {
+
+ChunkBudgets ResolveChunkBudgets(const Config& c, at::Device device) {
+  const auto& cc = c.chunk;
+  const bool on_cuda = device.is_cuda();
+  ChunkBudgets b;
+  b.simulated = cc.device_tier == chunkmem::DeviceTierKind::kSimulated ||
+                (cc.device_tier == chunkmem::DeviceTierKind::kAuto && !on_cuda);
+  if (cc.device_tier == chunkmem::DeviceTierKind::kCuda && !on_cuda) {
+    throw ConfigError("chunk.device_tier: cuda needs run.device cuda (this run trains on " + device.str() + ")");
+  }
+  if (b.simulated && on_cuda) throw ConfigError("chunk.device_tier: simulated needs run.device cpu");
+  b.device_bytes = cc.device_budget_bytes;
+  if (b.device_bytes == 0) {
+    if (!b.simulated) {
+      throw ConfigError("chunk.device_budget_bytes: set it explicitly for CUDA runs (measuring the device is not built yet)");
+    }
+    b.device_bytes = kUnlimitedBytes;
+  }
+  b.host_bytes = cc.host_budget_bytes;
+  if (b.host_bytes == 0) {
+    b.host_bytes = static_cast<int64_t>(cc.host_mem_ratio * static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                                        static_cast<double>(sysconf(_SC_PAGESIZE)));
+  }
+  return b;
+}
+
+namespace {
+
+chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
+  chunkmem::RuntimeOptions options;
+  options.chunk_numel = c.chunk.size_elements;
+  options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  options.eviction = c.chunk.eviction == chunkmem::EvictionPolicyKind::kOpt ? chunkmem::EvictionKind::kOpt
+                                                                            : chunkmem::EvictionKind::kLru;
+  options.warmup_iterations = c.chunk.warmup_steps;
+  return options;
+}
+
+}  // namespace
+
+ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device) {
+  const ChunkBudgets budgets = ResolveChunkBudgets(c, device);
+  ChunkSetup s;
+  s.store = std::make_unique<chunkmem::ChunkStore>(chunkmem::MakeHostAllocator(/*pinned=*/device.is_cuda()),
+                                                   chunkmem::MakeDeviceAllocator(device), budgets.host_bytes,
+                                                   budgets.device_bytes);
+  std::vector<chunkmem::ManagedParam> params;
+  for (const auto& p : model->BlockParameters()) params.push_back({p.name, p.tensor, p.used_by_blocks});
+  s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, RuntimeOptionsOf(c));
+  s.adam = std::make_unique<optim::ChunkAdam>(*s.runtime, c.optimizer);
+  s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
+  return s;
+}
+
+std::string PlanReport(const Config& c, at::Device device, bool* fits) {
+  const ChunkBudgets budgets = ResolveChunkBudgets(c, device);
+  chunkmem::PlanInput input;
+  for (const auto& p : models::GptParameterShapes(c.model)) input.params.push_back({p.name, p.numel, p.used_by_blocks});
+  input.chunk_numel = c.chunk.size_elements;
+  input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
+  input.device_budget_bytes = budgets.device_bytes;
+  input.host_budget_bytes = budgets.host_bytes;
+  const auto plan = chunkmem::PlanMemory(input);
+  *fits = plan.fits;
+  std::string head = "memory plan for '" + c.run.name + "' (" + optim::ToString(c.precision.dtype) + ", " +
+                     (budgets.simulated ? "simulated device" : "CUDA device") + ")\n";
+  return head + chunkmem::FormatPlan(plan, input);
+}
+
+}  // namespace ps::trainer

@@ -1,0 +1,46 @@
+// ChunkSetup: the chunk memory manager of one run (store, runtime, chunk Adam, model
+// hooks), built from the config; and the memory plan of a config (`ps_train --plan`).
+// Both resolve the tier budgets the same way (ResolveChunkBudgets).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <string>
+
+#include "chunkmem/chunk_store.h"
+#include "chunkmem/runtime.h"
+#include "models/gpt.h"
+#include "optim/chunk_adam.h"
+#include "trainer/chunk_hooks.h"
+#include "trainer/config.h"
+
+namespace ps::trainer {
+
+struct ChunkBudgets {
+  int64_t device_bytes = 0;  // "unlimited" (simulated, budget 0) is kUnlimitedBytes
+  int64_t host_bytes = 0;
+  bool simulated = true;     // device tier is host memory with its own budget
+};
+constexpr int64_t kUnlimitedBytes = int64_t{1} << 62;
+
+// chunk.device_tier/device_budget_bytes/host_budget_bytes for a run on `device`.
+// Throws ConfigError for combinations that cannot work (e.g. cuda tier on a CPU run).
+ChunkBudgets ResolveChunkBudgets(const Config& config, at::Device device);
+
+struct ChunkSetup {
+  std::unique_ptr<chunkmem::ChunkStore> store;
+  std::unique_ptr<chunkmem::ChunkRuntime> runtime;
+  std::unique_ptr<optim::ChunkAdam> adam;
+  std::unique_ptr<ChunkLayerHooks> hooks;
+};
+
+// Moves `model`'s parameters into chunks (the model keeps its modules; its parameter
+// tensors are bound to chunk slots while in use).
+ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& config, at::Device device);
+
+// The `--plan` report for `config`: model data per tier, the largest model the budgets
+// hold, and whether this run fits. Allocates nothing. Sets `fits`.
+std::string PlanReport(const Config& config, at::Device device, bool* fits);
+
+}  // namespace ps::trainer
