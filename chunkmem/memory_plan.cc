@@ -33,7 +33,8 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   plan.param_numel = plan.layout.param_numel();
   const int64_t capacity = plan.layout.capacity_numel();
   const int64_t k = in.compute_element_bytes;
-  const int64_t host_per_element = 4 /*grad*/ + 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*master*/ : 0);
+  const int64_t host_per_element =
+      (in.grads_in_compute_chunks ? 0 : 4 /*grad*/) + 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*master*/ : 0);
   plan.compute_chunk_bytes = capacity * k;
   plan.host_only_bytes = capacity * host_per_element;
 
@@ -83,7 +84,9 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
   out += "chunks            " + p.layout.Summary() + "\n";
   out += "compute chunks    " + Bytes(static_cast<double>(p.compute_chunk_bytes)) + " (" +
          std::to_string(in.compute_element_bytes) + " bytes/element; move between device and host)\n";
-  out += "grad+master+m+v   " + Bytes(static_cast<double>(p.host_only_bytes)) + " (host)\n";
+  out += std::string(in.grads_in_compute_chunks ? "master+m+v        " : "grad+master+m+v   ") +
+         Bytes(static_cast<double>(p.host_only_bytes)) + " (host)" +
+         (in.grads_in_compute_chunks ? "; gradients reuse the compute slots\n" : "\n");
   std::snprintf(buf, sizeof(buf), "model data        %s = %.2f bytes/parameter\n",
                 Bytes(static_cast<double>(p.compute_chunk_bytes + p.host_only_bytes)).c_str(), p.bytes_per_param);
   out += buf;

@@ -29,6 +29,7 @@ struct PlanInput {
   int64_t compute_element_bytes = 4;     // 4 (fp32) or 2 (bf16/fp16)
   int64_t device_budget_bytes = 0;       // chunk bytes allowed on the device
   int64_t host_budget_bytes = 0;
+  bool grads_in_compute_chunks = false;  // no fp32 grad chunks (see RuntimeOptions)
 };
 
 struct MemoryPlan {

@@ -45,6 +45,8 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     for (int b : params_[i].used_by_blocks) params_of_block_[b].push_back(static_cast<int>(i));
   }
   const bool separate_master = options.compute_dtype != at::kFloat;
+  TORCH_CHECK(!options.grads_in_compute_chunks || separate_master,
+              "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
   for (const auto& chunk : layout_.chunks()) {
     std::array<int, 5> ids{};
     auto add = [&](at::ScalarType dtype) {
@@ -53,7 +55,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
       return id;
     };
     ids[kCompute] = add(options.compute_dtype);
-    ids[static_cast<int>(ChunkKind::kGrad)] = add(at::kFloat);
+    ids[static_cast<int>(ChunkKind::kGrad)] = options.grads_in_compute_chunks ? ids[kCompute] : add(at::kFloat);
     ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat) : ids[kCompute];
     ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat);
     ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat);
@@ -184,7 +186,12 @@ void ChunkRuntime::OnGradAccumulated(int index) {
   at::NoGradGuard no_grad;
   at::Tensor grad = param.grad();
   TORCH_INTERNAL_ASSERT(grad.defined(), "grad hook without a gradient for ", params_[index].name);
-  View(ChunkKind::kGrad, index).add_(grad.to(at::kFloat).to(store_.device_of(Tier::kHost)));
+  if (options_.grads_in_compute_chunks) {
+    // The parameter's last backward use is done: its slot now holds its gradient.
+    View(ChunkKind::kCompute, index).copy_(grad);
+  } else {
+    View(ChunkKind::kGrad, index).add_(grad.to(at::kFloat).to(store_.device_of(Tier::kHost)));
+  }
   param.mutable_grad() = at::Tensor();
   has_grad_[index] = true;
   if (states_[index] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
@@ -212,7 +219,9 @@ void ChunkRuntime::EndIteration() {
 }
 
 void ChunkRuntime::ZeroGrads() {
-  for (int c = 0; c < layout_.num_chunks(); ++c) store_.payload(chunk_id(ChunkKind::kGrad, c)).zero_();
+  if (!options_.grads_in_compute_chunks) {  // reused slots are overwritten, not accumulated
+    for (int c = 0; c < layout_.num_chunks(); ++c) store_.payload(chunk_id(ChunkKind::kGrad, c)).zero_();
+  }
   std::fill(has_grad_.begin(), has_grad_.end(), false);
 }
 

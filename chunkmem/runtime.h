@@ -5,7 +5,8 @@
 // it is in kCompute, and at an empty tensor on the compute device otherwise
 // (docs/chunkmem.md, invariant 4). Chunk kinds per layout chunk i: compute (params,
 // moved between tiers), grad (fp32, host), master (fp32, host; only when the compute
-// dtype is not fp32), Adam m and v (fp32, host). Placement: compute chunks are fetched
+// dtype is not fp32), Adam m and v (fp32, host); with grads_in_compute_chunks there are
+// no grad chunks and kGrad views are the compute slots. Placement: compute chunks are fetched
 // to the device tier on access, evicting by Belady (after warm-up) or LRU (before).
 // Single-threaded: the training thread (autograd runs hooks on it for CPU tensors).
 #pragma once
@@ -37,6 +38,11 @@ struct RuntimeOptions {
   at::ScalarType compute_dtype = at::kFloat;   // kFloat, kBFloat16 or kHalf
   EvictionKind eviction = EvictionKind::kOpt;
   int64_t warmup_iterations = 1;               // iterations traced before Belady is used
+  // Write each gradient into its parameter's compute-dtype slot at its last backward
+  // use instead of into fp32 grad chunks (PatrickStar's reuse: 14 bytes/parameter in
+  // bf16/fp16). Only safe with one backward per optimizer step and a compute dtype
+  // other than fp32 (in fp32 the compute chunk is the master).
+  bool grads_in_compute_chunks = false;
 };
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
@@ -79,8 +85,8 @@ class ChunkRuntime {
   const ChunkLayout& layout() const { return layout_; }
   const std::vector<ManagedParam>& params() const { return params_; }
   ChunkStore& store() { return store_; }
-  // Store id of layout chunk `chunk` of `kind` (-1 for kMaster in fp32: the compute
-  // chunk is the master).
+  // Store id of layout chunk `chunk` of `kind`. kMaster is the compute chunk in fp32;
+  // kGrad is the compute chunk when gradients reuse the compute slots.
   int chunk_id(ChunkKind kind, int chunk) const;
   // View of parameter `index` in a chunk of `kind`, shaped like the parameter.
   at::Tensor View(ChunkKind kind, int index) const;
@@ -91,6 +97,7 @@ class ChunkRuntime {
   const RuntimeStats& stats() const { return stats_; }
   at::Device compute_device() const { return store_.device_of(Tier::kDevice); }
   at::ScalarType compute_dtype() const { return options_.compute_dtype; }
+  bool grads_in_compute_chunks() const { return options_.grads_in_compute_chunks; }
 
  private:
   void Access(int index);

@@ -18,19 +18,28 @@ ChunkAdam::ChunkAdam(chunkmem::ChunkRuntime& runtime, const OptimizerConfig& con
   steps_.assign(decay_.size(), 0);
 }
 
+namespace {
+
+// Parameter i's gradient as fp32 on `device` (the grad chunks are fp32 already; reused
+// compute slots hold the compute dtype).
+at::Tensor GradFp32(const chunkmem::ChunkRuntime& runtime, int i, at::Device device) {
+  return runtime.View(ChunkKind::kGrad, i).to(device, at::kFloat);
+}
+
+}  // namespace
+
 double ChunkAdam::ClipGradNorm(double max_norm) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads, norms;
+  clip_coef_ = at::Tensor();
+  std::vector<at::Tensor> norms;
   for (int i = 0; i < static_cast<int>(decay_.size()); ++i) {
     if (!runtime_.has_grad(i)) continue;
-    grads.push_back(runtime_.View(ChunkKind::kGrad, i));
-    norms.push_back(grads.back().norm(2));
+    norms.push_back(GradFp32(runtime_, i, at::kCPU).norm(2));
   }
-  if (grads.empty()) return 0.0;
+  if (norms.empty()) return 0.0;
   const at::Tensor total = norms.size() == 1 ? norms[0] : at::stack(norms).norm(2);
   const double bound = max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity();
-  const at::Tensor coef = at::clamp(bound / (total + 1e-6), std::nullopt, 1.0);
-  for (auto& g : grads) g.mul_(coef);
+  clip_coef_ = at::clamp(bound / (total + 1e-6), std::nullopt, 1.0);
   return total.item<double>();
 }
 
@@ -41,9 +50,10 @@ void ChunkAdam::Step(double lr) {
   for (int i = 0; i < static_cast<int>(decay_.size()); ++i) {
     if (!runtime_.has_grad(i)) continue;  // as LibTorch: no gradient, no update
     at::Tensor master = runtime_.View(ChunkKind::kMaster, i);
-    at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
     at::Tensor m = runtime_.View(ChunkKind::kAdamM, i);
     at::Tensor v = runtime_.View(ChunkKind::kAdamV, i);
+    at::Tensor grad = GradFp32(runtime_, i, m.device());
+    if (clip_coef_.defined()) grad = grad.mul(clip_coef_);  // as clip_grad_norm_'s in-place mul_
     // fp32 mode: the master is the compute chunk, which may sit on the device tier.
     at::Tensor p = master.device() == m.device() ? master : master.to(m.device());
     const double wd = decay_[i] ? config_.weight_decay : 0.0;

@@ -5,6 +5,8 @@
 // It runs where the chunks are (host tier). The hybrid CPU/GPU chunk Adam replaces it.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -18,8 +20,8 @@ class ChunkAdam {
   // Weight decay applies to parameters with 2 or more dimensions (not biases/norms).
   ChunkAdam(chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config);
 
-  // L2 norm over every gradient received this step; scales them so it is <= max_norm
-  // (max_norm <= 0: no scaling). Returns the norm before scaling.
+  // L2 norm over every gradient received this step; the next Step scales them so it is
+  // <= max_norm (max_norm <= 0: no scaling). Returns the norm before scaling.
   double ClipGradNorm(double max_norm);
 
   // One update of every parameter that received a gradient; writes the compute-dtype
@@ -31,6 +33,7 @@ class ChunkAdam {
   OptimizerConfig config_;
   std::vector<bool> decay_;     // [param]
   std::vector<int64_t> steps_;  // [param] updates so far (bias correction)
+  at::Tensor clip_coef_;        // 0-dim, from ClipGradNorm; undefined = 1
 };
 
 }  // namespace ps::optim

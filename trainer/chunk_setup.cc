@@ -34,6 +34,12 @@ ChunkBudgets ResolveChunkBudgets(const Config& c, at::Device device) {
 
 namespace {
 
+// PatrickStar's reuse is safe with one backward per step and a compute dtype that is
+// not the master's (fp32 needs its parameters intact).
+bool GradsInComputeChunks(const Config& c) {
+  return c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, /*world_size=*/1) == 1;
+}
+
 chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
   chunkmem::RuntimeOptions options;
   options.chunk_numel = c.chunk.size_elements;
@@ -41,6 +47,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
   options.eviction = c.chunk.eviction == chunkmem::EvictionPolicyKind::kOpt ? chunkmem::EvictionKind::kOpt
                                                                             : chunkmem::EvictionKind::kLru;
   options.warmup_iterations = c.chunk.warmup_steps;
+  options.grads_in_compute_chunks = GradsInComputeChunks(c);
   return options;
 }
 
@@ -68,6 +75,7 @@ std::string PlanReport(const Config& c, at::Device device, bool* fits) {
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
   input.device_budget_bytes = budgets.device_bytes;
   input.host_budget_bytes = budgets.host_bytes;
+  input.grads_in_compute_chunks = GradsInComputeChunks(c);
   const auto plan = chunkmem::PlanMemory(input);
   *fits = plan.fits;
   std::string head = "memory plan for '" + c.run.name + "' (" + optim::ToString(c.precision.dtype) + ", " +

@@ -108,6 +108,54 @@ TEST_CASE("the model gets its values back when the runtime ends", "[runtime]") {
   CHECK(at::equal(w, original));
 }
 
+TEST_CASE("gradients reuse the bf16 compute slots at the last backward use", "[runtime][reuse]") {
+  at::manual_seed(1);
+  Toy plain;
+  Toy chunked;
+  {
+    at::NoGradGuard g;
+    for (auto* pair : {&plain.shared, &plain.unused, &plain.middle, &plain.tail}) pair->copy_(pair->to(at::kBFloat16));
+    chunked.shared.copy_(plain.shared);
+    chunked.unused.copy_(plain.unused);
+    chunked.middle.copy_(plain.middle);
+    chunked.tail.copy_(plain.tail);
+  }
+  auto store = Store(1 << 20);
+  RuntimeOptions options{64, at::kBFloat16, EvictionKind::kOpt, 1};
+  options.grads_in_compute_chunks = true;
+  ChunkRuntime rt({{"shared", chunked.shared, {0, 2}},
+                   {"unused", chunked.unused, {1}},
+                   {"middle", chunked.middle, {1}},
+                   {"tail", chunked.tail, {3}}},
+                  *store, options);
+  CHECK(rt.chunk_id(ChunkKind::kGrad, 0) == rt.chunk_id(ChunkKind::kCompute, 0));  // no grad chunks
+  CHECK(store->num_chunks() == 4 * 4);  // compute, master, m, v per layout chunk
+  const at::Tensor x = at::randn({3, 8});
+  rt.ZeroGrads();
+  Forward(chunked, x.to(at::kBFloat16), &rt).backward();
+  rt.AfterBackward();
+  // Plain bf16 autograd on the same bf16 values.
+  Toy ref;
+  {
+    at::NoGradGuard g;
+    ref.shared = plain.shared.detach().to(at::kBFloat16).requires_grad_();
+    ref.unused = plain.unused.detach().to(at::kBFloat16).requires_grad_();
+    ref.middle = plain.middle.detach().to(at::kBFloat16).requires_grad_();
+    ref.tail = plain.tail.detach().to(at::kBFloat16).requires_grad_();
+  }
+  Forward(ref, x.to(at::kBFloat16), nullptr).backward();
+  CHECK(at::equal(rt.View(ChunkKind::kCompute, 0), ref.shared.grad()));  // the slot now holds the gradient
+  CHECK(at::equal(rt.View(ChunkKind::kCompute, 2), ref.middle.grad()));
+  CHECK(at::equal(rt.View(ChunkKind::kCompute, 3), ref.tail.grad()));
+  CHECK(at::equal(rt.View(ChunkKind::kCompute, 1), plain.unused.to(at::kBFloat16)));  // untouched: no gradient
+  CHECK_FALSE(rt.has_grad(1));
+  RuntimeOptions fp32{64, at::kFloat, EvictionKind::kOpt, 1};
+  fp32.grads_in_compute_chunks = true;
+  at::Tensor w = at::randn({4}).requires_grad_();
+  auto other = Store(1 << 20);
+  CHECK_THROWS_WITH(ChunkRuntime({{"w", w, {0}}}, *other, fp32), Catch::Contains("not fp32"));
+}
+
 TEST_CASE("bf16 compute chunks keep an fp32 master", "[runtime]") {
   at::Tensor w = at::randn({4, 4}).requires_grad_();
   const at::Tensor original = w.detach().clone();

@@ -123,6 +123,21 @@ TEST_CASE("bf16 chunks track fp32 training within 5% per step", "[chunk][bf16]")
   }
   CHECK(bf16.peak_device_chunk_bytes <= 160000);
   CHECK(bf16.evictions > 0);
+  // One backward per step: gradients reuse the compute slots, 14 bytes per element of
+  // chunk capacity (bf16 param/grad 2 + fp32 master, m, v 12).
+  CHECK(bf16.model_data_bytes * 2 == bf16.compute_chunk_bytes * 14);
+
+  // With accumulation, fp32 grad chunks return (18 bytes/element) and training still tracks fp32.
+  const std::vector<std::string> accum = {"train.micro_batch_size=2", "train.global_batch_size=4"};
+  const TrainResult fp32_accum = Train(Tiny("fp32_accum", accum));
+  auto bf16_accum_args = accum;
+  bf16_accum_args.push_back("precision.dtype=bf16");
+  const TrainResult bf16_accum = Train(Chunked("bf16_accum", bf16_accum_args));
+  CHECK(bf16_accum.model_data_bytes * 2 == bf16_accum.compute_chunk_bytes * 18);
+  for (size_t i = 0; i < fp32_accum.losses.size(); ++i) {
+    INFO("accumulating, step " << i + 1);
+    CHECK(bf16_accum.losses[i] == Approx(fp32_accum.losses[i]).epsilon(0.05));
+  }
 }
 
 }  // namespace
