@@ -106,9 +106,25 @@ void ChunkRuntime::SetState(int index, TensorState to) {
   states_[index] = to;
 }
 
-void ChunkRuntime::Moment() {
+void ChunkRuntime::Moment(const char* what, int block) {
   if (trace_paused_) return;
   ++moment_;
+  if (timeline_) timeline_->Moment(std::string(what) + " " + std::to_string(block));
+}
+
+void ChunkRuntime::MoveChunk(int chunk, Tier to) {
+  const int id = chunk_id(ChunkKind::kCompute, chunk);
+  const int64_t start_us = timeline_ ? timeline_->NowUs() : 0;
+  store_.Move(id, to);
+  if (to == Tier::kDevice) {
+    ++stats_.fetches;
+  } else {
+    ++stats_.evictions;
+  }
+  if (timeline_) {
+    timeline_->Copy(to == Tier::kDevice ? "fetch" : "evict", chunk, store_.chunk_bytes(id), start_us);
+    timeline_->Bytes(store_.BytesUsed(Tier::kDevice), store_.BytesUsed(Tier::kHost));
+  }
 }
 
 void ChunkRuntime::FetchToDevice(int chunk) {
@@ -137,16 +153,12 @@ void ChunkRuntime::FetchToDevice(int chunk) {
     const int64_t deficit = store_.BytesUsed(Tier::kDevice) + need - store_.Budget(Tier::kDevice);
     const EvictionPolicy& policy =
         belady_ ? static_cast<const EvictionPolicy&>(*belady_) : static_cast<const EvictionPolicy&>(lru_);
-    for (int victim : policy.Choose(candidates, deficit, moment_)) {
-      store_.Move(chunk_id(ChunkKind::kCompute, victim), Tier::kHost);
-      ++stats_.evictions;
-    }
+    for (int victim : policy.Choose(candidates, deficit, moment_)) MoveChunk(victim, Tier::kHost);
     TORCH_CHECK(store_.CanHold(Tier::kDevice, need), "chunkmem: chunk ", chunk, " (", need,
                 " bytes) does not fit the device budget of ", store_.Budget(Tier::kDevice), " bytes: ", pinned_bytes,
                 " bytes are held by chunks in use (by ", in_use, "); raise the device budget or lower chunk.size_elements");
   }
-  store_.Move(id, Tier::kDevice);
-  ++stats_.fetches;
+  MoveChunk(chunk, Tier::kDevice);
 }
 
 void ChunkRuntime::Access(int index) {
@@ -166,7 +178,7 @@ void ChunkRuntime::Release(int index, TensorState to) {
 }
 
 void ChunkRuntime::PreForward(int block) {
-  Moment();
+  Moment("forward", block);
   for (int i : params_of_block_.at(block)) Access(i);
 }
 
@@ -177,7 +189,7 @@ void ChunkRuntime::PostForward(int block) {
 }
 
 void ChunkRuntime::PreBackward(int block) {
-  Moment();
+  Moment("backward", block);
   for (int i : params_of_block_.at(block)) Access(i);
 }
 

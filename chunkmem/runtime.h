@@ -22,6 +22,7 @@
 #include "chunkmem/eviction.h"
 #include "chunkmem/layout.h"
 #include "chunkmem/tensor_state.h"
+#include "chunkmem/timeline.h"
 
 namespace ps::chunkmem {
 
@@ -77,6 +78,8 @@ class ChunkRuntime {
   void ZeroGrads();
   // While paused (evaluation), accesses neither advance the moment nor enter the trace.
   void set_trace_paused(bool paused) { trace_paused_ = paused; }
+  // Records moves, moments and bytes into `timeline` (nullptr: stop). Not owned.
+  void set_timeline(ChunkTimeline* timeline) { timeline_ = timeline; }
 
   // Called by the post-accumulate-grad hook of parameter `index` (internal; public for
   // the hook object).
@@ -104,7 +107,8 @@ class ChunkRuntime {
   void Release(int index, TensorState to);
   void SetState(int index, TensorState to);
   void FetchToDevice(int chunk);
-  void Moment();
+  void Moment(const char* what, int block);
+  void MoveChunk(int chunk, Tier to);  // compute chunk, with timeline and counters
 
   std::vector<ManagedParam> params_;
   ChunkStore& store_;
@@ -117,6 +121,7 @@ class ChunkRuntime {
   std::vector<bool> has_grad_;                     // [param]
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   bool trace_paused_ = false;
+  ChunkTimeline* timeline_ = nullptr;
   AccessTrace trace_;
   LruPolicy lru_;
   std::unique_ptr<BeladyPolicy> belady_;

@@ -64,6 +64,10 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, RuntimeOptionsOf(c));
   s.adam = std::make_unique<optim::ChunkAdam>(*s.runtime, c.optimizer);
   s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
+  if (c.chunk.timeline_steps > 0) {
+    s.timeline = std::make_unique<chunkmem::ChunkTimeline>();
+    s.runtime->set_timeline(s.timeline.get());
+  }
   return s;
 }
 

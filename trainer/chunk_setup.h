@@ -10,6 +10,7 @@
 
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/runtime.h"
+#include "chunkmem/timeline.h"
 #include "models/gpt.h"
 #include "optim/chunk_adam.h"
 #include "trainer/chunk_hooks.h"
@@ -33,6 +34,7 @@ struct ChunkSetup {
   std::unique_ptr<chunkmem::ChunkRuntime> runtime;
   std::unique_ptr<optim::ChunkAdam> adam;
   std::unique_ptr<ChunkLayerHooks> hooks;
+  std::unique_ptr<chunkmem::ChunkTimeline> timeline;  // while chunk.timeline_steps are recorded
 };
 
 // Moves `model`'s parameters into chunks (the model keeps its modules; its parameter

@@ -318,6 +318,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
                                          "opt = Belady from the warm-up trace (LRU during warm-up); lru",
                                          {{"opt", chunkmem::EvictionPolicyKind::kOpt}, {"lru", chunkmem::EvictionPolicyKind::kLru}}),
       Int("chunk.warmup_steps", PS_ACCESS(chunk.warmup_steps), "optimizer steps traced before Belady decides", MinInt(1)),
+      Int("chunk.timeline_steps", PS_ACCESS(chunk.timeline_steps),
+          "first steps whose chunk moves go to <run.output_dir>/chunk_timeline.json (Chrome trace); 0 = off"),
       Bool("chunk.release_after_init", PS_ACCESS(chunk.release_after_init), "free init copies once chunks hold the data"),
       Bool("chunk.cpu_embedding", PS_ACCESS(chunk.cpu_embedding), "embeddings computed on the host in fp32"),
       Bool("chunk.async_mem_monitor", PS_ACCESS(chunk.async_mem_monitor), "sample device memory during warm-up"),

@@ -214,6 +214,13 @@ TrainResult Train(const Config& c) {
       grad_norm = chunks.adam->ClipGradNorm(max_norm);
       chunks.adam->Step(lr);
       chunks.runtime->EndIteration();
+      if (chunks.timeline && step + 1 == std::min(c.chunk.timeline_steps, c.train.max_steps)) {
+        const auto path = std::filesystem::path(c.run.output_dir) / "chunk_timeline.json";
+        chunks.timeline->WriteChromeTrace(path.string());
+        chunks.runtime->set_timeline(nullptr);
+        chunks.timeline.reset();
+        spdlog::info("chunk timeline of the first {} steps: {}", step + 1, path.string());
+      }
     }
     const double loss = loss_sum.item<double>();  // host sync: the step is done
     const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();

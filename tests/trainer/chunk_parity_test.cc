@@ -5,6 +5,7 @@
 // device chunk bytes stay within it; bf16 chunks track fp32 within a stated tolerance.
 #include <cmath>
 #include <fstream>
+#include <iterator>
 
 #include "tests/catch.h"
 #include "trainer/config_loader.h"
@@ -103,6 +104,13 @@ TEST_CASE("model data many times the device budget trains, within budget", "[chu
   CHECK(r.losses.back() < 0.6 * r.losses.front());
   CHECK(r.model_data_bytes >= 4 * r.device_budget_bytes);
   CHECK(r.peak_device_chunk_bytes <= r.device_budget_bytes);
+  // The first chunk.timeline_steps (default 2) steps are in a Chrome trace.
+  std::ifstream timeline(TempDir() + "/big/chunk_timeline.json");
+  REQUIRE(timeline.good());
+  const std::string text((std::istreambuf_iterator<char>(timeline)), std::istreambuf_iterator<char>());
+  CHECK(text.find("\"fetch chunk ") != std::string::npos);
+  CHECK(text.find("\"evict chunk ") != std::string::npos);
+  CHECK(text.find("\"backward 1\"") != std::string::npos);
 }
 
 TEST_CASE("a budget below one block's chunks fails with the parameters in use named", "[chunk]") {
