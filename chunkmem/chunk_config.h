@@ -17,6 +17,7 @@ struct ChunkConfig {
   int64_t host_budget_bytes = 0;    // chunk bytes allowed on the host; 0 = host_mem_ratio x RAM
   EvictionPolicyKind eviction = EvictionPolicyKind::kOpt;  // opt: Belady from the warm-up trace (LRU until then)
   int64_t warmup_steps = 1;         // optimizer steps traced before Belady decides
+  int64_t prefetch_depth = 1;       // moments ahead fetched from the trace after warm-up; 0 = off
   int64_t timeline_steps = 2;       // steps recorded into <output_dir>/chunk_timeline.json; 0 = off
   bool release_after_init = false;  // free the fp32 init copies once chunks hold the data
   bool cpu_embedding = false;       // embeddings on the host in fp32 (use_cpu_embedding)

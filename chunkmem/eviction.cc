@@ -35,6 +35,14 @@ int64_t AccessTrace::NextUse(int chunk_id, int moment) const {
   return total + m.front();
 }
 
+std::vector<int> AccessTrace::ChunksAt(int moment) const {
+  std::vector<int> out;
+  for (int c = 0; c < static_cast<int>(moments_.size()); ++c) {
+    if (std::binary_search(moments_[c].begin(), moments_[c].end(), moment)) out.push_back(c);
+  }
+  return out;
+}
+
 std::vector<int> BeladyPolicy::Choose(std::vector<EvictionCandidate> candidates, int64_t need_bytes,
                                       int moment) const {
   std::stable_sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {

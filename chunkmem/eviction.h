@@ -26,6 +26,8 @@ class AccessTrace {
   // never accessed gets 2 * total_moments + 1 (evicted first).
   int64_t NextUse(int chunk_id, int moment) const;
   bool empty() const { return moments_.empty(); }
+  // Chunks accessed at `moment` (0 <= moment < total_moments), ascending ids.
+  std::vector<int> ChunksAt(int moment) const;
 
  private:
   std::vector<std::vector<int>> moments_;  // [chunk] -> sorted moments
@@ -43,7 +45,9 @@ class EvictionPolicy {
 
 class BeladyPolicy final : public EvictionPolicy {
  public:
+  // Keeps a reference: the trace must outlive the policy (temporaries are refused).
   explicit BeladyPolicy(const AccessTrace& trace) : trace_(trace) {}
+  explicit BeladyPolicy(AccessTrace&&) = delete;
   std::vector<int> Choose(std::vector<EvictionCandidate> candidates, int64_t need_bytes,
                           int moment) const override;
 

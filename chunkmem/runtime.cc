@@ -62,6 +62,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     ids_.push_back(ids);
   }
   counts_.assign(layout_.num_chunks(), {});
+  prefetched_.assign(layout_.num_chunks(), false);
   states_.assign(params_.size(), TensorState::kFree);
   has_grad_.assign(params_.size(), false);
 
@@ -164,6 +165,10 @@ void ChunkRuntime::FetchToDevice(int chunk) {
 void ChunkRuntime::Access(int index) {
   if (states_[index] == TensorState::kCompute) return;  // re-entrant: a shared parameter
   const int chunk = layout_.placements()[index].chunk_id;
+  if (prefetched_[chunk]) {
+    prefetched_[chunk] = false;
+    if (store_.tier(chunk_id(ChunkKind::kCompute, chunk)) == Tier::kDevice) ++stats_.prefetch_hits;
+  }
   FetchToDevice(chunk);
   if (!trace_paused_ && stats_.iterations < options_.warmup_iterations) trace_.Record(chunk, std::max(moment_, 0));
   lru_.Touch(chunk, ++tick_);
@@ -180,6 +185,39 @@ void ChunkRuntime::Release(int index, TensorState to) {
 void ChunkRuntime::PreForward(int block) {
   Moment("forward", block);
   for (int i : params_of_block_.at(block)) Access(i);
+  Prefetch();
+}
+
+bool ChunkRuntime::MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit) {
+  if (store_.CanHold(Tier::kDevice, need)) return true;
+  std::vector<EvictionCandidate> candidates;
+  int64_t freeable = 0;
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    const int cid = chunk_id(ChunkKind::kCompute, c);
+    if (c == chunk || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0) continue;
+    if (trace_.NextUse(c, moment_) <= next_use_limit) continue;  // needed as soon or sooner
+    candidates.push_back({c, store_.chunk_bytes(cid)});
+    freeable += store_.chunk_bytes(cid);
+  }
+  const int64_t deficit = store_.BytesUsed(Tier::kDevice) + need - store_.Budget(Tier::kDevice);
+  if (freeable < deficit) return false;
+  for (int victim : belady_->Choose(candidates, deficit, moment_)) MoveChunk(victim, Tier::kHost);
+  return true;
+}
+
+void ChunkRuntime::Prefetch() {
+  if (!belady_ || trace_paused_ || options_.prefetch_depth <= 0) return;
+  const int total = trace_.total_moments();
+  for (int d = 1; d <= options_.prefetch_depth && d < total; ++d) {
+    for (int c : trace_.ChunksAt((moment_ + d) % total)) {
+      const int id = chunk_id(ChunkKind::kCompute, c);
+      if (store_.tier(id) == Tier::kDevice) continue;
+      if (!MakeRoomFor(c, store_.chunk_bytes(id), trace_.NextUse(c, moment_))) return;
+      MoveChunk(c, Tier::kDevice);
+      prefetched_[c] = true;
+      ++stats_.prefetches;
+    }
+  }
 }
 
 void ChunkRuntime::PostForward(int block) {
@@ -191,6 +229,7 @@ void ChunkRuntime::PostForward(int block) {
 void ChunkRuntime::PreBackward(int block) {
   Moment("backward", block);
   for (int i : params_of_block_.at(block)) Access(i);
+  Prefetch();
 }
 
 void ChunkRuntime::OnGradAccumulated(int index) {

@@ -44,13 +44,18 @@ struct RuntimeOptions {
   // bf16/fp16). Only safe with one backward per optimizer step and a compute dtype
   // other than fp32 (in fp32 the compute chunk is the master).
   bool grads_in_compute_chunks = false;
+  // After warm-up, bring the chunks of the next `prefetch_depth` moments to the device
+  // ahead of use (evicting only chunks needed later than them). 0 = off.
+  int64_t prefetch_depth = 1;
 };
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
 
 struct RuntimeStats {
   int64_t evictions = 0;        // compute chunks moved device -> host to make room
-  int64_t fetches = 0;          // compute chunks moved host -> device
+  int64_t fetches = 0;          // compute chunks moved host -> device (prefetches included)
+  int64_t prefetches = 0;       // fetches made ahead of use from the trace
+  int64_t prefetch_hits = 0;    // accesses that found their chunk already prefetched
   int64_t iterations = 0;
   int moments_per_iteration = 0;
 };
@@ -109,6 +114,8 @@ class ChunkRuntime {
   void FetchToDevice(int chunk);
   void Moment(const char* what, int block);
   void MoveChunk(int chunk, Tier to);  // compute chunk, with timeline and counters
+  void Prefetch();                     // the next moments' chunks, from the trace
+  bool MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit);
 
   std::vector<ManagedParam> params_;
   ChunkStore& store_;
@@ -122,6 +129,7 @@ class ChunkRuntime {
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   bool trace_paused_ = false;
   ChunkTimeline* timeline_ = nullptr;
+  std::vector<bool> prefetched_;                   // [chunk] fetched ahead and not used yet
   AccessTrace trace_;
   LruPolicy lru_;
   std::unique_ptr<BeladyPolicy> belady_;

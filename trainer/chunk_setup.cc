@@ -48,6 +48,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
                                                                             : chunkmem::EvictionKind::kLru;
   options.warmup_iterations = c.chunk.warmup_steps;
   options.grads_in_compute_chunks = GradsInComputeChunks(c);
+  options.prefetch_depth = c.chunk.prefetch_depth;
   return options;
 }
 

@@ -318,6 +318,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
                                          "opt = Belady from the warm-up trace (LRU during warm-up); lru",
                                          {{"opt", chunkmem::EvictionPolicyKind::kOpt}, {"lru", chunkmem::EvictionPolicyKind::kLru}}),
       Int("chunk.warmup_steps", PS_ACCESS(chunk.warmup_steps), "optimizer steps traced before Belady decides", MinInt(1)),
+      Int("chunk.prefetch_depth", PS_ACCESS(chunk.prefetch_depth),
+          "after warm-up, moments ahead whose chunks are fetched early (from the trace); 0 = off"),
       Int("chunk.timeline_steps", PS_ACCESS(chunk.timeline_steps),
           "first steps whose chunk moves go to <run.output_dir>/chunk_timeline.json (Chrome trace); 0 = off"),
       Bool("chunk.release_after_init", PS_ACCESS(chunk.release_after_init), "free init copies once chunks hold the data"),

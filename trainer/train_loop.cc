@@ -258,7 +258,9 @@ TrainResult Train(const Config& c) {
             .Add("h2d_bytes", ss.h2d_bytes)
             .Add("d2h_bytes", ss.d2h_bytes)
             .Add("evictions", rs.evictions)
-            .Add("fetches", rs.fetches);
+            .Add("fetches", rs.fetches)
+            .Add("prefetches", rs.prefetches)
+            .Add("prefetch_hits", rs.prefetch_hits);
         result.peak_device_chunk_bytes = std::max(result.peak_device_chunk_bytes, ss.peak_device_bytes);
         chunks.store->ResetPeaks();
       }
@@ -276,6 +278,7 @@ TrainResult Train(const Config& c) {
     result.peak_device_chunk_bytes = std::max(result.peak_device_chunk_bytes, chunks.store->stats().peak_device_bytes);
     result.device_budget_bytes = chunks.store->Budget(chunkmem::Tier::kDevice);
     result.evictions = chunks.runtime->stats().evictions;
+    result.prefetch_hits = chunks.runtime->stats().prefetch_hits;
     const auto& rt = *chunks.runtime;
     for (int chunk = 0; chunk < rt.layout().num_chunks(); ++chunk) {
       result.compute_chunk_bytes += chunks.store->chunk_bytes(rt.chunk_id(chunkmem::ChunkKind::kCompute, chunk));

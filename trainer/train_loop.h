@@ -23,6 +23,7 @@ struct TrainResult {
   int64_t compute_chunk_bytes = 0;      // all compute-dtype chunks (the kind that moves)
   int64_t model_data_bytes = 0;         // every chunk of every kind (params, grads, master, m, v)
   int64_t evictions = 0;
+  int64_t prefetch_hits = 0;
 };
 
 // Throws ConfigError for inconsistent settings, c10::Error for bad data files, and

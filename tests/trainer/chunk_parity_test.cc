@@ -77,7 +77,13 @@ TEST_CASE("fp32, device budget below 1/3 of the compute chunks: evicted every st
     CHECK(evicted.evictions >= 20 * 5);  // several per step
     CHECK(evicted.peak_device_chunk_bytes <= evicted.device_budget_bytes);
     CHECK(evicted.peak_device_chunk_bytes == 320000);
+    if (std::string(policy) == "opt") CHECK(evicted.prefetch_hits > 0);  // prefetch needs the trace
   }
+  // Prefetch off: same losses, no hits.
+  const TrainResult no_prefetch = Train(Chunked("evict_noprefetch", {"chunk.device_budget_bytes=320000",
+                                                                      "chunk.prefetch_depth=0"}));
+  CheckSameLosses(plain, no_prefetch);
+  CHECK(no_prefetch.prefetch_hits == 0);
 }
 
 TEST_CASE("activation checkpointing through evicting chunks: same losses as plain", "[chunk][parity][checkpoint]") {
