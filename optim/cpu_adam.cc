@@ -1,0 +1,141 @@
+#include "optim/cpu_adam.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "optim/cpu_adam_element.h"
+
+namespace ps::optim {
+
+AdamHyper AdamHyper::Make(double lr, double beta1, double beta2, double eps, double weight_decay, bool adamw,
+                          int64_t step, double grad_scale) {
+  if (step < 1) throw std::invalid_argument("AdamHyper::Make: step is 1-based, got " + std::to_string(step));
+  AdamHyper h;
+  h.grad_scale = static_cast<float>(grad_scale);
+  h.beta1 = static_cast<float>(beta1);
+  h.beta2 = static_cast<float>(beta2);
+  h.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  h.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  h.eps = static_cast<float>(eps);
+  h.decay_factor = adamw ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
+  h.l2 = adamw ? 0.0f : static_cast<float>(weight_decay);
+  const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+  h.step_size = static_cast<float>(lr / bias_correction1);
+  h.inv_sqrt_bias_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
+  return h;
+}
+
+bool CpuSupports(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar: return true;
+    case CpuIsa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case CpuIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+  }
+  return false;
+}
+
+CpuIsa BestCpuIsa() {
+  if (CpuSupports(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+  if (CpuSupports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+  return CpuIsa::kScalar;
+}
+
+CpuAdamKernels KernelsFor(CpuIsa isa) {
+  if (!CpuSupports(isa)) {
+    throw std::invalid_argument(std::string("CPU Adam: this CPU does not support the ") + ToString(isa) + " variant");
+  }
+  switch (isa) {
+    case CpuIsa::kScalar: return {isa, internal::AdamScalar, internal::SumSquaresScalar};
+    case CpuIsa::kAvx2: return {isa, internal::AdamAvx2, internal::SumSquaresAvx2};
+    case CpuIsa::kAvx512: return {isa, internal::AdamAvx512, internal::SumSquaresAvx512};
+  }
+  throw std::invalid_argument("CPU Adam: unknown variant");
+}
+
+const char* ToString(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+CpuIsa ParseCpuIsa(const char* name) {
+  const std::string n(name);
+  if (n == "auto") return BestCpuIsa();
+  if (n == "scalar") return CpuIsa::kScalar;
+  if (n == "avx2") return CpuIsa::kAvx2;
+  if (n == "avx512") return CpuIsa::kAvx512;
+  throw std::invalid_argument("CPU Adam variant '" + n + "': expected auto, scalar, avx2 or avx512");
+}
+
+namespace {
+
+int64_t ElemBytes(ElemType t) { return t == ElemType::kFp32 ? 4 : 2; }
+
+AdamSpan SubSpan(const AdamSpan& s, int64_t begin, int64_t end) {
+  AdamSpan out = s;
+  out.master = s.master + begin;
+  out.m = s.m + begin;
+  out.v = s.v + begin;
+  out.grad = static_cast<const char*>(s.grad) + begin * ElemBytes(s.grad_type);
+  if (s.param_out != nullptr) out.param_out = static_cast<char*>(s.param_out) + begin * ElemBytes(s.out_type);
+  out.numel = end - begin;
+  return out;
+}
+
+constexpr int64_t kBlockNumel = 64;
+
+}  // namespace
+
+void ParallelAdam(const CpuAdamKernels& kernels, const std::vector<AdamWork>& work, int threads) {
+  int64_t total = 0;
+  for (const auto& w : work) total += w.span.numel;
+  if (total == 0) return;
+  const int64_t max_threads = std::max<int64_t>(1, (total + kBlockNumel - 1) / kBlockNumel);
+  const int t_count = static_cast<int>(std::clamp<int64_t>(threads, 1, std::min<int64_t>(max_threads, 1024)));
+  if (t_count == 1) {
+    for (const auto& w : work) kernels.adam(w.span, w.hyper);
+    return;
+  }
+  // Thread t takes the elements [t * per, (t + 1) * per) of the concatenated work, each
+  // cut moved down to a whole 64-element block of its item.
+  const int64_t per = ((total + t_count - 1) / t_count + kBlockNumel - 1) / kBlockNumel * kBlockNumel;
+  auto run_range = [&](int64_t lo, int64_t hi) {
+    int64_t item_start = 0;
+    for (const auto& w : work) {
+      const int64_t item_end = item_start + w.span.numel;
+      const auto cut = [&](int64_t global) {
+        const int64_t local = std::clamp<int64_t>(global - item_start, 0, w.span.numel);
+        return local == w.span.numel ? local : local / kBlockNumel * kBlockNumel;
+      };
+      const int64_t b = cut(lo), e = cut(hi);
+      if (e > b) kernels.adam(SubSpan(w.span, b, e), w.hyper);
+      item_start = item_end;
+      if (item_start >= hi) break;
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(t_count - 1);
+  for (int t = 1; t < t_count; ++t) {
+    pool.emplace_back(run_range, std::min(total, t * per), t + 1 == t_count ? total : std::min(total, (t + 1) * per));
+  }
+  run_range(0, std::min(total, per));
+  for (auto& th : pool) th.join();
+}
+
+float HalfBitsToFloat(uint16_t bits) { return internal::ScalarHalfToFloat(bits); }
+uint16_t FloatToHalfBits(float value) { return internal::ScalarFloatToHalf(value); }
+float Bf16BitsToFloat(uint16_t bits) { return internal::ScalarBf16ToFloat(bits); }
+uint16_t FloatToBf16Bits(float value) { return internal::ScalarFloatToBf16(value); }
+
+}  // namespace ps::optim

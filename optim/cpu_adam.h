@@ -1,0 +1,93 @@
+// CPU Adam/AdamW over a span of a chunk: the kernels of the hybrid optimizer's host path.
+//
+// One call updates `numel` consecutive elements of the fp32 master, m and v, reading a
+// gradient in fp32, fp16 or bf16 and (optionally) writing the updated parameter in the
+// compute dtype in the same pass. The loss-scale division and the clipping factor are
+// folded into `grad_scale`; weight decay is per call (the caller splits a chunk at
+// parameter boundaries, which is how the no-decay mask for biases and norms is applied).
+//
+// Variants: a scalar reference (the spec, always compiled), AVX2+FMA+F16C and AVX-512,
+// chosen at run time by CPU features. All variants perform the same IEEE operations in
+// the same order (explicit fused multiply-adds, correctly rounded sqrt and division), so
+// their results are bitwise identical; tests/optim/cpu_adam_test.cc checks it. Kernels
+// are single-threaded; ParallelAdam splits work over threads in aligned ranges.
+// This header is free of intrinsic types; the variants live in their own translation
+// units compiled with their ISA flags.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ps::optim {
+
+enum class ElemType { kFp32, kFp16, kBf16 };
+enum class CpuIsa { kScalar, kAvx2, kAvx512 };
+
+// Hyper-parameters of one Adam step, precomputed by AdamHyper::Make.
+struct AdamHyper {
+  float grad_scale = 1.0f;    // gradient multiplier: clip_coef / loss_scale
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float one_minus_beta1 = 0.1f, one_minus_beta2 = 0.001f;
+  float eps = 1e-8f;
+  float decay_factor = 1.0f;  // AdamW: 1 - lr * weight_decay (multiplies the parameter)
+  float l2 = 0.0f;            // Adam: weight_decay added to the gradient as l2 * param
+  float step_size = 1e-3f;    // lr / (1 - beta1^step)
+  float inv_sqrt_bias_correction2 = 1.0f;  // 1 / sqrt(1 - beta2^step)
+
+  // `step` is 1-based (the count including this update). adamw selects decoupled decay.
+  static AdamHyper Make(double lr, double beta1, double beta2, double eps, double weight_decay,
+                        bool adamw, int64_t step, double grad_scale);
+};
+
+// One span of consecutive elements. `param_out` may be null (fp32 compute: the master
+// is the parameter); otherwise it is written in `out_type`. `grad` is read in
+// `grad_type`. Pointers need no alignment.
+struct AdamSpan {
+  float* master = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const void* grad = nullptr;
+  ElemType grad_type = ElemType::kFp32;
+  void* param_out = nullptr;
+  ElemType out_type = ElemType::kFp32;
+  int64_t numel = 0;
+};
+
+using AdamKernel = void (*)(const AdamSpan& span, const AdamHyper& hyper);
+// Sum of squares of `numel` gradient elements (as fp32 values) accumulated in double;
+// inf or NaN when any element is inf or NaN (the overflow check).
+using SumSquaresKernel = double (*)(const void* grad, ElemType type, int64_t numel);
+
+struct CpuAdamKernels {
+  CpuIsa isa = CpuIsa::kScalar;
+  AdamKernel adam = nullptr;
+  SumSquaresKernel sum_squares = nullptr;
+};
+
+// The best variant this CPU supports (AVX-512 > AVX2 > scalar).
+CpuIsa BestCpuIsa();
+bool CpuSupports(CpuIsa isa);
+// Kernels of `isa`; throws std::invalid_argument if this CPU does not support it.
+CpuAdamKernels KernelsFor(CpuIsa isa);
+const char* ToString(CpuIsa isa);
+// "auto" | "scalar" | "avx2" | "avx512"; "auto" = BestCpuIsa(). Throws on other names.
+CpuIsa ParseCpuIsa(const char* name);
+
+// One unit of work for ParallelAdam: a span and its hyper-parameters.
+struct AdamWork {
+  AdamSpan span;
+  AdamHyper hyper;
+};
+
+// Runs every work item with `kernels.adam`, split into pieces of whole 64-element blocks
+// over `threads` threads (<= 1: on the calling thread). Results do not depend on the
+// thread count (each element is updated by exactly one kernel call).
+void ParallelAdam(const CpuAdamKernels& kernels, const std::vector<AdamWork>& work, int threads);
+
+// Element conversions used by the kernels (round to nearest even; NaN stays NaN).
+float HalfBitsToFloat(uint16_t bits);
+uint16_t FloatToHalfBits(float value);
+float Bf16BitsToFloat(uint16_t bits);
+uint16_t FloatToBf16Bits(float value);
+
+}  // namespace ps::optim

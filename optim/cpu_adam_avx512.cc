@@ -1,0 +1,80 @@
+// AVX-512 (F, BW, VL, DQ) variant of the CPU Adam kernels (16 lanes; the tail uses the
+// scalar element code compiled with these flags). Only called after a CPU feature check.
+#include <immintrin.h>
+
+#include "optim/cpu_adam_element.h"
+
+namespace ps::optim::internal {
+namespace {
+
+inline __m512 Load16(const void* base, ElemType type, int64_t i) {
+  switch (type) {
+    case ElemType::kFp32: return _mm512_loadu_ps(static_cast<const float*>(base) + i);
+    case ElemType::kFp16:
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
+    case ElemType::kBf16: {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+    }
+  }
+  return _mm512_setzero_ps();
+}
+
+inline void Store16(void* base, ElemType type, int64_t i, __m512 x) {
+  switch (type) {
+    case ElemType::kFp32: _mm512_storeu_ps(static_cast<float*>(base) + i, x); return;
+    case ElemType::kFp16:
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i),
+                          _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      return;
+    case ElemType::kBf16: {
+      const __m512i bits = _mm512_castps_si512(x);
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
+      const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i), _mm512_cvtepi32_epi16(r));
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void AdamAvx512(const AdamSpan& s, const AdamHyper& h) {
+  const __m512 grad_scale = _mm512_set1_ps(h.grad_scale), decay = _mm512_set1_ps(h.decay_factor);
+  const __m512 l2 = _mm512_set1_ps(h.l2), beta1 = _mm512_set1_ps(h.beta1), beta2 = _mm512_set1_ps(h.beta2);
+  const __m512 omb1 = _mm512_set1_ps(h.one_minus_beta1), omb2 = _mm512_set1_ps(h.one_minus_beta2);
+  const __m512 eps = _mm512_set1_ps(h.eps), inv_bc2 = _mm512_set1_ps(h.inv_sqrt_bias_correction2);
+  const __m512 neg_step = _mm512_set1_ps(-h.step_size);
+  const int64_t vec_end = s.numel - s.numel % 16;
+  for (int64_t i = 0; i < vec_end; i += 16) {
+    __m512 g = _mm512_mul_ps(Load16(s.grad, s.grad_type, i), grad_scale);
+    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(s.master + i), decay);
+    g = _mm512_fmadd_ps(l2, p, g);
+    const __m512 m = _mm512_fmadd_ps(beta1, _mm512_loadu_ps(s.m + i), _mm512_mul_ps(omb1, g));
+    const __m512 v = _mm512_fmadd_ps(beta2, _mm512_loadu_ps(s.v + i), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+    const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(v), inv_bc2, eps);
+    p = _mm512_fmadd_ps(neg_step, _mm512_div_ps(m, denom), p);
+    _mm512_storeu_ps(s.m + i, m);
+    _mm512_storeu_ps(s.v + i, v);
+    _mm512_storeu_ps(s.master + i, p);
+    if (s.param_out != nullptr) Store16(s.param_out, s.out_type, i, p);
+  }
+  AdamElements(s, h, vec_end, s.numel);
+}
+
+double SumSquaresAvx512(const void* grad, ElemType type, int64_t numel) {
+  __m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
+  const int64_t vec_end = numel - numel % 16;
+  for (int64_t i = 0; i < vec_end; i += 16) {
+    const __m512 g = Load16(grad, type, i);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(g));
+    const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1)));
+    acc0 = _mm512_fmadd_pd(lo, lo, acc0);
+    acc1 = _mm512_fmadd_pd(hi, hi, acc1);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(acc0, acc1)) + SumSquaresElements(grad, type, vec_end, numel);
+}
+
+}  // namespace ps::optim::internal

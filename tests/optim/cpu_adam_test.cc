@@ -1,0 +1,281 @@
+// CPU Adam kernels: element conversions against c10's, every variant bitwise against the
+// scalar reference, and against torch::optim::AdamW / Adam over three steps, for sizes
+// {0, 1, 7, 15, 16, 17, 1000003}, each gradient dtype, loss scale and weight decay on and
+// off; the parallel driver; the sum-of-squares overflow check.
+//
+// Stated tolerances against LibTorch (the kernels fuse multiply-adds and multiply by
+// 1/sqrt(bias_correction2) where LibTorch divides): parameter |d| <= 1e-6 * |p| + 1e-9,
+// m |d| <= 1e-6 * max|m| (m cancels towards 0 across steps, so its error scales with
+// the operands, not the result), v |d| <= 1e-5 * |v| + 1e-15.
+#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "optim/cpu_adam.h"
+#include "tests/catch.h"
+
+namespace ps::optim {
+namespace {
+
+std::vector<CpuIsa> AvailableIsas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (CpuSupports(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+at::ScalarType ToScalarType(ElemType t) {
+  return t == ElemType::kFp32 ? at::kFloat : t == ElemType::kFp16 ? at::kHalf : at::kBFloat16;
+}
+
+float Bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST_CASE("fp16 and bf16 conversions agree with c10 (round to nearest even)", "[cpu_adam][convert]") {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float ours = HalfBitsToFloat(static_cast<uint16_t>(h));
+    const float theirs = static_cast<float>(c10::Half(static_cast<uint16_t>(h), c10::Half::from_bits()));
+    if (std::isnan(theirs)) {
+      REQUIRE(std::isnan(ours));
+    } else {
+      REQUIRE(std::memcmp(&ours, &theirs, 4) == 0);
+    }
+    const float b = Bf16BitsToFloat(static_cast<uint16_t>(h));
+    const float bt = static_cast<float>(c10::BFloat16(static_cast<uint16_t>(h), c10::BFloat16::from_bits()));
+    if (!std::isnan(bt)) REQUIRE(std::memcmp(&b, &bt, 4) == 0);
+  }
+  std::mt19937 rng(7);
+  std::vector<float> values = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.9802322e-08f, 5.96e-8f,
+                               6.1035156e-05f, 6.1e-05f, INFINITY, -INFINITY, 1e38f, -3.0e-41f, 0.1f};
+  for (int i = 0; i < 2000000; ++i) values.push_back(Bits(rng()));
+  for (float f : values) {
+    if (std::isnan(f)) {
+      CHECK(std::isnan(HalfBitsToFloat(FloatToHalfBits(f))));
+      CHECK(FloatToBf16Bits(f) == 0x7fc0);
+      continue;
+    }
+    REQUIRE(FloatToHalfBits(f) == c10::Half(f).x);
+    REQUIRE(FloatToBf16Bits(f) == c10::BFloat16(f).x);
+  }
+}
+
+TEST_CASE("AdamHyper precomputes DeepSpeed/LibTorch step constants", "[cpu_adam]") {
+  const AdamHyper h = AdamHyper::Make(1e-3, 0.9, 0.999, 1e-8, 0.1, /*adamw=*/true, 2, 0.5);
+  CHECK(h.decay_factor == static_cast<float>(1 - 1e-3 * 0.1));
+  CHECK(h.l2 == 0.0f);
+  CHECK(h.step_size == Approx(1e-3 / (1 - 0.81)));
+  CHECK(h.inv_sqrt_bias_correction2 == Approx(1 / std::sqrt(1 - 0.999 * 0.999)));
+  CHECK(h.grad_scale == 0.5f);
+  const AdamHyper l2 = AdamHyper::Make(1e-3, 0.9, 0.999, 1e-8, 0.1, /*adamw=*/false, 1, 1.0);
+  CHECK(l2.decay_factor == 1.0f);
+  CHECK(l2.l2 == 0.1f);
+  CHECK_THROWS_WITH(AdamHyper::Make(1e-3, 0.9, 0.999, 1e-8, 0, true, 0, 1), Catch::Contains("1-based"));
+  CHECK_THROWS_WITH(ParseCpuIsa("sse"), Catch::Contains("auto, scalar, avx2 or avx512"));
+}
+
+// Fixed inputs of one case: fp32 master, m, v and a gradient in `grad_type`, already
+// multiplied by the loss scale.
+struct Inputs {
+  at::Tensor master, m, v, grad;
+};
+
+Inputs MakeInputs(int64_t n, ElemType grad_type, double loss_scale, uint64_t seed) {
+  at::manual_seed(seed);
+  Inputs in;
+  // Magnitudes from 1e-6 to 1e5 so the parameter copy crosses fp16's subnormal and
+  // overflow ranges.
+  in.master = at::randn({n}) * at::pow(10.0, at::randint(-6, 6, {n}).to(at::kFloat));
+  in.m = at::randn({n}) * 1e-3;
+  in.v = at::rand({n}) * 1e-6;
+  in.grad = (at::randn({n}) * 1e-2 * loss_scale).to(ToScalarType(grad_type));
+  return in;
+}
+
+AdamSpan SpanOf(Inputs& in, ElemType grad_type, at::Tensor* out, ElemType out_type) {
+  AdamSpan s;
+  s.master = in.master.data_ptr<float>();
+  s.m = in.m.data_ptr<float>();
+  s.v = in.v.data_ptr<float>();
+  s.grad = in.grad.data_ptr();
+  s.grad_type = grad_type;
+  s.param_out = out != nullptr ? out->data_ptr() : nullptr;
+  s.out_type = out_type;
+  s.numel = in.master.numel();
+  return s;
+}
+
+bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b) {
+  return a.numel() == b.numel() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+TEST_CASE("every variant is bitwise equal to the scalar reference", "[cpu_adam][variants]") {
+  const auto reference = KernelsFor(CpuIsa::kScalar);
+  for (CpuIsa isa : AvailableIsas()) {
+    const auto kernels = KernelsFor(isa);
+    for (int64_t n : {0, 1, 7, 15, 16, 17, 1000003}) {
+      for (ElemType gt : {ElemType::kFp32, ElemType::kFp16, ElemType::kBf16}) {
+        for (ElemType ot : {ElemType::kFp16, ElemType::kBf16, ElemType::kFp32}) {
+          for (bool adamw : {true, false}) {
+            for (double wd : {0.0, 0.1}) {
+              const double loss_scale = wd == 0 ? 1.0 : 1024.0;
+              if (n == 1000003 && (adamw || ot != gt)) continue;  // the big size: one combination per dtype pair
+              CAPTURE(ToString(isa), n, static_cast<int>(gt), static_cast<int>(ot), adamw, wd);
+              Inputs a = MakeInputs(n, gt, loss_scale, 11);
+              Inputs b = MakeInputs(n, gt, loss_scale, 11);
+              at::Tensor out_a = at::empty({n}, ToScalarType(ot)), out_b = at::empty({n}, ToScalarType(ot));
+              const AdamHyper h = AdamHyper::Make(1e-3, 0.9, 0.95, 1e-8, wd, adamw, 3, 1.0 / loss_scale);
+              reference.adam(SpanOf(a, gt, &out_a, ot), h);
+              kernels.adam(SpanOf(b, gt, &out_b, ot), h);
+              REQUIRE(BitwiseEqual(a.master, b.master));
+              REQUIRE(BitwiseEqual(a.m, b.m));
+              REQUIRE(BitwiseEqual(a.v, b.v));
+              REQUIRE(BitwiseEqual(out_a, out_b));
+              REQUIRE(BitwiseEqual(out_b, b.master.to(ToScalarType(ot))));  // RNE copy, as LibTorch
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void CheckClose(const at::Tensor& ours, const at::Tensor& ref, double rtol, double atol, const char* what) {
+  const at::Tensor err = (ours - ref).abs() - (ref.abs() * rtol + atol);
+  const double worst = ours.numel() == 0 ? -1.0 : err.max().item<double>();
+  INFO(what << ": worst excess over tolerance " << worst);
+  CHECK(worst <= 0.0);
+}
+
+TEST_CASE("every variant matches torch::optim::AdamW and Adam over three steps", "[cpu_adam][torch]") {
+  const double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8;
+  for (CpuIsa isa : AvailableIsas()) {
+    const auto kernels = KernelsFor(isa);
+    for (int64_t n : {0, 1, 7, 15, 16, 17, 1000003}) {
+      for (ElemType gt : {ElemType::kFp32, ElemType::kFp16, ElemType::kBf16}) {
+        for (double loss_scale : {1.0, 4096.0}) {
+          for (double wd : {0.0, 0.1}) {
+            for (bool adamw : {true, false}) {
+              if (n == 1000003 && loss_scale != wd * 40960) continue;  // big size: scale and decay together
+              CAPTURE(ToString(isa), n, static_cast<int>(gt), loss_scale, wd, adamw);
+              at::manual_seed(5);
+              at::Tensor master = at::randn({n});
+              at::Tensor m = at::zeros({n}), v = at::zeros({n});
+              at::Tensor p = master.clone().requires_grad_(true);
+              std::unique_ptr<torch::optim::Optimizer> opt;
+              if (adamw) {
+                opt = std::make_unique<torch::optim::AdamW>(
+                    std::vector<at::Tensor>{p}, torch::optim::AdamWOptions(lr).betas({b1, b2}).eps(eps).weight_decay(wd));
+              } else {
+                opt = std::make_unique<torch::optim::Adam>(
+                    std::vector<at::Tensor>{p}, torch::optim::AdamOptions(lr).betas({b1, b2}).eps(eps).weight_decay(wd));
+              }
+              for (int64_t step = 1; step <= 3; ++step) {
+                const at::Tensor grad = (at::randn({n}) * 1e-2 * loss_scale).to(ToScalarType(gt)).contiguous();
+                AdamSpan s;
+                s.master = master.data_ptr<float>();
+                s.m = m.data_ptr<float>();
+                s.v = v.data_ptr<float>();
+                s.grad = grad.data_ptr();
+                s.grad_type = gt;
+                s.numel = n;
+                kernels.adam(s, AdamHyper::Make(lr, b1, b2, eps, wd, adamw, step, 1.0 / loss_scale));
+                p.mutable_grad() = grad.to(at::kFloat) * (1.0 / loss_scale);
+                opt->step();
+              }
+              if (n == 0) continue;
+              auto& state = *opt->state().at(p.unsafeGetTensorImpl());
+              const at::Tensor ref_m = adamw ? static_cast<torch::optim::AdamWParamState&>(state).exp_avg()
+                                             : static_cast<torch::optim::AdamParamState&>(state).exp_avg();
+              const at::Tensor ref_v = adamw ? static_cast<torch::optim::AdamWParamState&>(state).exp_avg_sq()
+                                             : static_cast<torch::optim::AdamParamState&>(state).exp_avg_sq();
+              CheckClose(master, p.detach(), 1e-6, 1e-9, "param");
+              CheckClose(m, ref_m, 0.0, 1e-6 * ref_m.abs().max().item<double>(), "m");
+              CheckClose(v, ref_v, 1e-5, 1e-15, "v");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ParallelAdam covers every element once; results independent of threads", "[cpu_adam][parallel]") {
+  const auto kernels = KernelsFor(BestCpuIsa());
+  const std::vector<int64_t> sizes = {1000, 17, 0, 70001, 64, 3};
+  auto run = [&](int threads) {
+    std::vector<Inputs> inputs;
+    std::vector<at::Tensor> outs;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      inputs.push_back(MakeInputs(sizes[i], ElemType::kBf16, 1.0, 100 + i));
+      outs.push_back(at::full({sizes[i]}, -1.0, at::kBFloat16));
+    }
+    std::vector<AdamWork> work;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const double wd = i % 2 == 0 ? 0.1 : 0.0;  // the per-parameter decay mask
+      work.push_back({SpanOf(inputs[i], ElemType::kBf16, &outs[i], ElemType::kBf16),
+                      AdamHyper::Make(1e-3, 0.9, 0.95, 1e-8, wd, true, 1, 1.0)});
+    }
+    ParallelAdam(kernels, work, threads);
+    std::vector<at::Tensor> flat;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      flat.push_back(inputs[i].master);
+      flat.push_back(inputs[i].m);
+      flat.push_back(outs[i].to(at::kFloat));
+    }
+    return at::cat(flat);
+  };
+  const at::Tensor one = run(1);
+  for (int threads : {2, 3, 7, 64}) {
+    CAPTURE(threads);
+    CHECK(BitwiseEqual(run(threads), one));
+  }
+  // A kernel run twice on an element would move m twice: compare against sequential calls.
+  std::vector<Inputs> seq;
+  for (size_t i = 0; i < sizes.size(); ++i) seq.push_back(MakeInputs(sizes[i], ElemType::kBf16, 1.0, 100 + i));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    kernels.adam(SpanOf(seq[i], ElemType::kBf16, nullptr, ElemType::kBf16),
+                 AdamHyper::Make(1e-3, 0.9, 0.95, 1e-8, i % 2 == 0 ? 0.1 : 0.0, true, 1, 1.0));
+  }
+  int64_t offset = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    CHECK(BitwiseEqual(one.narrow(0, offset, sizes[i]).contiguous(), seq[i].master));
+    offset += 3 * sizes[i];
+  }
+}
+
+TEST_CASE("sum of squares: exact in double, and inf/NaN flag overflow", "[cpu_adam][overflow]") {
+  for (CpuIsa isa : AvailableIsas()) {
+    const auto kernels = KernelsFor(isa);
+    for (ElemType gt : {ElemType::kFp32, ElemType::kFp16, ElemType::kBf16}) {
+      for (int64_t n : {0, 1, 17, 100003}) {
+        CAPTURE(ToString(isa), static_cast<int>(gt), n);
+        at::manual_seed(3);
+        at::Tensor g = at::randn({n}).to(ToScalarType(gt));
+        const double expected = n == 0 ? 0.0 : g.to(at::kDouble).pow(2).sum().item<double>();
+        CHECK(kernels.sum_squares(g.data_ptr(), gt, n) == Approx(expected).epsilon(1e-12));
+        if (n == 0) continue;
+        for (float bad : {INFINITY, -INFINITY, NAN}) {
+          at::Tensor h = g.clone();
+          h[n / 2] = bad;
+          CHECK_FALSE(std::isfinite(kernels.sum_squares(h.data_ptr(), gt, n)));
+        }
+      }
+    }
+    // A large but finite fp32 gradient is not an overflow (squares accumulate in double).
+    const float big[2] = {3e30f, -3e30f};
+    CHECK(std::isfinite(kernels.sum_squares(big, ElemType::kFp32, 2)));
+  }
+}
+
+}  // namespace
+}  // namespace ps::optim
