@@ -269,6 +269,49 @@ void ChunkRuntime::EndIteration() {
   moment_ = -1;
 }
 
+void ChunkRuntime::PlaceComputeChunk(int chunk, Tier tier) {
+  TORCH_CHECK(ComputeCount(chunk) == 0, "chunkmem: chunk ", chunk, " has parameters in use; it cannot move now");
+  const Tier now = store_.tier(chunk_id(ChunkKind::kCompute, chunk));
+  if (now == tier) return;
+  if (tier == Tier::kDevice) {
+    FetchToDevice(chunk);
+  } else {
+    MoveChunk(chunk, Tier::kHost);
+  }
+}
+
+bool ChunkRuntime::FreeDeviceBytes(int64_t bytes) {
+  if (store_.CanHold(Tier::kDevice, bytes)) return true;
+  std::vector<EvictionCandidate> candidates;
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    const int cid = chunk_id(ChunkKind::kCompute, c);
+    if (store_.tier(cid) == Tier::kDevice && ComputeCount(c) == 0) candidates.push_back({c, store_.chunk_bytes(cid)});
+  }
+  const int64_t deficit = store_.BytesUsed(Tier::kDevice) + bytes - store_.Budget(Tier::kDevice);
+  const EvictionPolicy& policy =
+      belady_ ? static_cast<const EvictionPolicy&>(*belady_) : static_cast<const EvictionPolicy&>(lru_);
+  for (int victim : policy.Choose(candidates, deficit, std::max(moment_, 0))) MoveChunk(victim, Tier::kHost);
+  return store_.CanHold(Tier::kDevice, bytes);
+}
+
+int64_t ChunkRuntime::PeakWorkingSetBytes() const {
+  const int total = trace_.total_moments();
+  int64_t peak = 0;
+  for (int t = 0; t < total; ++t) {
+    std::vector<bool> seen(layout_.num_chunks(), false);
+    int64_t bytes = 0;
+    for (int d = 0; d <= std::max<int64_t>(0, options_.prefetch_depth) && d < total; ++d) {
+      for (int c : trace_.ChunksAt((t + d) % total)) {
+        if (seen[c]) continue;
+        seen[c] = true;
+        bytes += store_.chunk_bytes(chunk_id(ChunkKind::kCompute, c));
+      }
+    }
+    peak = std::max(peak, bytes);
+  }
+  return peak;
+}
+
 void ChunkRuntime::ZeroGrads() {
   if (!options_.grads_in_compute_chunks) {  // reused slots are overwritten, not accumulated
     for (int c = 0; c < layout_.num_chunks(); ++c) store_.payload(chunk_id(ChunkKind::kGrad, c)).zero_();

@@ -81,6 +81,20 @@ class ChunkRuntime {
   void EndIteration();
   // Zeroes the fp32 gradient chunks (start of an optimizer step).
   void ZeroGrads();
+
+  // For the optimizer, between AfterBackward and EndIteration (no parameter in
+  // kCompute): moves compute chunk `chunk` to `tier` (to the device: evicting as for an
+  // access). No-op when it is there already.
+  void PlaceComputeChunk(int chunk, Tier tier);
+  // Evicts compute chunks not in use (by the eviction policy) until the device tier can
+  // take `bytes` more. Returns false if it cannot.
+  bool FreeDeviceBytes(int64_t bytes);
+  // True once the warm-up iterations are traced (the trace below is complete).
+  bool warmed_up() const { return stats_.iterations >= options_.warmup_iterations; }
+  // From the warm-up trace: the most compute-chunk bytes that must be on the device
+  // together (the chunks of one moment plus those of the next prefetch_depth moments).
+  // What is left of the device budget is the margin for optimizer-state chunks.
+  int64_t PeakWorkingSetBytes() const;
   // While paused (evaluation), accesses neither advance the moment nor enter the trace.
   void set_trace_paused(bool paused) { trace_paused_ = paused; }
   // Records moves, moments and bytes into `timeline` (nullptr: stop). Not owned.

@@ -9,7 +9,9 @@ LrSchedule::LrSchedule(double peak_lr, const LrScheduleConfig& config, int64_t m
     : peak_lr_(peak_lr),
       config_(config),
       decay_steps_(config.decay_steps > 0 ? config.decay_steps
-                                          : std::max<int64_t>(1, max_steps - config.warmup_steps)) {}
+                   : config.type == ScheduleType::kWsd ? std::max<int64_t>(1, max_steps / 10)
+                                                       : std::max<int64_t>(1, max_steps - config.warmup_steps)),
+      max_steps_(max_steps) {}
 
 double LrSchedule::LrAt(int64_t step) const {
   if (step < config_.warmup_steps) {
@@ -23,6 +25,12 @@ double LrSchedule::LrAt(int64_t step) const {
       return peak_lr_;
     case ScheduleType::kLinear:
       return peak_lr_ + (min_lr - peak_lr_) * progress;
+    case ScheduleType::kWsd: {
+      const int64_t decay_start = std::max(config_.warmup_steps, max_steps_ - decay_steps_);
+      if (step < decay_start) return peak_lr_;
+      const double t = std::min(1.0, static_cast<double>(step - decay_start + 1) / decay_steps_);
+      return peak_lr_ + (min_lr - peak_lr_) * t;
+    }
     case ScheduleType::kCosine:
       return min_lr + 0.5 * (peak_lr_ - min_lr) * (1.0 + std::cos(M_PI * progress));
   }

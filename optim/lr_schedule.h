@@ -1,6 +1,7 @@
 // LR schedule: a pure function of the optimizer step. Warm-up ramps linearly from
 // lr/warmup to lr (step 0 gets lr/warmup_steps, never 0), then constant, linear or
-// cosine decay to min_lr over decay_steps, then min_lr.
+// cosine decay to min_lr over decay_steps, then min_lr. WSD (warmup-stable-decay) holds
+// lr after warm-up and decays linearly to min_lr over the last decay_steps of max_steps.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@ class LrSchedule {
   double peak_lr_;
   LrScheduleConfig config_;
   int64_t decay_steps_;
+  int64_t max_steps_;
 };
 
 }  // namespace ps::optim

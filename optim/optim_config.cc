@@ -15,6 +15,7 @@ const char* ToString(ScheduleType t) {
     case ScheduleType::kConstant: return "constant";
     case ScheduleType::kLinear: return "linear";
     case ScheduleType::kCosine: return "cosine";
+    case ScheduleType::kWsd: return "wsd";
   }
   return "?";
 }

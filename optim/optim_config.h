@@ -9,8 +9,11 @@
 namespace ps::optim {
 
 enum class OptimizerType { kAdam, kAdamW };  // kAdam: L2 in the gradient; kAdamW: decoupled
-enum class ScheduleType { kConstant, kLinear, kCosine };
+// kWsd: warmup-stable-decay (constant at lr, then a linear decay over the last decay_steps).
+enum class ScheduleType { kConstant, kLinear, kCosine, kWsd };
 enum class Dtype { kFp32, kFp16, kBf16 };
+// Which CPU Adam kernel variant runs (auto: the best this CPU supports).
+enum class CpuAdamChoice { kAuto, kScalar, kAvx2, kAvx512 };
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
@@ -19,12 +22,14 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;      // matrices only: never biases or norm weights
   bool hybrid_adam = true;        // PatrickStar use_hybrid_adam: GPU Adam for resident chunks
+  CpuAdamChoice cpu_adam = CpuAdamChoice::kAuto;  // CPU kernel variant (forced for tests/benchmarks)
 };
 
 struct LrScheduleConfig {
   ScheduleType type = ScheduleType::kCosine;
   int64_t warmup_steps = 0;       // linear ramp from 0 to lr over these steps
   int64_t decay_steps = 0;        // steps of decay after warm-up; 0 = until train.max_steps
+                                  // (wsd: length of the final decay; 0 = the last 10% of steps)
   double min_lr = 0.0;            // floor reached at the end of decay
 };
 

@@ -1,5 +1,8 @@
 #include "trainer/chunk_setup.h"
 
+#include <algorithm>
+#include <thread>
+
 #include <unistd.h>
 
 #include "chunkmem/memory_plan.h"
@@ -40,10 +43,17 @@ bool GradsInComputeChunks(const Config& c) {
   return c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, /*world_size=*/1) == 1;
 }
 
+int CpuThreads(const Config& c) {
+  return c.run.threads > 0 ? static_cast<int>(c.run.threads)
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
   chunkmem::RuntimeOptions options;
   options.chunk_numel = c.chunk.size_elements;
-  options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16   ? at::kBFloat16
+                          : c.precision.dtype == optim::Dtype::kFp16 ? at::kHalf
+                                                                     : at::kFloat;
   options.eviction = c.chunk.eviction == chunkmem::EvictionPolicyKind::kOpt ? chunkmem::EvictionKind::kOpt
                                                                             : chunkmem::EvictionKind::kLru;
   options.warmup_iterations = c.chunk.warmup_steps;
@@ -63,7 +73,21 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   std::vector<chunkmem::ManagedParam> params;
   for (const auto& p : model->BlockParameters()) params.push_back({p.name, p.tensor, p.used_by_blocks});
   s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, RuntimeOptionsOf(c));
-  s.adam = std::make_unique<optim::ChunkAdam>(*s.runtime, c.optimizer);
+  optim::HybridAdamOptions adam;
+  adam.optimizer = c.optimizer;
+  adam.cpu_threads = CpuThreads(c);
+  switch (c.optimizer.cpu_adam) {
+    case optim::CpuAdamChoice::kAuto: adam.cpu_isa = optim::BestCpuIsa(); break;
+    case optim::CpuAdamChoice::kScalar: adam.cpu_isa = optim::CpuIsa::kScalar; break;
+    case optim::CpuAdamChoice::kAvx2: adam.cpu_isa = optim::CpuIsa::kAvx2; break;
+    case optim::CpuAdamChoice::kAvx512: adam.cpu_isa = optim::CpuIsa::kAvx512; break;
+  }
+  if (!optim::CpuSupports(adam.cpu_isa)) {
+    throw ConfigError(std::string("optimizer.cpu_adam: this CPU does not support the ") + optim::ToString(adam.cpu_isa) +
+                      " variant (use auto)");
+  }
+  s.adam = std::make_unique<optim::HybridAdam>(*s.runtime, adam);
+  s.scaler = std::make_unique<optim::LossScaler>(c.precision);
   s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
   if (c.chunk.timeline_steps > 0) {
     s.timeline = std::make_unique<chunkmem::ChunkTimeline>();

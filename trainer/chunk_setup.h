@@ -1,5 +1,5 @@
 // ChunkSetup: the chunk memory manager of one run (store, runtime, chunk Adam, model
-// hooks), built from the config; and the memory plan of a config (`ps_train --plan`).
+// hooks, loss scaler), built from the config; and the memory plan of a config (`ps_train --plan`).
 // Both resolve the tier budgets the same way (ResolveChunkBudgets).
 #pragma once
 
@@ -12,7 +12,8 @@
 #include "chunkmem/runtime.h"
 #include "chunkmem/timeline.h"
 #include "models/gpt.h"
-#include "optim/chunk_adam.h"
+#include "optim/hybrid_adam.h"
+#include "optim/loss_scaler.h"
 #include "trainer/chunk_hooks.h"
 #include "trainer/config.h"
 
@@ -32,7 +33,8 @@ ChunkBudgets ResolveChunkBudgets(const Config& config, at::Device device);
 struct ChunkSetup {
   std::unique_ptr<chunkmem::ChunkStore> store;
   std::unique_ptr<chunkmem::ChunkRuntime> runtime;
-  std::unique_ptr<optim::ChunkAdam> adam;
+  std::unique_ptr<optim::HybridAdam> adam;
+  std::unique_ptr<optim::LossScaler> scaler;
   std::unique_ptr<ChunkLayerHooks> hooks;
   std::unique_ptr<chunkmem::ChunkTimeline> timeline;  // while chunk.timeline_steps are recorded
 };

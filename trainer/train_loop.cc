@@ -115,9 +115,9 @@ double Evaluate(models::Gpt& model, const data::TokenSource& source, const Confi
 }  // namespace
 
 TrainResult Train(const Config& c) {
-  if (c.precision.dtype == optim::Dtype::kFp16) {
-    throw ConfigError("precision.dtype: fp16 needs the dynamic loss scaler of the chunk optimizer, "
-                      "not part of this build yet; use bf16 or fp32");
+  if (c.precision.dtype == optim::Dtype::kFp16 && !c.chunk.enabled) {
+    throw ConfigError("precision.dtype: fp16 needs chunk.enabled: true (the chunk optimizer owns the loss scaler); "
+                      "use bf16 or fp32 without chunks");
   }
   const int64_t accum = GradAccumSteps(c.train, /*world_size=*/1);
   const int threads = c.run.threads > 0 ? static_cast<int>(c.run.threads)
@@ -158,6 +158,10 @@ TrainResult Train(const Config& c) {
   if (c.chunk.enabled) {
     chunks = MakeChunkSetup(model, c, device);
     spdlog::info("chunks: {}", chunks.runtime->layout().Summary());
+    spdlog::info("optimizer: hybrid {} (device chunks after warm-up: {}), CPU kernels: {}, loss scale: {}",
+                 optim::ToString(c.optimizer.type), c.optimizer.hybrid_adam ? "by margin" : "none (all on the CPU)",
+                 optim::ToString(chunks.adam->cpu_isa()),
+                 chunks.scaler->enabled() ? std::to_string(chunks.scaler->scale()) : std::string("none"));
   } else {
     optimizer = MakeOptimizer(model, c.optimizer);
   }
@@ -201,19 +205,32 @@ TrainResult Train(const Config& c) {
         AutocastScope autocast(device, chunks.runtime ? optim::Dtype::kFp32 : c.precision.dtype);
         loss = model->Loss(x, y, chunks.hooks.get()) / static_cast<double>(accum);
       }
-      loss.backward();
+      if (chunks.scaler && chunks.scaler->enabled()) {
+        (loss * chunks.scaler->scale()).backward();  // fp16: the optimizer divides it out
+      } else {
+        loss.backward();
+      }
       if (chunks.runtime) chunks.runtime->AfterBackward();
       loss_sum += loss.detach();
     }
     const double max_norm = c.train.grad_clip > 0 ? c.train.grad_clip : std::numeric_limits<double>::infinity();
     double grad_norm = 0.0;
+    optim::StepReport adam_report;
     if (optimizer) {
       grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
       optimizer->step();
     } else {
-      grad_norm = chunks.adam->ClipGradNorm(max_norm);
-      chunks.adam->Step(lr);
+      adam_report = chunks.adam->Step(lr, max_norm, *chunks.scaler);
+      grad_norm = adam_report.grad_norm;
       chunks.runtime->EndIteration();
+      if (adam_report.skipped) {
+        if (!chunks.scaler->enabled()) {
+          throw std::runtime_error("gradient norm became " + std::to_string(grad_norm) + " at step " +
+                                   std::to_string(step + 1) + " (lower optimizer.lr or set train.grad_clip)");
+        }
+        spdlog::warn("step {}: gradient overflow at loss scale {}; step skipped, scale now {}", step + 1,
+                     adam_report.loss_scale, chunks.scaler->scale());
+      }
       if (chunks.timeline && step + 1 == std::min(c.chunk.timeline_steps, c.train.max_steps)) {
         const auto path = std::filesystem::path(c.run.output_dir) / "chunk_timeline.json";
         chunks.timeline->WriteChromeTrace(path.string());
@@ -229,6 +246,11 @@ TrainResult Train(const Config& c) {
                                " (lower optimizer.lr or set train.grad_clip)");
     }
     result.losses.push_back(loss);
+    if (chunks.runtime) {
+      result.loss_scales.push_back(adam_report.loss_scale);
+      result.adam_device_chunks = adam_report.device_chunks;
+      result.adam_host_chunks = adam_report.host_chunks;
+    }
     result.lrs.push_back(lr);
     if (step > 0 || c.train.max_steps == 1) {
       timed_s += step_s;
@@ -260,7 +282,13 @@ TrainResult Train(const Config& c) {
             .Add("evictions", rs.evictions)
             .Add("fetches", rs.fetches)
             .Add("prefetches", rs.prefetches)
-            .Add("prefetch_hits", rs.prefetch_hits);
+            .Add("prefetch_hits", rs.prefetch_hits)
+            .Add("loss_scale", adam_report.loss_scale)
+            .Add("skipped_steps", chunks.scaler->state().overflows)
+            .Add("adam_device_chunks", static_cast<int64_t>(adam_report.device_chunks))
+            .Add("adam_host_chunks", static_cast<int64_t>(adam_report.host_chunks))
+            .Add("adam_host_ms", adam_report.host_ms)
+            .Add("adam_device_ms", adam_report.device_ms);
         result.peak_device_chunk_bytes = std::max(result.peak_device_chunk_bytes, ss.peak_device_bytes);
         chunks.store->ResetPeaks();
       }
@@ -279,6 +307,7 @@ TrainResult Train(const Config& c) {
     result.device_budget_bytes = chunks.store->Budget(chunkmem::Tier::kDevice);
     result.evictions = chunks.runtime->stats().evictions;
     result.prefetch_hits = chunks.runtime->stats().prefetch_hits;
+    result.skipped_steps = chunks.scaler->state().overflows;
     const auto& rt = *chunks.runtime;
     for (int chunk = 0; chunk < rt.layout().num_chunks(); ++chunk) {
       result.compute_chunk_bytes += chunks.store->chunk_bytes(rt.chunk_id(chunkmem::ChunkKind::kCompute, chunk));

@@ -24,6 +24,10 @@ struct TrainResult {
   int64_t model_data_bytes = 0;         // every chunk of every kind (params, grads, master, m, v)
   int64_t evictions = 0;
   int64_t prefetch_hits = 0;
+  int64_t skipped_steps = 0;            // fp16 overflows
+  std::vector<double> loss_scales;      // the loss scale of every step (1 without fp16)
+  int adam_device_chunks = 0;           // chunks updated on the device at the last step
+  int adam_host_chunks = 0;             // chunks updated by the CPU kernels at the last step
 };
 
 // Throws ConfigError for inconsistent settings, c10::Error for bad data files, and

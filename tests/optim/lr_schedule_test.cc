@@ -41,5 +41,19 @@ TEST_CASE("linear decays evenly; decay_steps 0 means until max_steps", "[lr]") {
   for (int64_t i = 1; i < 100; ++i) CHECK(s.LrAt(i) < s.LrAt(i - 1));
 }
 
+TEST_CASE("wsd: warm-up, stable at lr, linear decay over the last decay_steps", "[lr]") {
+  auto s = Make(ScheduleType::kWsd, 5, 20, 0.1, 100);
+  CHECK(s.LrAt(0) == Approx(0.2));
+  CHECK(s.LrAt(5) == Approx(1.0));
+  CHECK(s.LrAt(79) == Approx(1.0));
+  CHECK(s.LrAt(80) == Approx(1.0 - 0.9 / 20));
+  CHECK(s.LrAt(89) == Approx(1.0 - 0.9 * 10 / 20));
+  CHECK(s.LrAt(99) == Approx(0.1));  // the last step reaches min_lr
+  auto d = Make(ScheduleType::kWsd, 0, 0, 0.0, 100);  // default decay: the last 10%
+  CHECK(d.LrAt(89) == Approx(1.0));
+  CHECK(d.LrAt(90) == Approx(0.9));
+  CHECK(d.LrAt(99) == Approx(0.0).margin(1e-12));
+}
+
 }  // namespace
 }  // namespace ps::optim

@@ -1,0 +1,213 @@
+#include "optim/hybrid_adam.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+namespace ps::optim {
+
+using chunkmem::ChunkKind;
+using chunkmem::Tier;
+
+namespace {
+
+ElemType ElemOf(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ElemType::kFp32;
+    case at::kHalf: return ElemType::kFp16;
+    case at::kBFloat16: return ElemType::kBf16;
+    default: TORCH_CHECK(false, "HybridAdam: unsupported chunk dtype ", t);
+  }
+}
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions& options)
+    : runtime_(runtime), options_(options), kernels_(KernelsFor(options.cpu_isa)) {
+  for (int i = 0; i < static_cast<int>(runtime.params().size()); ++i) {
+    decay_.push_back(runtime.View(ChunkKind::kMaster, i).dim() >= 2);
+  }
+  steps_.assign(decay_.size(), 0);
+  device_steps_.resize(decay_.size());
+  on_device_.assign(runtime.layout().num_chunks(), false);
+}
+
+void HybridAdam::DecidePlacement() {
+  placed_ = true;
+  if (!options_.optimizer.hybrid_adam) return;
+  auto& store = runtime_.store();
+  const double margin = static_cast<double>(store.Budget(Tier::kDevice) - runtime_.PeakWorkingSetBytes());
+  if (margin <= 0) return;
+  double allowed = margin * options_.margin_use_ratio;
+  const int n = runtime_.layout().num_chunks();
+  std::vector<int> order;  // resident compute chunks first: their gradients are already there
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int c = 0; c < n; ++c) {
+      const bool resident = store.tier(runtime_.chunk_id(ChunkKind::kCompute, c)) == Tier::kDevice;
+      if (resident == (pass == 0)) order.push_back(c);
+    }
+  }
+  for (int c : order) {
+    std::vector<int> ids;
+    for (ChunkKind kind : {ChunkKind::kMaster, ChunkKind::kAdamM, ChunkKind::kAdamV}) {
+      const int id = runtime_.chunk_id(kind, c);
+      if (id != runtime_.chunk_id(ChunkKind::kCompute, c)) ids.push_back(id);  // fp32: master = compute
+    }
+    int64_t bytes = 0;
+    for (int id : ids) bytes += store.chunk_bytes(id);
+    if (static_cast<double>(bytes) > allowed) continue;
+    if (!runtime_.FreeDeviceBytes(bytes)) continue;
+    for (int id : ids) store.Move(id, Tier::kDevice);
+    allowed -= static_cast<double>(bytes);
+    on_device_[c] = true;
+    device_chunks_.push_back(c);
+  }
+  std::sort(device_chunks_.begin(), device_chunks_.end());
+}
+
+double HybridAdam::SumSquares() {
+  double host_sum = 0.0;
+  at::Tensor device_sum;
+  for (int i = 0; i < static_cast<int>(decay_.size()); ++i) {
+    if (!runtime_.has_grad(i)) continue;
+    const at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
+    if (grad.is_cpu()) {
+      host_sum += kernels_.sum_squares(grad.data_ptr(), ElemOf(grad.scalar_type()), grad.numel());
+    } else {
+      const at::Tensor s = grad.to(at::kDouble).square().sum();
+      device_sum = device_sum.defined() ? device_sum + s : s;
+    }
+  }
+  return host_sum + (device_sum.defined() ? device_sum.item<double>() : 0.0);  // the one host sync
+}
+
+void HybridAdam::RestoreComputeFromMaster() {
+  if (!runtime_.grads_in_compute_chunks()) return;  // the compute slots still hold the parameters
+  auto& store = runtime_.store();
+  for (int c = 0; c < runtime_.layout().num_chunks(); ++c) {
+    store.payload(runtime_.chunk_id(ChunkKind::kCompute, c)).copy_(store.payload(runtime_.chunk_id(ChunkKind::kMaster, c)));
+  }
+}
+
+void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale) {
+  const auto& c = options_.optimizer;
+  const bool adamw = c.type == OptimizerType::kAdamW;
+  const bool separate_master = runtime_.compute_dtype() != at::kFloat;
+  auto& store = runtime_.store();
+  std::vector<AdamWork> work;
+  for (int chunk : chunks) {
+    // The CPU kernels need the compute chunk (gradients, or the master in fp32, or the
+    // parameter copy) in host memory; a simulated device tier already is.
+    if (!store.payload(runtime_.chunk_id(ChunkKind::kCompute, chunk)).is_cpu()) {
+      runtime_.PlaceComputeChunk(chunk, Tier::kHost);
+    }
+    for (int i : runtime_.layout().chunks()[chunk].param_indices) {
+      if (!runtime_.has_grad(i)) continue;
+      const at::Tensor master = runtime_.View(ChunkKind::kMaster, i);
+      const at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
+      AdamWork w;
+      w.span.master = master.data_ptr<float>();
+      w.span.m = runtime_.View(ChunkKind::kAdamM, i).data_ptr<float>();
+      w.span.v = runtime_.View(ChunkKind::kAdamV, i).data_ptr<float>();
+      w.span.grad = grad.data_ptr();
+      w.span.grad_type = ElemOf(grad.scalar_type());
+      if (separate_master) {
+        const at::Tensor out = runtime_.View(ChunkKind::kCompute, i);
+        w.span.param_out = out.data_ptr();
+        w.span.out_type = ElemOf(out.scalar_type());
+      }
+      w.span.numel = master.numel();
+      w.hyper = AdamHyper::Make(lr, c.betas[0], c.betas[1], c.eps, decay_[i] ? c.weight_decay : 0.0, adamw,
+                                ++steps_[i], grad_scale);
+      work.push_back(w);
+    }
+  }
+  ParallelAdam(kernels_, work, options_.cpu_threads);
+}
+
+void HybridAdam::UpdateDeviceChunk(int chunk, double lr, double grad_scale) {
+  const auto& c = options_.optimizer;
+  auto& store = runtime_.store();
+  const bool separate_master = runtime_.compute_dtype() != at::kFloat;
+  if (runtime_.grads_in_compute_chunks() || !separate_master) runtime_.PlaceComputeChunk(chunk, Tier::kDevice);
+  const at::Tensor& master_payload = store.payload(runtime_.chunk_id(ChunkKind::kMaster, chunk));
+  const at::Device device = master_payload.device();
+  // Gradients as fp32 on the device: one conversion (or copy) per chunk when needed.
+  const at::Tensor& grad_payload = store.payload(runtime_.chunk_id(ChunkKind::kGrad, chunk));
+  const at::Tensor grads32 =
+      grad_payload.scalar_type() == at::kFloat && grad_payload.device() == device ? grad_payload
+                                                                                  : grad_payload.to(device, at::kFloat);
+  std::vector<at::Tensor> params[2], grads[2], ms[2], vs[2], steps[2];
+  const auto& placements = runtime_.layout().placements();
+  for (int i : runtime_.layout().chunks()[chunk].param_indices) {
+    if (!runtime_.has_grad(i)) continue;
+    const int g = decay_[i] ? 1 : 0;
+    params[g].push_back(runtime_.View(ChunkKind::kMaster, i));
+    grads[g].push_back(grads32.narrow(0, placements[i].offset_numel, placements[i].numel));
+    ms[g].push_back(runtime_.View(ChunkKind::kAdamM, i));
+    vs[g].push_back(runtime_.View(ChunkKind::kAdamV, i));
+    if (!device_steps_[i].defined() || device_steps_[i].device() != device) {
+      device_steps_[i] = at::full({}, static_cast<double>(steps_[i]), at::TensorOptions().dtype(at::kFloat).device(device));
+    }
+    device_steps_[i].add_(1);  // the fused op reads the step; the caller advances it
+    steps[g].push_back(device_steps_[i]);
+    ++steps_[i];
+  }
+  // The fused op divides gradients by grad_scale: pass 1 / (clip_coef / loss_scale).
+  const at::Tensor unscale = at::full({}, 1.0 / grad_scale, at::TensorOptions().dtype(at::kFloat).device(device));
+  for (int g = 0; g < 2; ++g) {
+    if (params[g].empty()) continue;
+    const double wd = g == 1 ? c.weight_decay : 0.0;
+    if (c.type == OptimizerType::kAdamW) {
+      at::_fused_adamw_(params[g], grads[g], ms[g], vs[g], {}, steps[g], lr, c.betas[0], c.betas[1], wd, c.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, unscale, std::nullopt);
+    } else {
+      at::_fused_adam_(params[g], grads[g], ms[g], vs[g], {}, steps[g], lr, c.betas[0], c.betas[1], wd, c.eps,
+                       /*amsgrad=*/false, /*maximize=*/false, unscale, std::nullopt);
+    }
+  }
+  if (separate_master) store.payload(runtime_.chunk_id(ChunkKind::kCompute, chunk)).copy_(master_payload);
+}
+
+StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
+  at::NoGradGuard no_grad;
+  StepReport r;
+  r.loss_scale = scaler.scale();
+  if (!placed_ && runtime_.warmed_up()) DecidePlacement();
+  const double sum_squares = SumSquares();
+  const bool overflow = !std::isfinite(sum_squares);
+  r.grad_norm = std::sqrt(sum_squares) / r.loss_scale;
+  if (scaler.Update(overflow) || overflow) {  // without a scaler an overflow still skips
+    r.skipped = true;
+    RestoreComputeFromMaster();
+    return r;
+  }
+  const double clip_coef =
+      max_norm > 0 && std::isfinite(max_norm) ? std::min(1.0, max_norm / (r.grad_norm + 1e-6)) : 1.0;
+  const double grad_scale = clip_coef / r.loss_scale;
+
+  std::vector<int> host_chunks;
+  for (int chunk = 0; chunk < runtime_.layout().num_chunks(); ++chunk) {
+    if (!on_device_[chunk]) host_chunks.push_back(chunk);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  UpdateHostChunks(host_chunks, lr, grad_scale);
+  r.host_ms = MsSince(t0);
+  r.host_chunks = static_cast<int>(host_chunks.size());
+  t0 = std::chrono::steady_clock::now();
+  for (int chunk : device_chunks_) UpdateDeviceChunk(chunk, lr, grad_scale);
+  r.device_chunks = static_cast<int>(device_chunks_.size());
+  r.device_ms = MsSince(t0);
+  return r;
+}
+
+}  // namespace ps::optim

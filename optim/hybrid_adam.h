@@ -1,0 +1,80 @@
+// HybridAdam: the optimizer of the chunk runtime. Adam/AdamW over whole chunks, each
+// chunk updated either on the compute device (LibTorch's fused multi-tensor AdamW: one
+// call per chunk and decay group) or on the host (our SIMD CPU kernels, all threads).
+//
+// Placement (hybrid): after warm-up, the device budget left over by the compute chunks'
+// peak working set (ChunkRuntime::PeakWorkingSetBytes), times margin_use_ratio, decides
+// how many chunks keep their fp32 master, m and v on the device and update there;
+// chunks whose compute chunk is already resident are preferred. The rest update on the
+// host. Before warm-up ends, and with hybrid off, every chunk updates on the host.
+//
+// One step: per-parameter sums of squares (one host sync) give the gradient norm and
+// the overflow flag; on overflow (fp16) the step is skipped, fp32 master/m/v are left
+// untouched and the compute-dtype parameters restored from the masters; otherwise the
+// loss-scale division and the clipping factor are folded into the update. Weight decay
+// applies to parameters with 2 or more dimensions only (not biases or norm weights).
+// Parameters that received no gradient are not updated (as LibTorch).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "chunkmem/runtime.h"
+#include "optim/cpu_adam.h"
+#include "optim/loss_scaler.h"
+#include "optim/optim_config.h"
+
+namespace ps::optim {
+
+struct HybridAdamOptions {
+  OptimizerConfig optimizer;
+  CpuIsa cpu_isa = CpuIsa::kScalar;  // usually BestCpuIsa()
+  int cpu_threads = 1;
+  double margin_use_ratio = 0.8;     // share of the device margin given to optimizer chunks
+};
+
+struct StepReport {
+  double grad_norm = 0.0;  // before clipping, loss scale removed; inf/NaN on overflow
+  bool skipped = false;    // overflow: nothing was updated
+  double loss_scale = 1.0; // the scale these gradients carried
+  int device_chunks = 0;   // chunks updated on the compute device this step
+  int host_chunks = 0;     // chunks updated by the CPU kernels
+  double host_ms = 0.0;    // time in the CPU update
+  double device_ms = 0.0;  // time in the device update (includes its syncs)
+};
+
+class HybridAdam {
+ public:
+  HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions& options);
+
+  // One optimizer step at learning rate `lr`, clipping to `max_norm` (<= 0 or inf: no
+  // clipping). Updates `scaler` (fp16). Call between AfterBackward and EndIteration.
+  StepReport Step(double lr, double max_norm, LossScaler& scaler);
+
+  // Chunks whose optimizer state lives (and updates) on the device; empty before the
+  // placement is decided.
+  const std::vector<int>& device_chunks() const { return device_chunks_; }
+  bool placement_decided() const { return placed_; }
+  CpuIsa cpu_isa() const { return kernels_.isa; }
+
+ private:
+  void DecidePlacement();
+  double SumSquares();
+  void UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale);
+  void UpdateDeviceChunk(int chunk, double lr, double grad_scale);
+  void RestoreComputeFromMaster();
+
+  chunkmem::ChunkRuntime& runtime_;
+  HybridAdamOptions options_;
+  CpuAdamKernels kernels_;
+  std::vector<bool> decay_;       // [param]
+  std::vector<int64_t> steps_;    // [param] updates so far (bias correction)
+  std::vector<at::Tensor> device_steps_;  // [param] step counters of the fused op (device chunks)
+  std::vector<int> device_chunks_;
+  std::vector<bool> on_device_;   // [chunk]
+  bool placed_ = false;
+};
+
+}  // namespace ps::optim
