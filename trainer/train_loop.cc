@@ -248,6 +248,7 @@ TrainResult Train(const Config& c) {
     result.losses.push_back(loss);
     if (chunks.runtime) {
       result.loss_scales.push_back(adam_report.loss_scale);
+      result.skipped.push_back(adam_report.skipped);
       result.adam_device_chunks = adam_report.device_chunks;
       result.adam_host_chunks = adam_report.host_chunks;
     }

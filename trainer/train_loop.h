@@ -26,6 +26,7 @@ struct TrainResult {
   int64_t prefetch_hits = 0;
   int64_t skipped_steps = 0;            // fp16 overflows
   std::vector<double> loss_scales;      // the loss scale of every step (1 without fp16)
+  std::vector<bool> skipped;            // per step: skipped for a gradient overflow
   int adam_device_chunks = 0;           // chunks updated on the device at the last step
   int adam_host_chunks = 0;             // chunks updated by the CPU kernels at the last step
 };

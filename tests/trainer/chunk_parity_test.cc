@@ -9,6 +9,8 @@
 
 #include "tests/catch.h"
 #include "trainer/config_loader.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
 #include "trainer/train_loop.h"
 
 namespace ps::trainer {
@@ -60,6 +62,9 @@ TEST_CASE("fp32, every chunk resident: same losses as plain LibTorch", "[chunk][
   const TrainResult chunked = Train(Chunked("resident"));
   CheckSameLosses(plain, chunked);
   CHECK(chunked.evictions == 0);
+  // Unlimited simulated device: after warm-up every chunk updates on the device path.
+  CHECK(chunked.adam_device_chunks == 16);
+  CHECK(chunked.adam_host_chunks == 0);
   CHECK(std::abs(plain.final_eval_loss - chunked.final_eval_loss) <= 1e-6 * plain.final_eval_loss);
   CHECK(plain.losses.back() < 0.6 * plain.losses.front());
 }
@@ -151,6 +156,89 @@ TEST_CASE("bf16 chunks track fp32 training within 5% per step", "[chunk][bf16]")
   for (size_t i = 0; i < fp32_accum.losses.size(); ++i) {
     INFO("accumulating, step " << i + 1);
     CHECK(bf16_accum.losses[i] == Approx(fp32_accum.losses[i]).epsilon(0.05));
+  }
+}
+
+TEST_CASE("hybrid Adam: all-CPU and a partial device split give the same losses as plain", "[chunk][parity][hybrid]") {
+  const TrainResult plain = Train(Tiny("hyb_plain"));
+  const TrainResult off = Train(Chunked("hyb_off", {"optimizer.hybrid_adam=false"}));
+  CheckSameLosses(plain, off);
+  CHECK(off.adam_device_chunks == 0);
+  CHECK(off.adam_host_chunks == 16);
+  // A budget with some margin over the compute chunks' working set: some chunks keep
+  // m and v on the device and update there, the others on the host.
+  const TrainResult split = Train(Chunked("hyb_split", {"chunk.device_budget_bytes=1200000"}));
+  CheckSameLosses(plain, split);
+  CHECK(split.adam_device_chunks > 0);
+  CHECK(split.adam_host_chunks > 0);
+  CHECK(split.adam_device_chunks + split.adam_host_chunks == 16);
+  CHECK(split.peak_device_chunk_bytes <= split.device_budget_bytes);
+  for (const char* isa : {"scalar", "auto"}) {  // forced kernel variants train the same
+    INFO("cpu_adam " << isa);
+    CheckSameLosses(plain, Train(Chunked(std::string("hyb_isa_") + isa,
+                                         {"optimizer.hybrid_adam=false", std::string("optimizer.cpu_adam=") + isa})));
+  }
+}
+
+TEST_CASE("hybrid Adam: accumulation of 4 x 2 equals one batch of 8 (fp32)", "[chunk][hybrid][accum]") {
+  const TrainResult big = Train(Chunked("acc_big", {"train.micro_batch_size=8", "train.global_batch_size=8",
+                                                     "train.max_steps=6"}));
+  const TrainResult accum = Train(Chunked("acc_small", {"train.micro_batch_size=2", "train.global_batch_size=8",
+                                                         "train.max_steps=6", "chunk.device_budget_bytes=320000"}));
+  REQUIRE(big.losses.size() == accum.losses.size());
+  for (size_t i = 0; i < big.losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(accum.losses[i] == Approx(big.losses[i]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("the LR in metrics.jsonl follows the schedule (wsd) under the chunk optimizer", "[chunk][lr]") {
+  const Config c = Chunked("lr_wsd", {"lr_schedule.type=wsd", "lr_schedule.warmup_steps=3",
+                                      "lr_schedule.decay_steps=5", "train.max_steps=12"});
+  Train(c);
+  const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
+  std::ifstream in(c.run.output_dir + "/metrics.jsonl");
+  int checked = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto at = line.find("\"lr\": ");
+    if (at == std::string::npos) continue;
+    const int64_t step = std::stoll(line.substr(line.find("\"step\": ") + 8));
+    INFO(line);
+    CHECK(std::stod(line.substr(at + 6)) == Approx(schedule.LrAt(step - 1)).epsilon(1e-9));
+    ++checked;
+  }
+  CHECK(checked == 12);
+  CHECK(schedule.LrAt(5) == Approx(c.optimizer.lr));      // stable phase
+  CHECK(schedule.LrAt(11) == Approx(c.lr_schedule.min_lr));  // decayed by the last step
+}
+
+TEST_CASE("fp16 chunks with the dynamic loss scaler", "[chunk][fp16]") {
+  // A moderate initial scale: no overflow, and training tracks fp32 like bf16 does.
+  const TrainResult fp32 = Train(Tiny("fp16_ref"));
+  const TrainResult fp16 = Train(Chunked("fp16", {"precision.dtype=fp16", "precision.initial_scale_power=8",
+                                                  "chunk.device_budget_bytes=160000"}));
+  CHECK(fp16.skipped_steps == 0);
+  for (size_t i = 0; i < fp32.losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(fp16.losses[i] == Approx(fp32.losses[i]).epsilon(0.05));
+  }
+  // A huge initial scale overflows fp16 gradients: the first steps are skipped while the
+  // scale comes down, exactly as the scaler's rules say, and training still learns.
+  const TrainResult hot = Train(Chunked("fp16_hot", {"precision.dtype=fp16", "precision.initial_scale_power=30",
+                                                     "precision.hysteresis=1", "train.max_steps=30"}));
+  REQUIRE(hot.skipped.size() == 30);
+  CHECK(hot.skipped_steps > 0);
+  CHECK(hot.skipped.front());
+  CHECK(hot.losses.back() < 0.7 * hot.losses.front());
+  optim::PrecisionConfig pc;
+  pc.dtype = optim::Dtype::kFp16;
+  pc.initial_scale_power = 30;
+  pc.hysteresis = 1;
+  optim::LossScaler replay(pc);
+  for (size_t i = 0; i < hot.skipped.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(hot.loss_scales[i] == replay.scale());
+    replay.Update(hot.skipped[i]);
   }
 }
 

@@ -1,0 +1,186 @@
+// HybridAdam over a real ChunkRuntime (simulated device tier): the device path (fused
+// LibTorch AdamW per chunk), the host path (SIMD kernels) and torch::optim::AdamW with
+// clip_grad_norm_ agree; the placement puts chunks on the device only when hybrid is on
+// and the margin allows; an fp16 overflow skips the step, leaves master/m/v bitwise
+// untouched, restores the compute-dtype parameters from the masters and drives the
+// loss scaler.
+#include <ATen/ATen.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <cstring>
+#include <limits>
+
+#include "chunkmem/chunk_store.h"
+#include "chunkmem/runtime.h"
+#include "optim/hybrid_adam.h"
+#include "optim/loss_scaler.h"
+#include "tests/catch.h"
+
+namespace ps::optim {
+namespace {
+
+using chunkmem::ChunkKind;
+
+struct Rig {
+  std::vector<at::Tensor> initial;  // the parameters' starting values
+  std::unique_ptr<chunkmem::ChunkStore> store;
+  std::unique_ptr<chunkmem::ChunkRuntime> runtime;
+  std::unique_ptr<HybridAdam> adam;
+  std::vector<at::Tensor> params;
+
+  Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget) {
+    at::manual_seed(1);
+    initial = {at::randn({16, 24}), at::randn({24}), at::randn({24, 8}), at::randn({40})};
+    std::vector<chunkmem::ManagedParam> managed;
+    const char* names[] = {"w1", "b1", "w2", "norm"};
+    for (size_t i = 0; i < initial.size(); ++i) {
+      params.push_back(initial[i].clone().requires_grad_(true));
+      managed.push_back({names[i], params.back(), {static_cast<int>(i)}});
+    }
+    store = std::make_unique<chunkmem::ChunkStore>(chunkmem::MakeHostAllocator(false),
+                                                   chunkmem::MakeDeviceAllocator(at::kCPU), int64_t{1} << 30,
+                                                   device_budget);
+    chunkmem::RuntimeOptions ro;
+    ro.chunk_numel = 448;  // w1 + b1 share chunk 0; w2 + norm share chunk 1
+    ro.compute_dtype = dtype;
+    ro.eviction = chunkmem::EvictionKind::kLru;
+    ro.warmup_iterations = 0;
+    ro.grads_in_compute_chunks = dtype != at::kFloat;
+    runtime = std::make_unique<chunkmem::ChunkRuntime>(managed, *store, ro);
+    HybridAdamOptions o;
+    o.optimizer.lr = 1e-2;
+    o.optimizer.betas = {0.9, 0.95};
+    o.optimizer.weight_decay = 0.1;
+    o.optimizer.hybrid_adam = hybrid;
+    o.cpu_isa = BestCpuIsa();
+    o.cpu_threads = 2;
+    adam = std::make_unique<HybridAdam>(*runtime, o);
+  }
+
+  // Delivers `grads` (fp32) as the runtime's gradient hooks would, times `scale`.
+  void Backward(const std::vector<at::Tensor>& grads, double scale = 1.0) {
+    runtime->ZeroGrads();
+    for (size_t i = 0; i < grads.size(); ++i) {
+      params[i].mutable_grad() = (grads[i] * scale).to(runtime->compute_dtype());
+      runtime->OnGradAccumulated(static_cast<int>(i));
+    }
+  }
+
+  at::Tensor Master(int i) const { return runtime->View(ChunkKind::kMaster, i).clone(); }
+};
+
+std::vector<at::Tensor> Grads(const Rig& rig, uint64_t seed) {
+  at::manual_seed(seed);
+  std::vector<at::Tensor> out;
+  for (const auto& p : rig.initial) out.push_back(at::randn(p.sizes()) * 0.5);
+  return out;
+}
+
+TEST_CASE("device path, host path and torch::optim::AdamW agree (fp32, with clipping)", "[hybrid_adam]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  Rig device(at::kFloat, /*hybrid=*/true, kUnlimited);
+  Rig host(at::kFloat, /*hybrid=*/false, kUnlimited);
+  // LibTorch reference: decay on matrices only, as HybridAdam.
+  std::vector<at::Tensor> ref;
+  for (const auto& p : device.initial) ref.push_back(p.clone().requires_grad_(true));
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<at::Tensor>{ref[0], ref[2]},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).weight_decay(0.1)));
+  groups.emplace_back(std::vector<at::Tensor>{ref[1], ref[3]},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).weight_decay(0.0)));
+  torch::optim::AdamW torch_adam(std::move(groups), torch::optim::AdamWOptions(1e-2));
+  LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
+  for (uint64_t step = 1; step <= 4; ++step) {
+    const double max_norm = step % 2 == 0 ? 1.0 : std::numeric_limits<double>::infinity();  // clip on even steps
+    const auto grads = Grads(device, step);
+    device.Backward(grads);
+    host.Backward(grads);
+    const StepReport rd = device.adam->Step(1e-2, max_norm, off_a);
+    const StepReport rh = host.adam->Step(1e-2, max_norm, off_b);
+    for (size_t i = 0; i < ref.size(); ++i) ref[i].mutable_grad() = grads[i].clone();
+    const double norm = torch::nn::utils::clip_grad_norm_(ref, max_norm);
+    torch_adam.step();
+    CHECK(rd.grad_norm == Approx(norm).epsilon(1e-6));
+    CHECK(rh.grad_norm == Approx(norm).epsilon(1e-6));
+    CHECK(rd.device_chunks == device.runtime->layout().num_chunks());
+    CHECK(rd.host_chunks == 0);
+    CHECK(rh.device_chunks == 0);
+    CHECK(rh.host_chunks == host.runtime->layout().num_chunks());
+    for (int i = 0; i < static_cast<int>(ref.size()); ++i) {
+      INFO("step " << step << " param " << i);
+      CHECK(at::allclose(device.Master(i), ref[i].detach(), 1e-6, 1e-7));
+      CHECK(at::allclose(host.Master(i), ref[i].detach(), 1e-6, 1e-7));
+    }
+  }
+}
+
+TEST_CASE("placement: a device budget without margin keeps every chunk on the host", "[hybrid_adam]") {
+  Rig tight(at::kFloat, /*hybrid=*/true, /*device_budget=*/0);
+  LossScaler off{PrecisionConfig{}};
+  tight.Backward(Grads(tight, 1));
+  const StepReport r = tight.adam->Step(1e-2, 1.0, off);
+  CHECK(tight.adam->placement_decided());
+  CHECK(r.device_chunks == 0);
+  CHECK(tight.adam->device_chunks().empty());
+}
+
+bool Same(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+TEST_CASE("fp16 overflow: skipped, master/m/v untouched, compute params restored, scale lowered", "[hybrid_adam][fp16]") {
+  for (bool hybrid : {false, true}) {
+    INFO("hybrid " << hybrid);
+    Rig rig(at::kHalf, hybrid, int64_t{1} << 40);
+    PrecisionConfig pc;
+    pc.dtype = Dtype::kFp16;
+    pc.initial_scale_power = 10;
+    pc.hysteresis = 2;
+    LossScaler scaler(pc);
+    rig.Backward(Grads(rig, 1), scaler.scale());
+    StepReport r = rig.adam->Step(1e-2, 1.0, scaler);
+    REQUIRE_FALSE(r.skipped);
+    CHECK(r.loss_scale == 1024);
+    for (int i = 0; i < 4; ++i) {  // the parameter copy is the rounded master
+      CHECK(Same(rig.runtime->View(ChunkKind::kCompute, i), rig.Master(i).to(at::kHalf)));
+    }
+    std::vector<at::Tensor> master, m, v, compute;
+    for (int i = 0; i < 4; ++i) {
+      master.push_back(rig.Master(i));
+      m.push_back(rig.runtime->View(ChunkKind::kAdamM, i).clone());
+      v.push_back(rig.runtime->View(ChunkKind::kAdamV, i).clone());
+      compute.push_back(rig.runtime->View(ChunkKind::kCompute, i).clone());
+    }
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      auto grads = Grads(rig, 2);
+      grads[2][3][1] = attempt == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+      rig.Backward(grads, scaler.scale());
+      // The gradients overwrote the compute slots (14-bytes/param reuse) ...
+      CHECK_FALSE(Same(rig.runtime->View(ChunkKind::kCompute, 0), compute[0]));
+      r = rig.adam->Step(1e-2, 1.0, scaler);
+      CHECK(r.skipped);
+      for (int i = 0; i < 4; ++i) {
+        INFO("attempt " << attempt << " param " << i);
+        CHECK(Same(rig.Master(i), master[i]));
+        CHECK(Same(rig.runtime->View(ChunkKind::kAdamM, i), m[i]));
+        CHECK(Same(rig.runtime->View(ChunkKind::kAdamV, i), v[i]));
+        CHECK(Same(rig.runtime->View(ChunkKind::kCompute, i), compute[i]));  // ... and are restored
+      }
+    }
+    // Hysteresis 2: the first overflow is tolerated, the second halves the scale.
+    CHECK(scaler.scale() == 512);
+    CHECK(scaler.state().overflows == 2);
+    // The next clean step updates again, with the loss scale divided out.
+    rig.Backward(Grads(rig, 3), scaler.scale());
+    r = rig.adam->Step(1e-2, 1.0, scaler);
+    CHECK_FALSE(r.skipped);
+    CHECK(r.grad_norm < 1e3);  // unscaled
+    CHECK_FALSE(Same(rig.Master(0), master[0]));
+  }
+}
+
+}  // namespace
+}  // namespace ps::optim
