@@ -33,6 +33,7 @@ struct HybridAdamOptions {
   CpuIsa cpu_isa = CpuIsa::kScalar;  // usually BestCpuIsa()
   int cpu_threads = 1;
   double margin_use_ratio = 0.8;     // share of the device margin given to optimizer chunks
+                                     // (chunk.margin_use_ratio)
 };
 
 struct StepReport {

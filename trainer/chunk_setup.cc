@@ -76,6 +76,7 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   optim::HybridAdamOptions adam;
   adam.optimizer = c.optimizer;
   adam.cpu_threads = CpuThreads(c);
+  adam.margin_use_ratio = c.chunk.margin_use_ratio;
   switch (c.optimizer.cpu_adam) {
     case optim::CpuAdamChoice::kAuto: adam.cpu_isa = optim::BestCpuIsa(); break;
     case optim::CpuAdamChoice::kScalar: adam.cpu_isa = optim::CpuIsa::kScalar; break;

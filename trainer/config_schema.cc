@@ -294,7 +294,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
             FloatRange(0.0, 10.0)),
       // precision
       Enum<Dtype>("precision.dtype", PS_ACCESS(precision.dtype),
-                  "compute dtype (bf16: autocast, fp32 master weights)",
+                  "compute dtype; masters are fp32 (plain runs: bf16 autocast; fp16 needs chunk.enabled and its loss scaler)",
                   {{"fp32", Dtype::kFp32}, {"fp16", Dtype::kFp16}, {"bf16", Dtype::kBf16}}),
       Float("precision.loss_scale", PS_ACCESS(precision.loss_scale), "fp16: 0 = dynamic, > 0 = static scale",
             FloatRange(0.0, kInf)),
