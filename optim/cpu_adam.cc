@@ -97,40 +97,66 @@ constexpr int64_t kBlockNumel = 64;
 
 }  // namespace
 
-void ParallelAdam(const CpuAdamKernels& kernels, const std::vector<AdamWork>& work, int threads) {
+namespace {
+
+// Calls `run(item, begin, end)` for every piece of the concatenated items (sizes from
+// `numel_of`), thread t taking elements [t * per, (t + 1) * per), each cut moved down to
+// a whole 64-element block of its item. Returns the number of threads used; `run`
+// receives the thread index too.
+template <typename Item, typename NumelOf, typename Run>
+int SplitOverThreads(const std::vector<Item>& items, NumelOf numel_of, int threads, Run run) {
   int64_t total = 0;
-  for (const auto& w : work) total += w.span.numel;
-  if (total == 0) return;
+  for (const auto& it : items) total += numel_of(it);
+  if (total == 0) return 0;
   const int64_t max_threads = std::max<int64_t>(1, (total + kBlockNumel - 1) / kBlockNumel);
   const int t_count = static_cast<int>(std::clamp<int64_t>(threads, 1, std::min<int64_t>(max_threads, 1024)));
-  if (t_count == 1) {
-    for (const auto& w : work) kernels.adam(w.span, w.hyper);
-    return;
-  }
-  // Thread t takes the elements [t * per, (t + 1) * per) of the concatenated work, each
-  // cut moved down to a whole 64-element block of its item.
   const int64_t per = ((total + t_count - 1) / t_count + kBlockNumel - 1) / kBlockNumel * kBlockNumel;
-  auto run_range = [&](int64_t lo, int64_t hi) {
+  auto run_range = [&](int t, int64_t lo, int64_t hi) {
     int64_t item_start = 0;
-    for (const auto& w : work) {
-      const int64_t item_end = item_start + w.span.numel;
+    for (const auto& it : items) {
+      const int64_t n = numel_of(it);
       const auto cut = [&](int64_t global) {
-        const int64_t local = std::clamp<int64_t>(global - item_start, 0, w.span.numel);
-        return local == w.span.numel ? local : local / kBlockNumel * kBlockNumel;
+        const int64_t local = std::clamp<int64_t>(global - item_start, 0, n);
+        return local == n ? local : local / kBlockNumel * kBlockNumel;
       };
       const int64_t b = cut(lo), e = cut(hi);
-      if (e > b) kernels.adam(SubSpan(w.span, b, e), w.hyper);
-      item_start = item_end;
+      if (e > b) run(t, it, b, e);
+      item_start += n;
       if (item_start >= hi) break;
     }
   };
+  if (t_count == 1) {
+    run_range(0, 0, total);
+    return 1;
+  }
   std::vector<std::thread> pool;
   pool.reserve(t_count - 1);
   for (int t = 1; t < t_count; ++t) {
-    pool.emplace_back(run_range, std::min(total, t * per), t + 1 == t_count ? total : std::min(total, (t + 1) * per));
+    pool.emplace_back(run_range, t, std::min(total, t * per), t + 1 == t_count ? total : std::min(total, (t + 1) * per));
   }
-  run_range(0, std::min(total, per));
+  run_range(0, 0, std::min(total, per));
   for (auto& th : pool) th.join();
+  return t_count;
+}
+
+}  // namespace
+
+void ParallelAdam(const CpuAdamKernels& kernels, const std::vector<AdamWork>& work, int threads) {
+  SplitOverThreads(
+      work, [](const AdamWork& w) { return w.span.numel; }, threads,
+      [&](int, const AdamWork& w, int64_t b, int64_t e) { kernels.adam(SubSpan(w.span, b, e), w.hyper); });
+}
+
+double ParallelSumSquares(const CpuAdamKernels& kernels, const std::vector<GradSpan>& spans, int threads) {
+  std::vector<double> partial(static_cast<size_t>(std::clamp(threads, 1, 1024)), 0.0);
+  SplitOverThreads(spans, [](const GradSpan& s) { return s.numel; }, threads,
+                   [&](int t, const GradSpan& s, int64_t b, int64_t e) {
+                     partial[t] += kernels.sum_squares(static_cast<const char*>(s.grad) + b * ElemBytes(s.type),
+                                                       s.type, e - b);
+                   });
+  double sum = 0.0;
+  for (double p : partial) sum += p;
+  return sum;
 }
 
 float HalfBitsToFloat(uint16_t bits) { return internal::ScalarHalfToFloat(bits); }

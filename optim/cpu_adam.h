@@ -84,6 +84,18 @@ struct AdamWork {
 // thread count (each element is updated by exactly one kernel call).
 void ParallelAdam(const CpuAdamKernels& kernels, const std::vector<AdamWork>& work, int threads);
 
+// One gradient span for ParallelSumSquares.
+struct GradSpan {
+  const void* grad = nullptr;
+  ElemType type = ElemType::kFp32;
+  int64_t numel = 0;
+};
+
+// Sum of squares of every span with `kernels.sum_squares`, split like ParallelAdam over
+// `threads` threads; partial sums are added in thread order, so the result is
+// reproducible for a given thread count. inf/NaN when any element is.
+double ParallelSumSquares(const CpuAdamKernels& kernels, const std::vector<GradSpan>& spans, int threads);
+
 // Element conversions used by the kernels (round to nearest even; NaN stays NaN).
 float HalfBitsToFloat(uint16_t bits);
 uint16_t FloatToHalfBits(float value);

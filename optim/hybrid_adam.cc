@@ -75,18 +75,19 @@ void HybridAdam::DecidePlacement() {
 }
 
 double HybridAdam::SumSquares() {
-  double host_sum = 0.0;
+  std::vector<GradSpan> host_spans;
   at::Tensor device_sum;
   for (int i = 0; i < static_cast<int>(decay_.size()); ++i) {
     if (!runtime_.has_grad(i)) continue;
     const at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
     if (grad.is_cpu()) {
-      host_sum += kernels_.sum_squares(grad.data_ptr(), ElemOf(grad.scalar_type()), grad.numel());
+      host_spans.push_back({grad.data_ptr(), ElemOf(grad.scalar_type()), grad.numel()});
     } else {
       const at::Tensor s = grad.to(at::kDouble).square().sum();
       device_sum = device_sum.defined() ? device_sum + s : s;
     }
   }
+  const double host_sum = ParallelSumSquares(kernels_, host_spans, options_.cpu_threads);
   return host_sum + (device_sum.defined() ? device_sum.item<double>() : 0.0);  // the one host sync
 }
 

@@ -271,6 +271,23 @@ TEST_CASE("sum of squares: exact in double, and inf/NaN flag overflow", "[cpu_ad
         }
       }
     }
+    // Over threads: the same sum (to rounding), and an inf in any span is seen.
+    at::manual_seed(4);
+    std::vector<at::Tensor> grads = {at::randn({70001}).to(at::kBFloat16), at::randn({0}), at::randn({333}),
+                                     at::randn({5000}).to(at::kHalf)};
+    std::vector<GradSpan> spans;
+    double expected = 0.0;
+    for (const auto& g : grads) {
+      spans.push_back({g.data_ptr(), g.scalar_type() == at::kFloat ? ElemType::kFp32
+                                     : g.scalar_type() == at::kHalf ? ElemType::kFp16 : ElemType::kBf16, g.numel()});
+      expected += g.numel() == 0 ? 0.0 : g.to(at::kDouble).pow(2).sum().item<double>();
+    }
+    for (int threads : {1, 2, 3, 7}) {
+      CAPTURE(threads);
+      CHECK(ParallelSumSquares(kernels, spans, threads) == Approx(expected).epsilon(1e-12));
+    }
+    grads[2][332] = NAN;
+    CHECK(std::isnan(ParallelSumSquares(kernels, spans, 3)));
     // A large but finite fp32 gradient is not an overflow (squares accumulate in double).
     const float big[2] = {3e30f, -3e30f};
     CHECK(std::isfinite(kernels.sum_squares(big, ElemType::kFp32, 2)));
