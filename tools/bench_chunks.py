@@ -4,7 +4,10 @@
 Three modes of the same config, alternated (plain, resident, evicting, plain, ...) so
 they share the machine's state, best of `--repeats` each:
   plain     chunk.enabled=false
-  resident  chunk.enabled=true, unlimited device budget (no eviction)
+  resident  chunk.enabled=true, unlimited device budget (no eviction); after warm-up
+            every chunk updates on the (simulated) device path of the hybrid Adam
+  resident_cpu_adam  the same with optimizer.hybrid_adam=false: every chunk updates
+            with the SIMD CPU kernels
   evicting  chunk.enabled=true, device budget of --evict-chunks compute chunks
 Uses only the standard library and the ps_train binary.
 
@@ -46,19 +49,22 @@ def main():
     chunk = ["chunk.enabled=true", f"chunk.size_elements={a.chunk_elements}"]
     budget = a.evict_chunks * a.chunk_elements * 4  # fp32 compute chunks
     modes = {"plain": common, "resident": common + chunk,
+             "resident_cpu_adam": common + chunk + ["optimizer.hybrid_adam=false"],
              "evicting": common + chunk + [f"chunk.device_budget_bytes={budget}"]}
     best = {m: (0.0, 0, 0.0) for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.repeats):
             for mode, overrides in modes.items():
                 tps, evictions, loss = run(a.ps_train, a.config, overrides, os.path.join(tmp, f"{mode}{r}"))
-                print(f"{mode:9s} #{r + 1}: {tps:9.0f} tok/s  evictions {evictions:6d}  final loss {loss:.5f}")
+                print(f"{mode:17s} #{r + 1}: {tps:9.0f} tok/s  evictions {evictions:6d}  final loss {loss:.5f}")
                 if tps > best[mode][0]:
                     best[mode] = (tps, evictions, loss)
     plain = best["plain"][0]
     result = {"plain_tokens_per_s": round(plain, 1),
               "resident_tokens_per_s": round(best["resident"][0], 1),
+              "resident_cpu_adam_tokens_per_s": round(best["resident_cpu_adam"][0], 1),
               "evicting_tokens_per_s": round(best["evicting"][0], 1),
+              "resident_cpu_adam_ratio": round(best["resident_cpu_adam"][0] / plain, 4),
               "resident_ratio": round(best["resident"][0] / plain, 4),
               "evicting_ratio": round(best["evicting"][0] / plain, 4),
               "evictions": best["evicting"][1], "evict_budget_bytes": budget,
