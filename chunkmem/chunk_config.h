@@ -13,7 +13,11 @@ struct ChunkConfig {
   bool enabled = false;             // manage model data in chunks (else plain LibTorch)
   int64_t size_elements = 32 * 1024 * 1024;  // chunk capacity in elements; 0 = auto (least waste)
   DeviceTierKind device_tier = DeviceTierKind::kAuto;  // auto: CUDA when training on CUDA, else simulated
-  int64_t device_budget_bytes = 0;  // chunk bytes allowed on the device; 0 = device_mem_ratio x device (simulated: unlimited)
+  int64_t device_budget_bytes = 0;  // fixed chunk bytes allowed on the device; 0 = traced (see below)
+  // Traced budget: device memory for chunks plus non-model memory (activations...),
+  // times device_mem_ratio; the chunks get what the warm-up trace leaves at each moment.
+  // 0 = the whole CUDA device; on the simulated tier 0 = no limit at all.
+  int64_t device_memory_bytes = 0;
   int64_t host_budget_bytes = 0;    // chunk bytes allowed on the host; 0 = host_mem_ratio x RAM
   EvictionPolicyKind eviction = EvictionPolicyKind::kOpt;  // opt: Belady from the warm-up trace (LRU until then)
   int64_t warmup_steps = 1;         // optimizer steps traced before Belady decides

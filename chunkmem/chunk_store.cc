@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "chunkmem/memory_probe.h"
+
 namespace ps::chunkmem {
 
 const char* ToString(Tier t) {
@@ -117,6 +119,7 @@ void ChunkStore::Allocate(int id, Tier tier) {
   Entry& e = chunks_.at(id);
   TORCH_INTERNAL_ASSERT(e.tier == Tier::kNone, "chunk ", id, " already has a payload");
   CheckBudget(id, tier);
+  ProbePause pause(probe_);
   e.payload = allocator(tier).Allocate(e.capacity_numel, e.dtype);
   e.payload.zero_();
   e.tier = tier;
@@ -128,6 +131,7 @@ void ChunkStore::Move(int id, Tier to) {
   TORCH_INTERNAL_ASSERT(e.tier != Tier::kNone && to != Tier::kNone, "chunk ", id, " has no payload to move");
   if (e.tier == to) return;
   CheckBudget(id, to);
+  ProbePause pause(probe_);
   at::Tensor dst = allocator(to).Allocate(e.capacity_numel, e.dtype);
   dst.copy_(e.payload);
   const int64_t bytes = chunk_bytes(id);
@@ -141,6 +145,7 @@ void ChunkStore::Move(int id, Tier to) {
 void ChunkStore::Free(int id) {
   Entry& e = chunks_.at(id);
   if (e.tier == Tier::kNone) return;
+  ProbePause pause(probe_);
   Account(e.tier, -chunk_bytes(id));
   e.payload = at::Tensor();
   e.tier = Tier::kNone;

@@ -15,6 +15,8 @@
 
 namespace ps::chunkmem {
 
+class DeviceMemoryProbe;
+
 enum class Tier { kNone, kHost, kDevice };
 const char* ToString(Tier t);
 
@@ -66,6 +68,9 @@ class ChunkStore {
   void Free(int id);
 
   at::Device device_of(Tier tier) const;
+  // Paused around every payload allocation and free, so the probe never counts chunk
+  // bytes as non-model memory. Not owned; null = none.
+  void set_memory_probe(DeviceMemoryProbe* probe) { probe_ = probe; }
   const StoreStats& stats() const { return stats_; }
   void ResetPeaks();
 
@@ -84,6 +89,7 @@ class ChunkStore {
   int64_t host_budget_bytes_, device_budget_bytes_;
   std::vector<Entry> chunks_;
   StoreStats stats_;
+  DeviceMemoryProbe* probe_ = nullptr;
 };
 
 }  // namespace ps::chunkmem

@@ -107,9 +107,45 @@ void ChunkRuntime::SetState(int index, TensorState to) {
   states_[index] = to;
 }
 
+void ChunkRuntime::CloseInterval() {
+  if (!probe_) return;
+  const int64_t non_model = probe_->TakePeakNonModelBytes();
+  if (moment_ >= 0) {
+    stats_.peak_non_model_bytes = std::max(stats_.peak_non_model_bytes, non_model);
+    if (!warmed_up()) {
+      if (static_cast<int>(non_model_peak_.size()) <= moment_) non_model_peak_.resize(moment_ + 1, 0);
+      non_model_peak_[moment_] = std::max(non_model_peak_[moment_], non_model);
+    } else if (traced_budget()) {
+      stats_.peak_device_total_bytes = std::max(stats_.peak_device_total_bytes, interval_chunk_peak_ + non_model);
+    }
+  }
+  interval_chunk_peak_ = store_.BytesUsed(Tier::kDevice);
+}
+
+int64_t ChunkRuntime::ChunkBudgetNow() const {
+  const int64_t cap = store_.Budget(Tier::kDevice);
+  if (!traced_budget()) return cap;
+  if (budget_at_.empty()) {
+    return std::min(cap, static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(options_.device_memory_bytes)));
+  }
+  const int t = std::clamp(moment_, 0, static_cast<int>(budget_at_.size()) - 1);
+  return std::min(cap, budget_at_[t]);
+}
+
+int64_t ChunkRuntime::MinChunkBudgetBytes() const {
+  if (!traced_budget() || budget_at_.empty()) return ChunkBudgetNow();
+  return std::min(store_.Budget(Tier::kDevice), *std::min_element(budget_at_.begin(), budget_at_.end()));
+}
+
 void ChunkRuntime::Moment(const char* what, int block) {
   if (trace_paused_) return;
+  CloseInterval();
   ++moment_;
+  // A moment whose traced budget is lower than the last one's: shrink to it now.
+  if (!budget_at_.empty() && store_.BytesUsed(Tier::kDevice) > ChunkBudgetNow()) {
+    EvictDownTo(ChunkBudgetNow(), /*keep=*/-1);
+    interval_chunk_peak_ = store_.BytesUsed(Tier::kDevice);  // the new interval starts after the shrink
+  }
   if (timeline_) timeline_->Moment(std::string(what) + " " + std::to_string(block));
 }
 
@@ -118,6 +154,7 @@ void ChunkRuntime::MoveChunk(int chunk, Tier to) {
   const int64_t start_us = timeline_ ? timeline_->NowUs() : 0;
   store_.Move(id, to);
   if (to == Tier::kDevice) {
+    interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
     ++stats_.fetches;
   } else {
     ++stats_.evictions;
@@ -128,18 +165,36 @@ void ChunkRuntime::MoveChunk(int chunk, Tier to) {
   }
 }
 
+bool ChunkRuntime::EvictDownTo(int64_t target_bytes, int keep) {
+  if (store_.BytesUsed(Tier::kDevice) <= target_bytes) return true;
+  std::vector<EvictionCandidate> candidates;
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    const int cid = chunk_id(ChunkKind::kCompute, c);
+    if (c == keep || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0) continue;
+    candidates.push_back({c, store_.chunk_bytes(cid)});
+  }
+  const int64_t deficit = store_.BytesUsed(Tier::kDevice) - target_bytes;
+  const EvictionPolicy& policy =
+      belady_ ? static_cast<const EvictionPolicy&>(*belady_) : static_cast<const EvictionPolicy&>(lru_);
+  for (int victim : policy.Choose(candidates, deficit, std::max(moment_, 0))) MoveChunk(victim, Tier::kHost);
+  return store_.BytesUsed(Tier::kDevice) <= target_bytes;
+}
+
 void ChunkRuntime::FetchToDevice(int chunk) {
   const int id = chunk_id(ChunkKind::kCompute, chunk);
   if (store_.tier(id) == Tier::kDevice) return;
   const int64_t need = store_.chunk_bytes(id);
-  if (!store_.CanHold(Tier::kDevice, need)) {
-    std::vector<EvictionCandidate> candidates;
-    int64_t pinned_bytes = 0;
-    std::string in_use;
-    for (int c = 0; c < layout_.num_chunks(); ++c) {
-      const int cid = chunk_id(ChunkKind::kCompute, c);
-      if (c == chunk || store_.tier(cid) != Tier::kDevice) continue;
-      if (ComputeCount(c) > 0) {
+  const int64_t budget = ChunkBudgetNow();
+  if (!EvictDownTo(budget - need, chunk)) {
+    // During a traced warm-up the small warm-up share may be exceeded when the chunks in
+    // use need it (up to the store's budget); otherwise the chunks in use do not fit.
+    const bool soft = traced_budget() && budget_at_.empty() && store_.CanHold(Tier::kDevice, need);
+    if (!soft) {
+      int64_t pinned_bytes = 0;
+      std::string in_use;
+      for (int c = 0; c < layout_.num_chunks(); ++c) {
+        const int cid = chunk_id(ChunkKind::kCompute, c);
+        if (c == chunk || store_.tier(cid) != Tier::kDevice || ComputeCount(c) == 0) continue;
         pinned_bytes += store_.chunk_bytes(cid);
         for (int i : layout_.chunks()[c].param_indices) {
           if (states_[i] == TensorState::kCompute) {
@@ -147,17 +202,17 @@ void ChunkRuntime::FetchToDevice(int chunk) {
             break;
           }
         }
-      } else {
-        candidates.push_back({c, store_.chunk_bytes(cid)});
       }
+      std::string traced;
+      if (traced_budget() && !budget_at_.empty()) {
+        const int t = std::clamp(moment_, 0, static_cast<int>(budget_at_.size()) - 1);
+        traced = " (traced: device memory " + std::to_string(options_.device_memory_bytes) + " minus the non-model peak " +
+                 std::to_string(options_.device_memory_bytes - budget_at_[t]) + " of moment " + std::to_string(t) + ")";
+      }
+      TORCH_CHECK(false, "chunkmem: chunk ", chunk, " (", need, " bytes) does not fit the device budget of ", budget,
+                  " bytes", traced, ": ", pinned_bytes, " bytes are held by chunks in use (by ", in_use,
+                  "); raise the device budget or lower chunk.size_elements");
     }
-    const int64_t deficit = store_.BytesUsed(Tier::kDevice) + need - store_.Budget(Tier::kDevice);
-    const EvictionPolicy& policy =
-        belady_ ? static_cast<const EvictionPolicy&>(*belady_) : static_cast<const EvictionPolicy&>(lru_);
-    for (int victim : policy.Choose(candidates, deficit, moment_)) MoveChunk(victim, Tier::kHost);
-    TORCH_CHECK(store_.CanHold(Tier::kDevice, need), "chunkmem: chunk ", chunk, " (", need,
-                " bytes) does not fit the device budget of ", store_.Budget(Tier::kDevice), " bytes: ", pinned_bytes,
-                " bytes are held by chunks in use (by ", in_use, "); raise the device budget or lower chunk.size_elements");
   }
   MoveChunk(chunk, Tier::kDevice);
 }
@@ -189,7 +244,8 @@ void ChunkRuntime::PreForward(int block) {
 }
 
 bool ChunkRuntime::MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit) {
-  if (store_.CanHold(Tier::kDevice, need)) return true;
+  const int64_t budget = ChunkBudgetNow();
+  if (store_.BytesUsed(Tier::kDevice) + need <= budget) return true;
   std::vector<EvictionCandidate> candidates;
   int64_t freeable = 0;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
@@ -199,7 +255,7 @@ bool ChunkRuntime::MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit) 
     candidates.push_back({c, store_.chunk_bytes(cid)});
     freeable += store_.chunk_bytes(cid);
   }
-  const int64_t deficit = store_.BytesUsed(Tier::kDevice) + need - store_.Budget(Tier::kDevice);
+  const int64_t deficit = store_.BytesUsed(Tier::kDevice) + need - budget;
   if (freeable < deficit) return false;
   for (int victim : belady_->Choose(candidates, deficit, moment_)) MoveChunk(victim, Tier::kHost);
   return true;
@@ -260,8 +316,13 @@ void ChunkRuntime::EndIteration() {
     if (states_[i] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
     if (states_[i] != TensorState::kHold) SetState(index, TensorState::kHold);
   }
+  CloseInterval();  // the last moment's interval includes the optimizer step
   ++stats_.iterations;
   stats_.moments_per_iteration = moment_ + 1;
+  if (traced_budget() && budget_at_.empty() && warmed_up()) {
+    non_model_peak_.resize(moment_ + 1, 0);
+    for (int64_t non_model : non_model_peak_) budget_at_.push_back(options_.device_memory_bytes - non_model);
+  }
   if (!belady_ && options_.eviction == EvictionKind::kOpt && stats_.iterations >= options_.warmup_iterations) {
     trace_.set_total_moments(moment_ + 1);
     belady_ = std::make_unique<BeladyPolicy>(trace_);
@@ -281,17 +342,7 @@ void ChunkRuntime::PlaceComputeChunk(int chunk, Tier tier) {
 }
 
 bool ChunkRuntime::FreeDeviceBytes(int64_t bytes) {
-  if (store_.CanHold(Tier::kDevice, bytes)) return true;
-  std::vector<EvictionCandidate> candidates;
-  for (int c = 0; c < layout_.num_chunks(); ++c) {
-    const int cid = chunk_id(ChunkKind::kCompute, c);
-    if (store_.tier(cid) == Tier::kDevice && ComputeCount(c) == 0) candidates.push_back({c, store_.chunk_bytes(cid)});
-  }
-  const int64_t deficit = store_.BytesUsed(Tier::kDevice) + bytes - store_.Budget(Tier::kDevice);
-  const EvictionPolicy& policy =
-      belady_ ? static_cast<const EvictionPolicy&>(*belady_) : static_cast<const EvictionPolicy&>(lru_);
-  for (int victim : policy.Choose(candidates, deficit, std::max(moment_, 0))) MoveChunk(victim, Tier::kHost);
-  return store_.CanHold(Tier::kDevice, bytes);
+  return EvictDownTo(ChunkBudgetNow() - bytes, /*keep=*/-1);
 }
 
 int64_t ChunkRuntime::PeakWorkingSetBytes() const {

@@ -21,6 +21,7 @@
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/eviction.h"
 #include "chunkmem/layout.h"
+#include "chunkmem/memory_probe.h"
 #include "chunkmem/tensor_state.h"
 #include "chunkmem/timeline.h"
 
@@ -47,6 +48,14 @@ struct RuntimeOptions {
   // After warm-up, bring the chunks of the next `prefetch_depth` moments to the device
   // ahead of use (evicting only chunks needed later than them). 0 = off.
   int64_t prefetch_depth = 1;
+  // Traced budget (docs/chunkmem.md, "Memory tracer"). When > 0, chunks plus non-model
+  // memory (measured by the probe, see set_memory_probe) must fit this many device
+  // bytes: during warm-up chunks are held to warmup_chunk_ratio of it (more only if the
+  // chunks in use need it, up to the store's budget); afterwards, at each moment, to
+  // device_memory_bytes minus the non-model peak traced at that moment in warm-up.
+  // 0 = the store's fixed device budget.
+  int64_t device_memory_bytes = 0;
+  double warmup_chunk_ratio = 0.1;
 };
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
@@ -58,6 +67,10 @@ struct RuntimeStats {
   int64_t prefetch_hits = 0;    // accesses that found their chunk already prefetched
   int64_t iterations = 0;
   int moments_per_iteration = 0;
+  int64_t peak_non_model_bytes = 0;     // highest non-model bytes seen by the probe
+  // After warm-up, with a probe: the most (device chunk bytes + non-model bytes) in any
+  // moment's interval (both peaks of the interval added: an upper bound).
+  int64_t peak_device_total_bytes = 0;
 };
 
 class ChunkRuntime {
@@ -95,8 +108,19 @@ class ChunkRuntime {
   // together (the chunks of one moment plus those of the next prefetch_depth moments).
   // What is left of the device budget is the margin for optimizer-state chunks.
   int64_t PeakWorkingSetBytes() const;
+  // Chunk bytes the device may hold now: the store's budget, or with a traced budget
+  // the warm-up share or this moment's traced budget.
+  int64_t ChunkBudgetNow() const;
+  // The lowest chunk budget over all moments (what chunks that stay on the device for
+  // good, like the optimizer's, must fit under).
+  int64_t MinChunkBudgetBytes() const;
+  // Traced chunk budget per moment (empty until warm-up ends or without a traced budget).
+  const std::vector<int64_t>& budget_per_moment() const { return budget_at_; }
   // While paused (evaluation), accesses neither advance the moment nor enter the trace.
   void set_trace_paused(bool paused) { trace_paused_ = paused; }
+  // Non-model memory of the compute device, read at every moment (not owned; null =
+  // none; needed for the traced budget).
+  void set_memory_probe(DeviceMemoryProbe* probe) { probe_ = probe; }
   // Records moves, moments and bytes into `timeline` (nullptr: stop). Not owned.
   void set_timeline(ChunkTimeline* timeline) { timeline_ = timeline; }
 
@@ -130,6 +154,11 @@ class ChunkRuntime {
   void MoveChunk(int chunk, Tier to);  // compute chunk, with timeline and counters
   void Prefetch();                     // the next moments' chunks, from the trace
   bool MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit);
+  // Evicts compute chunks not in use (policy order, never `keep`) until the device holds
+  // at most `target_bytes`. Returns whether it got there.
+  bool EvictDownTo(int64_t target_bytes, int keep);
+  void CloseInterval();                // non-model peak of the moment just ended
+  bool traced_budget() const { return options_.device_memory_bytes > 0; }
 
   std::vector<ManagedParam> params_;
   ChunkStore& store_;
@@ -150,6 +179,10 @@ class ChunkRuntime {
   int moment_ = -1;
   int64_t tick_ = 0;
   RuntimeStats stats_;
+  DeviceMemoryProbe* probe_ = nullptr;
+  std::vector<int64_t> non_model_peak_;  // [moment] traced in warm-up
+  std::vector<int64_t> budget_at_;       // [moment] chunk budget after warm-up
+  int64_t interval_chunk_peak_ = 0;      // device chunk bytes peak since the last moment
 };
 
 }  // namespace ps::chunkmem

@@ -45,7 +45,9 @@ void HybridAdam::DecidePlacement() {
   placed_ = true;
   if (!options_.optimizer.hybrid_adam) return;
   auto& store = runtime_.store();
-  const double margin = static_cast<double>(store.Budget(Tier::kDevice) - runtime_.PeakWorkingSetBytes());
+  // The optimizer's chunks stay on the device at every moment: the margin is taken
+  // under the lowest chunk budget of any moment (traced budgets vary per moment).
+  const double margin = static_cast<double>(runtime_.MinChunkBudgetBytes() - runtime_.PeakWorkingSetBytes());
   if (margin <= 0) return;
   double allowed = margin * options_.margin_use_ratio;
   const int n = runtime_.layout().num_chunks();

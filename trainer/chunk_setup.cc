@@ -21,11 +21,18 @@ ChunkBudgets ResolveChunkBudgets(const Config& c, at::Device device) {
   }
   if (b.simulated && on_cuda) throw ConfigError("chunk.device_tier: simulated needs run.device cpu");
   b.device_bytes = cc.device_budget_bytes;
+  if (b.device_bytes > 0 && cc.device_memory_bytes > 0) {
+    throw ConfigError("chunk.device_memory_bytes: set either chunk.device_budget_bytes (a fixed chunk budget) or "
+                      "chunk.device_memory_bytes (a traced one), not both");
+  }
   if (b.device_bytes == 0) {
-    if (!b.simulated) {
-      throw ConfigError("chunk.device_budget_bytes: set it explicitly for CUDA runs (measuring the device is not built yet)");
+    if (!b.simulated || cc.device_memory_bytes > 0) {
+      const int64_t memory = cc.device_memory_bytes > 0 ? cc.device_memory_bytes : chunkmem::CudaDeviceTotalBytes(device);
+      b.traced_capacity_bytes = static_cast<int64_t>(cc.device_mem_ratio * static_cast<double>(memory));
+      b.device_bytes = b.traced_capacity_bytes;
+    } else {
+      b.device_bytes = kUnlimitedBytes;
     }
-    b.device_bytes = kUnlimitedBytes;
   }
   b.host_bytes = cc.host_budget_bytes;
   if (b.host_bytes == 0) {
@@ -70,9 +77,17 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   s.store = std::make_unique<chunkmem::ChunkStore>(chunkmem::MakeHostAllocator(/*pinned=*/device.is_cuda()),
                                                    chunkmem::MakeDeviceAllocator(device), budgets.host_bytes,
                                                    budgets.device_bytes);
+  if (budgets.traced_capacity_bytes > 0) {
+    s.probe = device.is_cuda() ? chunkmem::MakeCudaMemoryProbe(device, *s.store) : chunkmem::MakeCpuMemoryProbe();
+    s.store->set_memory_probe(s.probe.get());
+  }
   std::vector<chunkmem::ManagedParam> params;
   for (const auto& p : model->BlockParameters()) params.push_back({p.name, p.tensor, p.used_by_blocks});
-  s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, RuntimeOptionsOf(c));
+  chunkmem::RuntimeOptions options = RuntimeOptionsOf(c);
+  options.device_memory_bytes = budgets.traced_capacity_bytes;
+  options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
+  s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, options);
+  s.runtime->set_memory_probe(s.probe.get());
   optim::HybridAdamOptions adam;
   adam.optimizer = c.optimizer;
   adam.cpu_threads = CpuThreads(c);

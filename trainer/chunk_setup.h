@@ -9,6 +9,7 @@
 #include <string>
 
 #include "chunkmem/chunk_store.h"
+#include "chunkmem/memory_probe.h"
 #include "chunkmem/runtime.h"
 #include "chunkmem/timeline.h"
 #include "models/gpt.h"
@@ -23,6 +24,9 @@ struct ChunkBudgets {
   int64_t device_bytes = 0;  // "unlimited" (simulated, budget 0) is kUnlimitedBytes
   int64_t host_bytes = 0;
   bool simulated = true;     // device tier is host memory with its own budget
+  // Traced budget: chunks + non-model memory within this many device bytes (0 = the
+  // fixed device_bytes budget). device_bytes is then this too (the hard cap).
+  int64_t traced_capacity_bytes = 0;
 };
 constexpr int64_t kUnlimitedBytes = int64_t{1} << 62;
 
@@ -32,6 +36,7 @@ ChunkBudgets ResolveChunkBudgets(const Config& config, at::Device device);
 
 struct ChunkSetup {
   std::unique_ptr<chunkmem::ChunkStore> store;
+  std::unique_ptr<chunkmem::DeviceMemoryProbe> probe;  // traced budget only
   std::unique_ptr<chunkmem::ChunkRuntime> runtime;
   std::unique_ptr<optim::HybridAdam> adam;
   std::unique_ptr<optim::LossScaler> scaler;

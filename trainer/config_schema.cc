@@ -322,6 +322,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
                                          "opt = Belady from the warm-up trace (LRU during warm-up); lru",
                                          {{"opt", chunkmem::EvictionPolicyKind::kOpt}, {"lru", chunkmem::EvictionPolicyKind::kLru}}),
       Int("chunk.warmup_steps", PS_ACCESS(chunk.warmup_steps), "optimizer steps traced before Belady decides", MinInt(1)),
+      Int("chunk.device_memory_bytes", PS_ACCESS(chunk.device_memory_bytes),
+          "traced budget (when device_budget_bytes is 0): device bytes for chunks + activations, x device_mem_ratio; "
+          "0 = the CUDA device's memory (simulated tier: unlimited)", MinInt(0)),
       Int("chunk.prefetch_depth", PS_ACCESS(chunk.prefetch_depth),
           "after warm-up, moments ahead whose chunks are fetched early (from the trace); 0 = off"),
       Int("chunk.timeline_steps", PS_ACCESS(chunk.timeline_steps),

@@ -158,6 +158,13 @@ TrainResult Train(const Config& c) {
   if (c.chunk.enabled) {
     chunks = MakeChunkSetup(model, c, device);
     spdlog::info("chunks: {}", chunks.runtime->layout().Summary());
+    if (c.chunk.cpu_embedding) {
+      spdlog::warn("chunk.cpu_embedding (use_cpu_embedding) is not built yet: the embeddings stay in chunks");
+    }
+    if (chunks.probe) {
+      spdlog::info("traced device budget: chunks + non-model memory within {} bytes; warm-up chunk share {}",
+                   chunks.store->Budget(chunkmem::Tier::kDevice), c.chunk.warmup_device_chunk_ratio);
+    }
     spdlog::info("optimizer: hybrid {} (device chunks after warm-up: {}), CPU kernels: {}, loss scale: {}",
                  optim::ToString(c.optimizer.type), c.optimizer.hybrid_adam ? "by margin" : "none (all on the CPU)",
                  optim::ToString(chunks.adam->cpu_isa()),
@@ -284,6 +291,8 @@ TrainResult Train(const Config& c) {
             .Add("fetches", rs.fetches)
             .Add("prefetches", rs.prefetches)
             .Add("prefetch_hits", rs.prefetch_hits)
+            .Add("chunk_budget_bytes", chunks.runtime->MinChunkBudgetBytes())
+            .Add("non_model_peak_bytes", rs.peak_non_model_bytes)
             .Add("loss_scale", adam_report.loss_scale)
             .Add("skipped_steps", chunks.scaler->state().overflows)
             .Add("adam_device_chunks", static_cast<int64_t>(adam_report.device_chunks))
@@ -309,6 +318,12 @@ TrainResult Train(const Config& c) {
     result.evictions = chunks.runtime->stats().evictions;
     result.prefetch_hits = chunks.runtime->stats().prefetch_hits;
     result.skipped_steps = chunks.scaler->state().overflows;
+    if (chunks.probe) {
+      result.traced_capacity_bytes = chunks.store->Budget(chunkmem::Tier::kDevice);
+      result.peak_non_model_bytes = chunks.runtime->stats().peak_non_model_bytes;
+      result.peak_device_total_bytes = chunks.runtime->stats().peak_device_total_bytes;
+      result.min_chunk_budget_bytes = chunks.runtime->MinChunkBudgetBytes();
+    }
     const auto& rt = *chunks.runtime;
     for (int chunk = 0; chunk < rt.layout().num_chunks(); ++chunk) {
       result.compute_chunk_bytes += chunks.store->chunk_bytes(rt.chunk_id(chunkmem::ChunkKind::kCompute, chunk));

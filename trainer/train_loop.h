@@ -25,6 +25,11 @@ struct TrainResult {
   int64_t evictions = 0;
   int64_t prefetch_hits = 0;
   int64_t skipped_steps = 0;            // fp16 overflows
+  // Traced budget only (chunk.device_memory_bytes / CUDA without a fixed budget):
+  int64_t traced_capacity_bytes = 0;    // chunks + non-model memory must fit this
+  int64_t peak_non_model_bytes = 0;     // highest non-model bytes the probe saw
+  int64_t peak_device_total_bytes = 0;  // after warm-up: chunk + non-model peaks, added, per moment
+  int64_t min_chunk_budget_bytes = 0;   // lowest traced per-moment chunk budget
   std::vector<double> loss_scales;      // the loss scale of every step (1 without fp16)
   std::vector<bool> skipped;            // per step: skipped for a gradient overflow
   int adam_device_chunks = 0;           // chunks updated on the device at the last step

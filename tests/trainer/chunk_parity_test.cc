@@ -159,6 +159,32 @@ TEST_CASE("bf16 chunks track fp32 training within 5% per step", "[chunk][bf16]")
   }
 }
 
+TEST_CASE("traced budget: chunks get what activations leave, per moment; same losses", "[chunk][parity][tracer]") {
+  const TrainResult plain = Train(Tiny("traced_plain"));
+  // Activations and other non-model memory of this model peak near 3.1 MB (CPU probe);
+  // 3.8 MB of "device" leaves the chunks about 0.7 MB at the peak moment, less than the
+  // 1.28 MB of compute chunks, so they are evicted and fetched every step.
+  const TrainResult traced = Train(Chunked("traced", {"chunk.device_memory_bytes=3800000",
+                                                      "chunk.device_mem_ratio=1.0"}));
+  INFO("non-model peak " << traced.peak_non_model_bytes << ", min chunk budget " << traced.min_chunk_budget_bytes
+                         << ", peak total " << traced.peak_device_total_bytes << ", evictions " << traced.evictions);
+  CheckSameLosses(plain, traced);
+  CHECK(traced.traced_capacity_bytes == 3800000);
+  CHECK(traced.peak_non_model_bytes > 1000000);  // the probe sees the activations
+  CHECK(traced.min_chunk_budget_bytes < traced.compute_chunk_bytes);  // not all compute chunks fit
+  CHECK(traced.evictions > 20);
+  // After warm-up, chunk bytes plus non-model bytes never exceeded the device.
+  CHECK(traced.peak_device_total_bytes > 0);
+  CHECK(traced.peak_device_total_bytes <= traced.traced_capacity_bytes);
+  // Too little device memory for the activations themselves: a clear error.
+  CHECK_THROWS_WITH(Train(Chunked("traced_small", {"chunk.device_memory_bytes=2000000", "chunk.device_mem_ratio=1.0"})),
+                    Catch::Contains("minus the non-model peak"));
+  // A fixed and a traced budget together are refused.
+  CHECK_THROWS_WITH(Train(Chunked("traced_both", {"chunk.device_memory_bytes=3800000",
+                                                  "chunk.device_budget_bytes=320000"})),
+                    Catch::Contains("not both"));
+}
+
 TEST_CASE("hybrid Adam: all-CPU and a partial device split give the same losses as plain", "[chunk][parity][hybrid]") {
   const TrainResult plain = Train(Tiny("hyb_plain"));
   const TrainResult off = Train(Chunked("hyb_off", {"optimizer.hybrid_adam=false"}));
