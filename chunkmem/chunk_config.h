@@ -18,6 +18,9 @@ struct ChunkConfig {
   // times device_mem_ratio; the chunks get what the warm-up trace leaves at each moment.
   // 0 = the whole CUDA device; on the simulated tier 0 = no limit at all.
   int64_t device_memory_bytes = 0;
+  // With a fixed device budget: reserve it once as an arena and carve chunks from it
+  // (exact budget, no allocator calls while training); else allocate per move.
+  bool device_arena = false;
   int64_t host_budget_bytes = 0;    // chunk bytes allowed on the host; 0 = host_mem_ratio x RAM
   EvictionPolicyKind eviction = EvictionPolicyKind::kOpt;  // opt: Belady from the warm-up trace (LRU until then)
   int64_t warmup_steps = 1;         // optimizer steps traced before Belady decides

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "chunkmem/device_arena.h"
 #include "chunkmem/memory_probe.h"
 
 namespace ps::chunkmem {
@@ -44,7 +45,31 @@ class DeviceAllocator final : public TierAllocator {
   at::Device device_;
 };
 
+class ArenaAllocator final : public TierAllocator {
+ public:
+  // The store counts exact payload bytes; the arena rounds each payload up to 64 bytes,
+  // so it reserves that rounding for payloads of 4 KiB or more on top of the budget.
+  ArenaAllocator(at::Device device, int64_t bytes)
+      : arena_(device, bytes + DeviceArena::kAlignBytes * (bytes / 4096 + 1)), device_(device) {}
+  at::Tensor Allocate(int64_t numel, at::ScalarType dtype) override {
+    at::Tensor t = arena_.TryAllocate(numel, dtype);
+    TORCH_CHECK(t.defined(), "chunkmem: device arena has no free range of ", numel * c10::elementSize(dtype),
+                " bytes (", arena_.free_bytes(), " free, largest range ", arena_.largest_free_bytes(), ")");
+    return t;
+  }
+  at::Device device() const override { return device_; }
+  bool CanFit(int64_t bytes) const override { return arena_.CanFit(bytes); }
+
+ private:
+  DeviceArena arena_;
+  at::Device device_;
+};
+
 }  // namespace
+
+std::unique_ptr<TierAllocator> MakeArenaAllocator(at::Device device, int64_t bytes) {
+  return std::make_unique<ArenaAllocator>(device, bytes);
+}
 
 std::unique_ptr<TierAllocator> MakeHostAllocator(bool pinned) { return std::make_unique<HostAllocator>(pinned); }
 std::unique_ptr<TierAllocator> MakeDeviceAllocator(at::Device device) {
@@ -87,6 +112,11 @@ int64_t ChunkStore::Budget(Tier tier) const {
     case Tier::kNone: return 0;
   }
   return 0;
+}
+
+bool ChunkStore::CanHold(Tier tier, int64_t bytes) const {
+  if (BytesUsed(tier) + bytes > Budget(tier)) return false;
+  return tier == Tier::kNone || (tier == Tier::kHost ? host_ : device_)->CanFit(bytes);
 }
 
 at::Device ChunkStore::device_of(Tier tier) const {

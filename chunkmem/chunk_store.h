@@ -26,12 +26,16 @@ class TierAllocator {
   virtual ~TierAllocator() = default;
   virtual at::Tensor Allocate(int64_t numel, at::ScalarType dtype) = 0;  // uninitialised
   virtual at::Device device() const = 0;
+  // Whether a payload of `bytes` can be placed now (an arena may be fragmented).
+  virtual bool CanFit(int64_t bytes) const { return true; }
 };
 
 // Host memory, pinned if `pinned` (needs a CUDA runtime).
 std::unique_ptr<TierAllocator> MakeHostAllocator(bool pinned);
 // Memory of `device` (a CUDA device, or the CPU for the simulated device tier).
 std::unique_ptr<TierAllocator> MakeDeviceAllocator(at::Device device);
+// `bytes` of `device` reserved once (DeviceArena) and carved into payloads.
+std::unique_ptr<TierAllocator> MakeArenaAllocator(at::Device device, int64_t bytes);
 
 struct StoreStats {
   int64_t host_bytes = 0;         // payload bytes held now
@@ -56,7 +60,8 @@ class ChunkStore {
   int64_t chunk_bytes(int id) const;
   at::ScalarType dtype(int id) const { return chunks_.at(id).dtype; }
 
-  bool CanHold(Tier tier, int64_t bytes) const { return BytesUsed(tier) + bytes <= Budget(tier); }
+  // Within the tier's budget, and placeable (an arena may need more eviction first).
+  bool CanHold(Tier tier, int64_t bytes) const;
   int64_t BytesUsed(Tier tier) const;
   int64_t Budget(Tier tier) const;
 

@@ -69,7 +69,8 @@ class CpuMemoryProbe final : public DeviceMemoryProbe {
 #ifdef PS_WITH_CUDA
 class CudaMemoryProbe final : public DeviceMemoryProbe {
  public:
-  CudaMemoryProbe(at::Device device, const ChunkStore& store) : device_(device.index()), store_(store) {}
+  CudaMemoryProbe(at::Device device, const ChunkStore& store)
+      : device_(device.has_index() ? device.index() : c10::cuda::current_device()), store_(store) {}
   int64_t NonModelBytes() override { return Allocated().current - ChunkBytes(); }
   int64_t TakePeakNonModelBytes() override {
     // The allocator's peak includes chunk bytes; subtract those on the device now (the
@@ -109,7 +110,7 @@ std::unique_ptr<DeviceMemoryProbe> MakeCudaMemoryProbe(at::Device device, const 
 
 int64_t CudaDeviceTotalBytes(at::Device device) {
 #ifdef PS_WITH_CUDA
-  c10::cuda::CUDAGuard guard(device);
+  c10::cuda::CUDAGuard guard(device.has_index() ? device.index() : c10::cuda::current_device());
   size_t free_bytes = 0, total_bytes = 0;
   const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
   TORCH_CHECK(err == cudaSuccess, "chunkmem: cudaMemGetInfo failed: ", cudaGetErrorString(err));

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace ps::chunkmem {
 namespace {
@@ -142,8 +143,15 @@ void ChunkRuntime::Moment(const char* what, int block) {
   CloseInterval();
   ++moment_;
   // A moment whose traced budget is lower than the last one's: shrink to it now.
+  // Chunks still in use from an earlier moment (a tied parameter through backward) are
+  // part of this moment's working set too.
+  if (!warmed_up()) {
+    for (int c = 0; c < layout_.num_chunks(); ++c) {
+      if (ComputeCount(c) > 0) trace_.Record(c, moment_);
+    }
+  }
   if (!budget_at_.empty() && store_.BytesUsed(Tier::kDevice) > ChunkBudgetNow()) {
-    EvictDownTo(ChunkBudgetNow(), /*keep=*/-1);
+    if (!EvictDownTo(ChunkBudgetNow(), /*keep=*/-1)) ++stats_.budget_overruns;
     interval_chunk_peak_ = store_.BytesUsed(Tier::kDevice);  // the new interval starts after the shrink
   }
   if (timeline_) timeline_->Moment(std::string(what) + " " + std::to_string(block));
@@ -165,19 +173,28 @@ void ChunkRuntime::MoveChunk(int chunk, Tier to) {
   }
 }
 
-bool ChunkRuntime::EvictDownTo(int64_t target_bytes, int keep) {
-  if (store_.BytesUsed(Tier::kDevice) <= target_bytes) return true;
+bool ChunkRuntime::EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes) {
+  auto done = [&] {
+    return store_.BytesUsed(Tier::kDevice) <= target_bytes && (fit_bytes <= 0 || store_.CanHold(Tier::kDevice, fit_bytes));
+  };
+  if (done()) return true;
   std::vector<EvictionCandidate> candidates;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     const int cid = chunk_id(ChunkKind::kCompute, c);
     if (c == keep || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0) continue;
     candidates.push_back({c, store_.chunk_bytes(cid)});
   }
-  const int64_t deficit = store_.BytesUsed(Tier::kDevice) - target_bytes;
   const EvictionPolicy& policy =
       belady_ ? static_cast<const EvictionPolicy&>(*belady_) : static_cast<const EvictionPolicy&>(lru_);
-  for (int victim : policy.Choose(candidates, deficit, std::max(moment_, 0))) MoveChunk(victim, Tier::kHost);
-  return store_.BytesUsed(Tier::kDevice) <= target_bytes;
+  // All candidates in eviction order; take them until the bytes are under the target
+  // and (with an arena) a free range of fit_bytes exists.
+  // Ranked from just before this moment, so chunks used at this moment count as
+  // needed soonest (NextUse looks strictly after the moment it is given).
+  for (int victim : policy.Choose(candidates, std::numeric_limits<int64_t>::max(), moment_ - 1)) {
+    if (done()) break;
+    MoveChunk(victim, Tier::kHost);
+  }
+  return done();
 }
 
 void ChunkRuntime::FetchToDevice(int chunk) {
@@ -185,7 +202,7 @@ void ChunkRuntime::FetchToDevice(int chunk) {
   if (store_.tier(id) == Tier::kDevice) return;
   const int64_t need = store_.chunk_bytes(id);
   const int64_t budget = ChunkBudgetNow();
-  if (!EvictDownTo(budget - need, chunk)) {
+  if (!EvictDownTo(budget - need, chunk, need)) {
     // During a traced warm-up the small warm-up share may be exceeded when the chunks in
     // use need it (up to the store's budget); otherwise the chunks in use do not fit.
     const bool soft = traced_budget() && budget_at_.empty() && store_.CanHold(Tier::kDevice, need);
@@ -245,20 +262,20 @@ void ChunkRuntime::PreForward(int block) {
 
 bool ChunkRuntime::MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit) {
   const int64_t budget = ChunkBudgetNow();
-  if (store_.BytesUsed(Tier::kDevice) + need <= budget) return true;
+  if (store_.BytesUsed(Tier::kDevice) + need <= budget && store_.CanHold(Tier::kDevice, need)) return true;
   std::vector<EvictionCandidate> candidates;
   int64_t freeable = 0;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     const int cid = chunk_id(ChunkKind::kCompute, c);
     if (c == chunk || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0) continue;
-    if (trace_.NextUse(c, moment_) <= next_use_limit) continue;  // needed as soon or sooner
+    if (trace_.NextUse(c, moment_ - 1) <= next_use_limit) continue;  // needed now, or as soon
     candidates.push_back({c, store_.chunk_bytes(cid)});
     freeable += store_.chunk_bytes(cid);
   }
   const int64_t deficit = store_.BytesUsed(Tier::kDevice) + need - budget;
   if (freeable < deficit) return false;
-  for (int victim : belady_->Choose(candidates, deficit, moment_)) MoveChunk(victim, Tier::kHost);
-  return true;
+  for (int victim : belady_->Choose(candidates, deficit, moment_ - 1)) MoveChunk(victim, Tier::kHost);
+  return store_.CanHold(Tier::kDevice, need);  // an arena may still lack a large enough range
 }
 
 void ChunkRuntime::Prefetch() {
@@ -321,7 +338,17 @@ void ChunkRuntime::EndIteration() {
   stats_.moments_per_iteration = moment_ + 1;
   if (traced_budget() && budget_at_.empty() && warmed_up()) {
     non_model_peak_.resize(moment_ + 1, 0);
-    for (int64_t non_model : non_model_peak_) budget_at_.push_back(options_.device_memory_bytes - non_model);
+    for (int t = 0; t <= moment_; ++t) {
+      const int64_t budget = options_.device_memory_bytes - non_model_peak_[t];
+      int64_t needed = 0;
+      for (int c : trace_.ChunksAt(t)) needed += store_.chunk_bytes(chunk_id(ChunkKind::kCompute, c));
+      TORCH_CHECK(budget >= needed, "chunkmem: the traced device memory of ", options_.device_memory_bytes,
+                  " bytes is too small: at moment ", t, " non-model memory peaks at ", non_model_peak_[t],
+                  " bytes, leaving ", budget, " for chunks, but the chunks used there need ", needed,
+                  " (raise chunk.device_memory_bytes / chunk.device_mem_ratio, lower the micro-batch, or turn on "
+                  "model.activation_checkpointing)");
+      budget_at_.push_back(budget);
+    }
   }
   if (!belady_ && options_.eviction == EvictionKind::kOpt && stats_.iterations >= options_.warmup_iterations) {
     trace_.set_total_moments(moment_ + 1);
@@ -342,7 +369,7 @@ void ChunkRuntime::PlaceComputeChunk(int chunk, Tier tier) {
 }
 
 bool ChunkRuntime::FreeDeviceBytes(int64_t bytes) {
-  return EvictDownTo(ChunkBudgetNow() - bytes, /*keep=*/-1);
+  return EvictDownTo(ChunkBudgetNow() - bytes, /*keep=*/-1, bytes);
 }
 
 int64_t ChunkRuntime::PeakWorkingSetBytes() const {

@@ -71,6 +71,7 @@ struct RuntimeStats {
   // After warm-up, with a probe: the most (device chunk bytes + non-model bytes) in any
   // moment's interval (both peaks of the interval added: an upper bound).
   int64_t peak_device_total_bytes = 0;
+  int64_t budget_overruns = 0;          // moments whose traced budget chunks in use exceeded
 };
 
 class ChunkRuntime {
@@ -156,7 +157,8 @@ class ChunkRuntime {
   bool MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit);
   // Evicts compute chunks not in use (policy order, never `keep`) until the device holds
   // at most `target_bytes`. Returns whether it got there.
-  bool EvictDownTo(int64_t target_bytes, int keep);
+  // With `fit_bytes` > 0, also until the store can place that many bytes (an arena).
+  bool EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes = 0);
   void CloseInterval();                // non-model peak of the moment just ended
   bool traced_budget() const { return options_.device_memory_bytes > 0; }
 

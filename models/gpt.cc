@@ -9,9 +9,16 @@
 #include <cmath>
 
 #include "models/checkpoint.h"
+#include "models/leaf_linear.h"
 
 namespace ps::models {
 namespace F = torch::nn::functional;
+
+namespace {
+at::Tensor Apply(torch::nn::Linear& m, const at::Tensor& x, bool leaf) {
+  return leaf ? LeafLinear(x, m->weight, m->bias) : m->forward(x);
+}
+}  // namespace
 
 AttentionImpl::AttentionImpl(const GptConfig& c) : n_head_(c.n_head), dropout_(c.dropout) {
   c_attn = register_module("c_attn", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
@@ -21,14 +28,14 @@ AttentionImpl::AttentionImpl(const GptConfig& c) : n_head_(c.n_head), dropout_(c
 at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t head_dim = C / n_head_;
-  auto qkv = c_attn(x).split(C, /*dim=*/2);  // 3 x [B, T, C]
+  auto qkv = Apply(c_attn, x, save_weight_leaves).split(C, /*dim=*/2);  // 3 x [B, T, C]
   auto heads = [&](const at::Tensor& t) {    // [B, nh, T, hd]
     return t.view({B, T, n_head_, head_dim}).transpose(1, 2);
   };
   const double p = is_training() ? dropout_ : 0.0;
   auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                             /*attn_mask=*/{}, p, /*is_causal=*/true);
-  return c_proj(y.transpose(1, 2).contiguous().view({B, T, C}));
+  return Apply(c_proj, y.transpose(1, 2).contiguous().view({B, T, C}), save_weight_leaves);
 }
 
 MlpImpl::MlpImpl(const GptConfig& c) {
@@ -37,7 +44,7 @@ MlpImpl::MlpImpl(const GptConfig& c) {
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
-  return c_proj(at::gelu(c_fc(x), "tanh"));  // HF "gelu_new"
+  return Apply(c_proj, at::gelu(Apply(c_fc, x, save_weight_leaves), "tanh"), save_weight_leaves);  // HF "gelu_new"
 }
 
 BlockImpl::BlockImpl(const GptConfig& c) {
@@ -121,8 +128,22 @@ at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
   ++block;
   hk.PreForward(block);
   x = ln_f(x);
-  auto logits = config_.tie_word_embeddings ? F::linear(x, wte->weight) : lm_head(x);
+  at::Tensor logits;
+  if (config_.tie_word_embeddings) {
+    logits = save_weight_leaves_ ? LeafLinear(x, wte->weight, {}) : F::linear(x, wte->weight);
+  } else {
+    logits = Apply(lm_head, x, save_weight_leaves_);
+  }
   return hk.PostForward(block, logits);
+}
+
+void GptImpl::set_save_weight_leaves(bool on) {
+  save_weight_leaves_ = on;
+  for (const auto& m : *h) {
+    auto* block = m->as<BlockImpl>();
+    block->attn->save_weight_leaves = on;
+    block->mlp->save_weight_leaves = on;
+  }
 }
 
 at::Tensor GptImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks) {

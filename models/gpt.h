@@ -45,6 +45,7 @@ class AttentionImpl : public torch::nn::Module {
 
   torch::nn::Linear c_attn{nullptr};  // weight [3C, C]: q, k, v
   torch::nn::Linear c_proj{nullptr};  // weight [C, C]
+  bool save_weight_leaves = false;    // LeafLinear instead of at::linear (chunk runtime)
 
  private:
   int64_t n_head_;
@@ -60,6 +61,7 @@ class MlpImpl : public torch::nn::Module {
 
   torch::nn::Linear c_fc{nullptr};    // weight [4C, C]
   torch::nn::Linear c_proj{nullptr};  // weight [C, 4C]
+  bool save_weight_leaves = false;    // LeafLinear instead of at::linear (chunk runtime)
 };
 TORCH_MODULE(Mlp);
 
@@ -91,6 +93,9 @@ class GptImpl : public torch::nn::Module {
   std::vector<BlockParameter> BlockParameters() const;
   ParameterCounts CountParameters() const;
   int num_blocks() const { return static_cast<int>(config_.n_layer) + 2; }
+  // Linear layers (and the tied LM head) save their weight leaves for backward instead
+  // of views of the weights' storage (models/leaf_linear.h); the chunk runtime needs it.
+  void set_save_weight_leaves(bool on);
   const GptConfig& config() const { return config_; }
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
@@ -101,6 +106,7 @@ class GptImpl : public torch::nn::Module {
 
  private:
   void InitWeights();
+  bool save_weight_leaves_ = false;
   GptConfig config_;
 };
 TORCH_MODULE(Gpt);

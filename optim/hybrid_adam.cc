@@ -85,7 +85,7 @@ double HybridAdam::SumSquares() {
     if (grad.is_cpu()) {
       host_spans.push_back({grad.data_ptr(), ElemOf(grad.scalar_type()), grad.numel()});
     } else {
-      const at::Tensor s = grad.to(at::kDouble).square().sum();
+      const at::Tensor s = at::linalg_vector_norm(grad, 2, {}, false, at::kDouble).square();  // no fp64 copy
       device_sum = device_sum.defined() ? device_sum + s : s;
     }
   }
@@ -155,7 +155,8 @@ void HybridAdam::UpdateDeviceChunk(int chunk, double lr, double grad_scale) {
     if (!runtime_.has_grad(i)) continue;
     const int g = decay_[i] ? 1 : 0;
     params[g].push_back(runtime_.View(ChunkKind::kMaster, i));
-    grads[g].push_back(grads32.narrow(0, placements[i].offset_numel, placements[i].numel));
+    // Shaped like the parameter: the CUDA fused op checks sizes and strides match.
+    grads[g].push_back(grads32.narrow(0, placements[i].offset_numel, placements[i].numel).view(params[g].back().sizes()));
     ms[g].push_back(runtime_.View(ChunkKind::kAdamM, i));
     vs[g].push_back(runtime_.View(ChunkKind::kAdamV, i));
     if (!device_steps_[i].defined() || device_steps_[i].device() != device) {

@@ -74,9 +74,12 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
 ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device) {
   const ChunkBudgets budgets = ResolveChunkBudgets(c, device);
   ChunkSetup s;
-  s.store = std::make_unique<chunkmem::ChunkStore>(chunkmem::MakeHostAllocator(/*pinned=*/device.is_cuda()),
-                                                   chunkmem::MakeDeviceAllocator(device), budgets.host_bytes,
-                                                   budgets.device_bytes);
+  const bool arena = c.chunk.device_arena && budgets.traced_capacity_bytes == 0 && budgets.device_bytes < kUnlimitedBytes;
+  s.store = std::make_unique<chunkmem::ChunkStore>(
+      chunkmem::MakeHostAllocator(/*pinned=*/device.is_cuda()),
+      arena ? chunkmem::MakeArenaAllocator(device, budgets.device_bytes) : chunkmem::MakeDeviceAllocator(device),
+      budgets.host_bytes, budgets.device_bytes);
+  model->set_save_weight_leaves(true);  // no saved views pinning evicted chunk payloads
   if (budgets.traced_capacity_bytes > 0) {
     s.probe = device.is_cuda() ? chunkmem::MakeCudaMemoryProbe(device, *s.store) : chunkmem::MakeCpuMemoryProbe();
     s.store->set_memory_probe(s.probe.get());

@@ -168,7 +168,7 @@ TrainResult Train(const Config& c) {
     spdlog::info("optimizer: hybrid {} (device chunks after warm-up: {}), CPU kernels: {}, loss scale: {}",
                  optim::ToString(c.optimizer.type), c.optimizer.hybrid_adam ? "by margin" : "none (all on the CPU)",
                  optim::ToString(chunks.adam->cpu_isa()),
-                 chunks.scaler->enabled() ? std::to_string(chunks.scaler->scale()) : std::string("none"));
+                 chunks.scaler->enabled() ? fmt::format("{:g}", chunks.scaler->scale()) : std::string("none"));
   } else {
     optimizer = MakeOptimizer(model, c.optimizer);
   }
@@ -248,7 +248,7 @@ TrainResult Train(const Config& c) {
     }
     const double loss = loss_sum.item<double>();  // host sync: the step is done
     const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (!std::isfinite(loss)) {
+    if (!std::isfinite(loss) && !(chunks.scaler && chunks.scaler->enabled() && adam_report.skipped)) {
       throw std::runtime_error("training loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
                                " (lower optimizer.lr or set train.grad_clip)");
     }

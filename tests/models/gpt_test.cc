@@ -14,6 +14,15 @@
 namespace ps::models {
 namespace {
 
+int BlockParamIndex(const GptImpl& model, const std::string& name) {
+  const auto params = model.BlockParameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].name == name) return static_cast<int>(i);
+  }
+  FAIL("no parameter " << name);
+  return -1;
+}
+
 GptConfig Tiny() {
   GptConfig c;
   c.n_layer = 2;
@@ -170,6 +179,49 @@ TEST_CASE("activation checkpointing gives the same loss and gradients, dropout i
     INFO("parameter " << i);
     CHECK(at::allclose(grads[0][i], grads[1][i], 1e-6, 1e-7));
   }
+}
+
+TEST_CASE("LeafLinear layers: same loss and gradients as at::linear; backward reads the re-pointed weight", "[gpt][leaf]") {
+  GptConfig c = Tiny();
+  auto idx = at::randint(0, 50, {3, 10}, at::kLong);
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<double> losses;
+  for (bool leaf : {false, true}) {
+    at::manual_seed(9);
+    Gpt model(c);
+    model->set_save_weight_leaves(leaf);
+    auto loss = model->Loss(idx, idx);
+    loss.backward();
+    losses.push_back(loss.item<double>());
+    std::vector<at::Tensor> g;
+    for (const auto& p : model->BlockParameters()) g.push_back(p.tensor.grad().clone());
+    grads.push_back(g);
+  }
+  CHECK(losses[0] == losses[1]);  // the forward is at::linear itself
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(at::allclose(grads[0][i], grads[1][i], 1e-5, 1e-7));
+  }
+  // What the chunk runtime does between forward and backward: the weight's data is
+  // swapped for other storage with the same values. The old storage must not be pinned
+  // by the graph, and backward must use the new data.
+  at::manual_seed(9);
+  Gpt model(c);
+  model->set_save_weight_leaves(true);
+  auto& w = model->h[0]->as<BlockImpl>()->mlp->c_fc->weight;
+  auto loss = model->Loss(idx, idx);
+  at::Tensor old_data = w.data();
+  const auto* old_storage = old_data.storage().unsafeGetStorageImpl();
+  const auto uses_before = old_data.storage().use_count();
+  w.set_data(old_data.clone());
+  CHECK(old_data.storage().use_count() < uses_before);  // the graph held only the leaf
+  (void)old_storage;
+  {
+    at::NoGradGuard no_grad;
+    old_data.fill_(1e6);  // a stale view in the graph would now poison the gradients
+  }
+  loss.backward();
+  CHECK(at::allclose(w.grad(), grads[1][BlockParamIndex(*model, "h.0.mlp.c_fc.weight")], 1e-5, 1e-7));
 }
 
 TEST_CASE("recompute calls the block's pre-forward hook again in backward", "[gpt][checkpoint]") {

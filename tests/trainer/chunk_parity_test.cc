@@ -84,6 +84,16 @@ TEST_CASE("fp32, device budget below 1/3 of the compute chunks: evicted every st
     CHECK(evicted.peak_device_chunk_bytes == 320000);
     if (std::string(policy) == "opt") CHECK(evicted.prefetch_hits > 0);  // prefetch needs the trace
   }
+  // The device tier as a pre-reserved arena (chunk.device_arena): same losses, same
+  // budget, with the hybrid optimizer's chunks placed in it too when there is margin.
+  const TrainResult arena = Train(Chunked("evict_arena", {"chunk.device_budget_bytes=320000", "chunk.device_arena=true"}));
+  CheckSameLosses(plain, arena);
+  CHECK(arena.peak_device_chunk_bytes <= 320000);
+  CHECK(arena.evictions >= 20 * 5);
+  const TrainResult arena_split =
+      Train(Chunked("split_arena", {"chunk.device_budget_bytes=1200000", "chunk.device_arena=true"}));
+  CheckSameLosses(plain, arena_split);
+  CHECK(arena_split.adam_device_chunks > 0);
   // Prefetch off: same losses, no hits.
   const TrainResult no_prefetch = Train(Chunked("evict_noprefetch", {"chunk.device_budget_bytes=320000",
                                                                       "chunk.prefetch_depth=0"}));
@@ -178,7 +188,7 @@ TEST_CASE("traced budget: chunks get what activations leave, per moment; same lo
   CHECK(traced.peak_device_total_bytes <= traced.traced_capacity_bytes);
   // Too little device memory for the activations themselves: a clear error.
   CHECK_THROWS_WITH(Train(Chunked("traced_small", {"chunk.device_memory_bytes=2000000", "chunk.device_mem_ratio=1.0"})),
-                    Catch::Contains("minus the non-model peak"));
+                    Catch::Contains("is too small: at moment") && Catch::Contains("non-model memory peaks at"));
   // A fixed and a traced budget together are refused.
   CHECK_THROWS_WITH(Train(Chunked("traced_both", {"chunk.device_memory_bytes=3800000",
                                                   "chunk.device_budget_bytes=320000"})),

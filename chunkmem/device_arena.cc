@@ -1,0 +1,98 @@
+#include "chunkmem/device_arena.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <mutex>
+
+namespace ps::chunkmem {
+
+namespace {
+int64_t RoundUp(int64_t bytes) { return (bytes + DeviceArena::kAlignBytes - 1) / DeviceArena::kAlignBytes * DeviceArena::kAlignBytes; }
+}  // namespace
+
+struct DeviceArena::State {
+  at::Tensor buffer;                   // the reservation (uint8)
+  char* base = nullptr;
+  int64_t capacity = 0;
+  mutable std::mutex mu;
+  std::map<int64_t, int64_t> free;     // offset -> length, non-adjacent ranges
+  int64_t free_bytes = 0;
+
+  void Release(int64_t offset, int64_t length) {
+    std::lock_guard<std::mutex> lock(mu);
+    free_bytes += length;
+    auto next = free.lower_bound(offset);
+    if (next != free.begin()) {
+      auto prev = std::prev(next);
+      TORCH_INTERNAL_ASSERT(prev->first + prev->second <= offset, "arena: double free at ", offset);
+      if (prev->first + prev->second == offset) {  // merge with the range before
+        offset = prev->first;
+        length += prev->second;
+        free.erase(prev);
+      }
+    }
+    if (next != free.end()) {
+      TORCH_INTERNAL_ASSERT(offset + length <= next->first, "arena: double free at ", offset);
+      if (offset + length == next->first) {  // and with the one after
+        length += next->second;
+        free.erase(next);
+      }
+    }
+    free[offset] = length;
+  }
+};
+
+DeviceArena::DeviceArena(at::Device device, int64_t bytes) : state_(std::make_shared<State>()) {
+  TORCH_CHECK(bytes > 0, "chunkmem: device arena size must be > 0, got ", bytes);
+  state_->capacity = bytes / kAlignBytes * kAlignBytes;
+  state_->buffer = at::empty({state_->capacity}, at::TensorOptions().dtype(at::kByte).device(device));
+  state_->base = static_cast<char*>(state_->buffer.data_ptr());
+  state_->free[0] = state_->capacity;
+  state_->free_bytes = state_->capacity;
+}
+
+DeviceArena::~DeviceArena() = default;
+
+at::Tensor DeviceArena::TryAllocate(int64_t numel, at::ScalarType dtype) {
+  const int64_t bytes = RoundUp(numel * static_cast<int64_t>(c10::elementSize(dtype)));
+  int64_t offset = -1;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    for (auto it = state_->free.begin(); it != state_->free.end(); ++it) {
+      if (it->second < bytes) continue;
+      offset = it->first;
+      const int64_t rest = it->second - bytes;
+      state_->free.erase(it);
+      if (rest > 0) state_->free[offset + bytes] = rest;
+      state_->free_bytes -= bytes;
+      break;
+    }
+  }
+  if (offset < 0) return at::Tensor();
+  std::shared_ptr<State> state = state_;  // the range outlives the arena object if needed
+  return at::from_blob(
+      state_->base + offset, {numel}, [state, offset, bytes](void*) { state->Release(offset, bytes); },
+      at::TensorOptions().dtype(dtype).device(state_->buffer.device()));
+}
+
+bool DeviceArena::CanFit(int64_t bytes) const { return largest_free_bytes() >= RoundUp(bytes); }
+
+int64_t DeviceArena::capacity_bytes() const { return state_->capacity; }
+
+int64_t DeviceArena::free_bytes() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->free_bytes;
+}
+
+int64_t DeviceArena::largest_free_bytes() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  int64_t best = 0;
+  for (const auto& [offset, length] : state_->free) best = std::max(best, length);
+  return best;
+}
+
+}  // namespace ps::chunkmem
