@@ -51,16 +51,19 @@ class ArenaAllocator final : public TierAllocator {
   // so it reserves that rounding for payloads of 4 KiB or more on top of the budget.
   ArenaAllocator(at::Device device, int64_t bytes)
       : arena_(device, bytes + DeviceArena::kAlignBytes * (bytes / 4096 + 1)), device_(device) {}
-  at::Tensor Allocate(int64_t numel, at::ScalarType dtype) override {
-    at::Tensor t = arena_.TryAllocate(numel, dtype);
-    TORCH_CHECK(t.defined(), "chunkmem: device arena has no free range of ", numel * c10::elementSize(dtype),
-                " bytes (", arena_.free_bytes(), " free, largest range ", arena_.largest_free_bytes(), ")");
-    return t;
-  }
+  at::Tensor Allocate(int64_t numel, at::ScalarType dtype) override { return Take(numel, dtype, false); }
+  at::Tensor AllocateLongLived(int64_t numel, at::ScalarType dtype) override { return Take(numel, dtype, true); }
   at::Device device() const override { return device_; }
   bool CanFit(int64_t bytes) const override { return arena_.CanFit(bytes); }
 
  private:
+  at::Tensor Take(int64_t numel, at::ScalarType dtype, bool long_lived) {
+    at::Tensor t = arena_.TryAllocate(numel, dtype, long_lived);
+    TORCH_CHECK(t.defined(), "chunkmem: device arena has no free range of ", numel * c10::elementSize(dtype),
+                " bytes (", arena_.free_bytes(), " free, largest range ", arena_.largest_free_bytes(), ")");
+    return t;
+  }
+
   DeviceArena arena_;
   at::Device device_;
 };
@@ -156,13 +159,14 @@ void ChunkStore::Allocate(int id, Tier tier) {
   Account(tier, chunk_bytes(id));
 }
 
-void ChunkStore::Move(int id, Tier to) {
+void ChunkStore::Move(int id, Tier to, bool long_lived) {
   Entry& e = chunks_.at(id);
   TORCH_INTERNAL_ASSERT(e.tier != Tier::kNone && to != Tier::kNone, "chunk ", id, " has no payload to move");
   if (e.tier == to) return;
   CheckBudget(id, to);
   ProbePause pause(probe_);
-  at::Tensor dst = allocator(to).Allocate(e.capacity_numel, e.dtype);
+  at::Tensor dst = long_lived ? allocator(to).AllocateLongLived(e.capacity_numel, e.dtype)
+                              : allocator(to).Allocate(e.capacity_numel, e.dtype);
   dst.copy_(e.payload);
   const int64_t bytes = chunk_bytes(id);
   (to == Tier::kDevice ? stats_.h2d_bytes : stats_.d2h_bytes) += bytes;

@@ -25,6 +25,8 @@ class TierAllocator {
  public:
   virtual ~TierAllocator() = default;
   virtual at::Tensor Allocate(int64_t numel, at::ScalarType dtype) = 0;  // uninitialised
+  // A payload that will stay (an arena places it apart from the moving ones).
+  virtual at::Tensor AllocateLongLived(int64_t numel, at::ScalarType dtype) { return Allocate(numel, dtype); }
   virtual at::Device device() const = 0;
   // Whether a payload of `bytes` can be placed now (an arena may be fragmented).
   virtual bool CanFit(int64_t bytes) const { return true; }
@@ -68,7 +70,8 @@ class ChunkStore {
   // Gives chunk `id` (without payload) a zero-filled payload on `tier`.
   void Allocate(int id, Tier tier);
   // Copies the payload to `to` and frees the old one; bytes are preserved exactly.
-  void Move(int id, Tier to);
+  // `long_lived`: the chunk will stay there (the optimizer's device chunks).
+  void Move(int id, Tier to, bool long_lived = false);
   // Drops the payload.
   void Free(int id);
 

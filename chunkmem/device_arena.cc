@@ -57,20 +57,32 @@ DeviceArena::DeviceArena(at::Device device, int64_t bytes) : state_(std::make_sh
 
 DeviceArena::~DeviceArena() = default;
 
-at::Tensor DeviceArena::TryAllocate(int64_t numel, at::ScalarType dtype) {
+at::Tensor DeviceArena::TryAllocate(int64_t numel, at::ScalarType dtype, bool long_lived) {
   const int64_t bytes = RoundUp(numel * static_cast<int64_t>(c10::elementSize(dtype)));
   int64_t offset = -1;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    for (auto it = state_->free.begin(); it != state_->free.end(); ++it) {
-      if (it->second < bytes) continue;
-      offset = it->first;
-      const int64_t rest = it->second - bytes;
-      state_->free.erase(it);
-      if (rest > 0) state_->free[offset + bytes] = rest;
-      state_->free_bytes -= bytes;
-      break;
+    auto& free = state_->free;
+    if (long_lived) {  // last fit: the end of the highest range that is large enough
+      for (auto it = free.rbegin(); it != free.rend(); ++it) {
+        if (it->second < bytes) continue;
+        const int64_t start = it->first, length = it->second;
+        offset = start + length - bytes;
+        free.erase(start);
+        if (length > bytes) free[start] = length - bytes;
+        break;
+      }
+    } else {  // first fit
+      for (auto it = free.begin(); it != free.end(); ++it) {
+        if (it->second < bytes) continue;
+        offset = it->first;
+        const int64_t rest = it->second - bytes;
+        free.erase(it);
+        if (rest > 0) free[offset + bytes] = rest;
+        break;
+      }
     }
+    if (offset >= 0) state_->free_bytes -= bytes;
   }
   if (offset < 0) return at::Tensor();
   std::shared_ptr<State> state = state_;  // the range outlives the arena object if needed

@@ -25,8 +25,10 @@ class DeviceArena {
   DeviceArena& operator=(const DeviceArena&) = delete;
 
   // A 1-D tensor of `numel` elements of `dtype` in the arena (uninitialised), or an
-  // undefined tensor when no free range is large enough.
-  at::Tensor TryAllocate(int64_t numel, at::ScalarType dtype);
+  // undefined tensor when no free range is large enough. Long-lived payloads (the
+  // optimizer's chunks, which never leave) are taken from the top of the arena (last
+  // fit) and moving ones from the bottom (first fit), so the two do not interleave.
+  at::Tensor TryAllocate(int64_t numel, at::ScalarType dtype, bool long_lived = false);
   // Whether TryAllocate(bytes) would succeed now.
   bool CanFit(int64_t bytes) const;
 

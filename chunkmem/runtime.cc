@@ -129,6 +129,9 @@ int64_t ChunkRuntime::ChunkBudgetNow() const {
   if (budget_at_.empty()) {
     return std::min(cap, static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(options_.device_memory_bytes)));
   }
+  // Paused (evaluation): moments do not advance, so no moment's budget applies; the
+  // lowest one is safe for any block.
+  if (trace_paused_) return std::min(cap, *std::min_element(budget_at_.begin(), budget_at_.end()));
   const int t = std::clamp(moment_, 0, static_cast<int>(budget_at_.size()) - 1);
   return std::min(cap, budget_at_[t]);
 }

@@ -68,7 +68,7 @@ void HybridAdam::DecidePlacement() {
     for (int id : ids) bytes += store.chunk_bytes(id);
     if (static_cast<double>(bytes) > allowed) continue;
     if (!runtime_.FreeDeviceBytes(bytes)) continue;
-    for (int id : ids) store.Move(id, Tier::kDevice);
+    for (int id : ids) store.Move(id, Tier::kDevice, /*long_lived=*/true);
     allowed -= static_cast<double>(bytes);
     on_device_[c] = true;
     device_chunks_.push_back(c);

@@ -98,7 +98,15 @@ double Evaluate(models::Gpt& model, const data::TokenSource& source, const Confi
                 ChunkSetup& chunks) {
   torch::NoGradGuard no_grad;
   model->eval();
-  if (chunks.runtime) chunks.runtime->set_trace_paused(true);
+  struct PauseTrace {  // evaluation neither advances nor records moments, even if it throws
+    chunkmem::ChunkRuntime* rt;
+    explicit PauseTrace(chunkmem::ChunkRuntime* r) : rt(r) {
+      if (rt) rt->set_trace_paused(true);
+    }
+    ~PauseTrace() {
+      if (rt) rt->set_trace_paused(false);
+    }
+  } pause(chunks.runtime.get());
   data::BatchSampler sampler(source, c.data.seq_len, /*shuffle=*/false, 0);
   AutocastScope autocast(device, c.precision.dtype);
   double sum = 0.0;
@@ -107,7 +115,6 @@ double Evaluate(models::Gpt& model, const data::TokenSource& source, const Confi
     auto x = batch.narrow(1, 0, c.data.seq_len), y = batch.narrow(1, 1, c.data.seq_len);
     sum += model->Loss(x, y, chunks.hooks.get()).item<double>();
   }
-  if (chunks.runtime) chunks.runtime->set_trace_paused(false);
   model->train();
   return sum / static_cast<double>(c.train.eval_steps);
 }

@@ -52,6 +52,17 @@ TEST_CASE("arena: freed ranges coalesce; fragmentation refuses, then heals", "[a
   CHECK(arena.largest_free_bytes() == 4096);
 }
 
+TEST_CASE("arena: long-lived payloads come from the top, moving ones from the bottom", "[arena]") {
+  DeviceArena arena(at::kCPU, 4096);
+  at::Tensor low = arena.TryAllocate(256, at::kFloat);                     // [0, 1024)
+  at::Tensor high = arena.TryAllocate(256, at::kFloat, /*long_lived=*/true);  // [3072, 4096)
+  const auto base = reinterpret_cast<uintptr_t>(low.data_ptr());
+  CHECK(reinterpret_cast<uintptr_t>(high.data_ptr()) - base == 3072);
+  low = at::Tensor();  // the free space stays one range: no hole between the two kinds
+  CHECK(arena.largest_free_bytes() == 3072);
+  CHECK(arena.free_bytes() == 3072);
+}
+
 TEST_CASE("arena: a payload may outlive the arena object", "[arena]") {
   at::Tensor survivor;
   {
