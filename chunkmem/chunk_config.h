@@ -21,6 +21,9 @@ struct ChunkConfig {
   // With a fixed device budget: reserve it once as an arena and carve chunks from it
   // (exact budget, no allocator calls while training); else allocate per move.
   bool device_arena = false;
+  // Prefetch copies run on a copy engine while compute goes on (CUDA: a side stream;
+  // simulated tier: a worker thread); each chunk is waited for at its first use.
+  bool async_prefetch = false;
   int64_t host_budget_bytes = 0;    // chunk bytes allowed on the host; 0 = host_mem_ratio x RAM
   EvictionPolicyKind eviction = EvictionPolicyKind::kOpt;  // opt: Belady from the warm-up trace (LRU until then)
   int64_t warmup_steps = 1;         // optimizer steps traced before Belady decides

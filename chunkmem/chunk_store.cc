@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "chunkmem/copy_engine.h"
 #include "chunkmem/device_arena.h"
 #include "chunkmem/memory_probe.h"
 
@@ -88,6 +89,15 @@ ChunkStore::ChunkStore(std::unique_ptr<TierAllocator> host, std::unique_ptr<Tier
   TORCH_CHECK(host_budget_bytes >= 0 && device_budget_bytes >= 0, "chunkmem: budgets must be >= 0");
 }
 
+ChunkStore::~ChunkStore() {
+  for (int id = 0; id < num_chunks(); ++id) {
+    try {
+      Ready(id);
+    } catch (...) {  // a failed copy at teardown: nothing left to protect
+    }
+  }
+}
+
 int ChunkStore::Add(int64_t capacity_numel, at::ScalarType dtype) {
   TORCH_CHECK(capacity_numel > 0, "chunkmem: chunk capacity must be > 0");
   chunks_.push_back(Entry{capacity_numel, dtype, Tier::kNone, at::Tensor()});
@@ -163,6 +173,7 @@ void ChunkStore::Move(int id, Tier to, bool long_lived) {
   Entry& e = chunks_.at(id);
   TORCH_INTERNAL_ASSERT(e.tier != Tier::kNone && to != Tier::kNone, "chunk ", id, " has no payload to move");
   if (e.tier == to) return;
+  Ready(id);
   CheckBudget(id, to);
   ProbePause pause(probe_);
   at::Tensor dst = long_lived ? allocator(to).AllocateLongLived(e.capacity_numel, e.dtype)
@@ -176,7 +187,41 @@ void ChunkStore::Move(int id, Tier to, bool long_lived) {
   e.tier = to;
 }
 
+void ChunkStore::Ready(int id) const {
+  const Entry& e = chunks_.at(id);
+  if (!e.pending) return;
+  const std::shared_ptr<CopyTicket> ticket = std::move(e.pending);
+  e.pending.reset();
+  ticket->Wait();
+}
+
+const at::Tensor& ChunkStore::payload(int id) const {
+  Ready(id);
+  return chunks_.at(id).payload;
+}
+
+void ChunkStore::MoveAsync(int id, Tier to) {
+  Entry& e = chunks_.at(id);
+  if (engine_ == nullptr || e.tier == to) {
+    Move(id, to);
+    return;
+  }
+  TORCH_INTERNAL_ASSERT(e.tier != Tier::kNone && to != Tier::kNone, "chunk ", id, " has no payload to move");
+  Ready(id);
+  CheckBudget(id, to);
+  ProbePause pause(probe_);
+  at::Tensor dst = allocator(to).Allocate(e.capacity_numel, e.dtype);
+  e.pending = engine_->Start(dst, e.payload);  // the engine keeps the old payload alive until done
+  const int64_t bytes = chunk_bytes(id);
+  (to == Tier::kDevice ? stats_.h2d_bytes : stats_.d2h_bytes) += bytes;
+  Account(to, bytes);
+  Account(e.tier, -bytes);
+  e.payload = dst;
+  e.tier = to;
+}
+
 void ChunkStore::Free(int id) {
+  Ready(id);
   Entry& e = chunks_.at(id);
   if (e.tier == Tier::kNone) return;
   ProbePause pause(probe_);

@@ -15,6 +15,8 @@
 
 namespace ps::chunkmem {
 
+class CopyEngine;
+class CopyTicket;
 class DeviceMemoryProbe;
 
 enum class Tier { kNone, kHost, kDevice };
@@ -52,13 +54,17 @@ class ChunkStore {
  public:
   ChunkStore(std::unique_ptr<TierAllocator> host, std::unique_ptr<TierAllocator> device,
              int64_t host_budget_bytes, int64_t device_budget_bytes);
+  ~ChunkStore();  // waits for copies in flight
+  ChunkStore(const ChunkStore&) = delete;
+  ChunkStore& operator=(const ChunkStore&) = delete;
 
   // Registers a chunk without a payload; returns its id (dense, from 0).
   int Add(int64_t capacity_numel, at::ScalarType dtype);
 
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   Tier tier(int id) const { return chunks_.at(id).tier; }
-  const at::Tensor& payload(int id) const { return chunks_.at(id).payload; }  // 1-D
+  // 1-D; waits for a copy into it still in flight (MoveAsync).
+  const at::Tensor& payload(int id) const;
   int64_t chunk_bytes(int id) const;
   at::ScalarType dtype(int id) const { return chunks_.at(id).dtype; }
 
@@ -72,6 +78,10 @@ class ChunkStore {
   // Copies the payload to `to` and frees the old one; bytes are preserved exactly.
   // `long_lived`: the chunk will stay there (the optimizer's device chunks).
   void Move(int id, Tier to, bool long_lived = false);
+  // Like Move, but the copy runs on the copy engine (if any) while the caller goes on;
+  // the first payload(id), Move or Free of the chunk waits for it. Accounting is
+  // immediate, as for Move.
+  void MoveAsync(int id, Tier to);
   // Drops the payload.
   void Free(int id);
 
@@ -79,6 +89,8 @@ class ChunkStore {
   // Paused around every payload allocation and free, so the probe never counts chunk
   // bytes as non-model memory. Not owned; null = none.
   void set_memory_probe(DeviceMemoryProbe* probe) { probe_ = probe; }
+  // Copies for MoveAsync (not owned; null = MoveAsync is Move).
+  void set_copy_engine(CopyEngine* engine) { engine_ = engine; }
   const StoreStats& stats() const { return stats_; }
   void ResetPeaks();
 
@@ -88,7 +100,9 @@ class ChunkStore {
     at::ScalarType dtype;
     Tier tier = Tier::kNone;
     at::Tensor payload;
+    mutable std::shared_ptr<CopyTicket> pending;  // copy into payload still in flight
   };
+  void Ready(int id) const;                       // waits for a pending copy
   void Account(Tier tier, int64_t bytes);  // bytes may be negative
   void CheckBudget(int id, Tier tier) const;
   TierAllocator& allocator(Tier tier);
@@ -98,6 +112,7 @@ class ChunkStore {
   std::vector<Entry> chunks_;
   StoreStats stats_;
   DeviceMemoryProbe* probe_ = nullptr;
+  CopyEngine* engine_ = nullptr;
 };
 
 }  // namespace ps::chunkmem

@@ -160,10 +160,14 @@ void ChunkRuntime::Moment(const char* what, int block) {
   if (timeline_) timeline_->Moment(std::string(what) + " " + std::to_string(block));
 }
 
-void ChunkRuntime::MoveChunk(int chunk, Tier to) {
+void ChunkRuntime::MoveChunk(int chunk, Tier to, bool async) {
   const int id = chunk_id(ChunkKind::kCompute, chunk);
   const int64_t start_us = timeline_ ? timeline_->NowUs() : 0;
-  store_.Move(id, to);
+  if (async) {
+    store_.MoveAsync(id, to);
+  } else {
+    store_.Move(id, to);
+  }
   if (to == Tier::kDevice) {
     interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
     ++stats_.fetches;
@@ -289,7 +293,7 @@ void ChunkRuntime::Prefetch() {
       const int id = chunk_id(ChunkKind::kCompute, c);
       if (store_.tier(id) == Tier::kDevice) continue;
       if (!MakeRoomFor(c, store_.chunk_bytes(id), trace_.NextUse(c, moment_))) return;
-      MoveChunk(c, Tier::kDevice);
+      MoveChunk(c, Tier::kDevice, /*async=*/true);  // waited for at its first use
       prefetched_[c] = true;
       ++stats_.prefetches;
     }

@@ -152,7 +152,7 @@ class ChunkRuntime {
   void SetState(int index, TensorState to);
   void FetchToDevice(int chunk);
   void Moment(const char* what, int block);
-  void MoveChunk(int chunk, Tier to);  // compute chunk, with timeline and counters
+  void MoveChunk(int chunk, Tier to, bool async = false);  // compute chunk, with timeline and counters
   void Prefetch();                     // the next moments' chunks, from the trace
   bool MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit);
   // Evicts compute chunks not in use (policy order, never `keep`) until the device holds

@@ -79,6 +79,10 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
       chunkmem::MakeHostAllocator(/*pinned=*/device.is_cuda()),
       arena ? chunkmem::MakeArenaAllocator(device, budgets.device_bytes) : chunkmem::MakeDeviceAllocator(device),
       budgets.host_bytes, budgets.device_bytes);
+  if (c.chunk.async_prefetch) {
+    s.copies = device.is_cuda() ? chunkmem::MakeCudaCopyEngine(device) : chunkmem::MakeThreadCopyEngine();
+    s.store->set_copy_engine(s.copies.get());
+  }
   model->set_save_weight_leaves(true);  // no saved views pinning evicted chunk payloads
   if (budgets.traced_capacity_bytes > 0) {
     s.probe = device.is_cuda() ? chunkmem::MakeCudaMemoryProbe(device, *s.store) : chunkmem::MakeCpuMemoryProbe();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "chunkmem/chunk_store.h"
+#include "chunkmem/copy_engine.h"
 #include "chunkmem/memory_probe.h"
 #include "chunkmem/runtime.h"
 #include "chunkmem/timeline.h"
@@ -37,6 +38,7 @@ ChunkBudgets ResolveChunkBudgets(const Config& config, at::Device device);
 struct ChunkSetup {
   std::unique_ptr<chunkmem::ChunkStore> store;
   std::unique_ptr<chunkmem::DeviceMemoryProbe> probe;  // traced budget only
+  std::unique_ptr<chunkmem::CopyEngine> copies;        // chunk.async_prefetch only
   std::unique_ptr<chunkmem::ChunkRuntime> runtime;
   std::unique_ptr<optim::HybridAdam> adam;
   std::unique_ptr<optim::LossScaler> scaler;

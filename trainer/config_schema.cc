@@ -327,6 +327,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
           "0 = the CUDA device's memory (simulated tier: unlimited)", MinInt(0)),
       Bool("chunk.device_arena", PS_ACCESS(chunk.device_arena),
            "with a fixed device_budget_bytes: reserve it once and carve chunks from it (else allocate per move; experimental)"),
+      Bool("chunk.async_prefetch", PS_ACCESS(chunk.async_prefetch),
+           "prefetch copies overlap compute (CUDA: a side stream; simulated: a worker thread); experimental"),
       Int("chunk.prefetch_depth", PS_ACCESS(chunk.prefetch_depth),
           "after warm-up, moments ahead whose chunks are fetched early (from the trace); 0 = off"),
       Int("chunk.timeline_steps", PS_ACCESS(chunk.timeline_steps),

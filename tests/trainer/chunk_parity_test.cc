@@ -94,6 +94,14 @@ TEST_CASE("fp32, device budget below 1/3 of the compute chunks: evicted every st
       Train(Chunked("split_arena", {"chunk.device_budget_bytes=1200000", "chunk.device_arena=true"}));
   CheckSameLosses(plain, arena_split);
   CHECK(arena_split.adam_device_chunks > 0);
+  // Prefetch copies on a worker thread, overlapping compute: same losses.
+  const TrainResult async = Train(Chunked("evict_async", {"chunk.device_budget_bytes=320000", "chunk.async_prefetch=true"}));
+  CheckSameLosses(plain, async);
+  CHECK(async.prefetch_hits > 0);
+  CHECK(async.peak_device_chunk_bytes <= 320000);
+  const TrainResult async_arena = Train(Chunked(
+      "evict_async_arena", {"chunk.device_budget_bytes=320000", "chunk.async_prefetch=true", "chunk.device_arena=true"}));
+  CheckSameLosses(plain, async_arena);
   // Prefetch off: same losses, no hits.
   const TrainResult no_prefetch = Train(Chunked("evict_noprefetch", {"chunk.device_budget_bytes=320000",
                                                                       "chunk.prefetch_depth=0"}));
