@@ -364,14 +364,14 @@ void ChunkRuntime::EndIteration() {
   moment_ = -1;
 }
 
-void ChunkRuntime::PlaceComputeChunk(int chunk, Tier tier) {
+void ChunkRuntime::PlaceComputeChunk(int chunk, Tier tier, bool async) {
   TORCH_CHECK(ComputeCount(chunk) == 0, "chunkmem: chunk ", chunk, " has parameters in use; it cannot move now");
   const Tier now = store_.tier(chunk_id(ChunkKind::kCompute, chunk));
   if (now == tier) return;
   if (tier == Tier::kDevice) {
     FetchToDevice(chunk);
   } else {
-    MoveChunk(chunk, Tier::kHost);
+    MoveChunk(chunk, Tier::kHost, async);
   }
 }
 

@@ -99,7 +99,8 @@ class ChunkRuntime {
   // For the optimizer, between AfterBackward and EndIteration (no parameter in
   // kCompute): moves compute chunk `chunk` to `tier` (to the device: evicting as for an
   // access). No-op when it is there already.
-  void PlaceComputeChunk(int chunk, Tier tier);
+  // `async`: the copy runs on the store's copy engine, waited for at first use.
+  void PlaceComputeChunk(int chunk, Tier tier, bool async = false);
   // Evicts compute chunks not in use (by the eviction policy) until the device tier can
   // take `bytes` more. Returns false if it cannot.
   bool FreeDeviceBytes(int64_t bytes);

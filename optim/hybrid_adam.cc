@@ -106,12 +106,22 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
   const bool adamw = c.type == OptimizerType::kAdamW;
   const bool separate_master = runtime_.compute_dtype() != at::kFloat;
   auto& store = runtime_.store();
+  // The CPU kernels need the compute chunk (gradients, or the master in fp32, or the
+  // parameter copy) in host memory; a simulated device tier already is. Chunks on a
+  // CUDA device are brought over one ahead (asynchronously with a copy engine), so
+  // chunk k+1's copy overlaps chunk k's update.
+  auto remote = [&](int chunk) {
+    const int id = runtime_.chunk_id(ChunkKind::kCompute, chunk);
+    return store.tier(id) == Tier::kDevice && store.device_of(Tier::kDevice).is_cuda();
+  };
+  bool any_remote = false;
+  for (int chunk : chunks) any_remote = any_remote || remote(chunk);
   std::vector<AdamWork> work;
-  for (int chunk : chunks) {
-    // The CPU kernels need the compute chunk (gradients, or the master in fp32, or the
-    // parameter copy) in host memory; a simulated device tier already is.
-    if (!store.payload(runtime_.chunk_id(ChunkKind::kCompute, chunk)).is_cpu()) {
-      runtime_.PlaceComputeChunk(chunk, Tier::kHost);
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const int chunk = chunks[k];
+    if (remote(chunk)) runtime_.PlaceComputeChunk(chunk, Tier::kHost, /*async=*/true);
+    if (k + 1 < chunks.size() && remote(chunks[k + 1])) {
+      runtime_.PlaceComputeChunk(chunks[k + 1], Tier::kHost, /*async=*/true);
     }
     for (int i : runtime_.layout().chunks()[chunk].param_indices) {
       if (!runtime_.has_grad(i)) continue;
@@ -133,8 +143,12 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
                                 ++steps_[i], grad_scale);
       work.push_back(w);
     }
+    if (any_remote) {  // pipelined: update this chunk while the next one's copy runs
+      ParallelAdam(kernels_, work, options_.cpu_threads);
+      work.clear();
+    }
   }
-  ParallelAdam(kernels_, work, options_.cpu_threads);
+  ParallelAdam(kernels_, work, options_.cpu_threads);  // all at once when nothing had to move
 }
 
 void HybridAdam::UpdateDeviceChunk(int chunk, double lr, double grad_scale) {
