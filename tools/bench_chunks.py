@@ -9,6 +9,8 @@ they share the machine's state, best of `--repeats` each:
   resident_cpu_adam  the same with optimizer.hybrid_adam=false: every chunk updates
             with the SIMD CPU kernels
   evicting  chunk.enabled=true, device budget of --evict-chunks compute chunks
+  evicting_async  the same with chunk.async_prefetch=true (prefetch copies on a worker
+            thread of the simulated tier)
 Uses only the standard library and the ps_train binary.
 
   python3 tools/bench_chunks.py [--steps 100] [--threads N] [--ps-train PATH]
@@ -50,7 +52,8 @@ def main():
     budget = a.evict_chunks * a.chunk_elements * 4  # fp32 compute chunks
     modes = {"plain": common, "resident": common + chunk,
              "resident_cpu_adam": common + chunk + ["optimizer.hybrid_adam=false"],
-             "evicting": common + chunk + [f"chunk.device_budget_bytes={budget}"]}
+             "evicting": common + chunk + [f"chunk.device_budget_bytes={budget}"],
+             "evicting_async": common + chunk + [f"chunk.device_budget_bytes={budget}", "chunk.async_prefetch=true"]}
     best = {m: (0.0, 0, 0.0) for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.repeats):
@@ -67,6 +70,8 @@ def main():
               "resident_cpu_adam_ratio": round(best["resident_cpu_adam"][0] / plain, 4),
               "resident_ratio": round(best["resident"][0] / plain, 4),
               "evicting_ratio": round(best["evicting"][0] / plain, 4),
+              "evicting_async_tokens_per_s": round(best["evicting_async"][0], 1),
+              "evicting_async_ratio": round(best["evicting_async"][0] / plain, 4),
               "evictions": best["evicting"][1], "evict_budget_bytes": budget,
               "same_final_loss": len({round(b[2], 5) for b in best.values()}) == 1,
               "steps": a.steps, "threads": a.threads, "config": a.config}
