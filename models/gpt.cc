@@ -107,7 +107,15 @@ at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
   int block = 0;
   hk.PreForward(block);
   auto pos = at::arange(T, idx.options().dtype(at::kLong));
-  auto x = drop(wte(idx) + wpe(pos));
+  at::Tensor x;
+  if (host_embedding_ && !config_.tie_word_embeddings) {  // both on the host, summed in fp32
+    x = (wte(idx.to(at::kCPU)) + wpe(pos.to(at::kCPU))).to(embedding_out_device_, embedding_out_dtype_);
+  } else if (host_embedding_) {  // wte is the LM head too and stays on the device
+    x = wte(idx) + wpe(pos.to(at::kCPU)).to(embedding_out_device_, embedding_out_dtype_);
+  } else {
+    x = wte(idx) + wpe(pos);
+  }
+  x = drop(x);
   x = hk.PostForward(block, x);
   const bool recompute = config_.activation_checkpointing && is_training() && at::GradMode::is_enabled();
   for (const auto& m : *h) {
@@ -144,6 +152,12 @@ void GptImpl::set_save_weight_leaves(bool on) {
     block->attn->save_weight_leaves = on;
     block->mlp->save_weight_leaves = on;
   }
+}
+
+void GptImpl::set_host_embedding(bool on, at::Device device, at::ScalarType dtype) {
+  host_embedding_ = on;
+  embedding_out_device_ = device;
+  embedding_out_dtype_ = dtype;
 }
 
 at::Tensor GptImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks) {

@@ -96,6 +96,10 @@ class GptImpl : public torch::nn::Module {
   // Linear layers (and the tied LM head) save their weight leaves for backward instead
   // of views of the weights' storage (models/leaf_linear.h); the chunk runtime needs it.
   void set_save_weight_leaves(bool on);
+  // Embeddings computed on the host in fp32 (PatrickStar use_cpu_embedding): the token
+  // and position embeddings (both must live on the host), or only the position one when
+  // the token embedding is tied to the LM head; the result goes to `device` in `dtype`.
+  void set_host_embedding(bool on, at::Device device, at::ScalarType dtype);
   const GptConfig& config() const { return config_; }
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
@@ -106,6 +110,9 @@ class GptImpl : public torch::nn::Module {
 
  private:
   void InitWeights();
+  bool host_embedding_ = false;
+  at::Device embedding_out_device_ = at::kCPU;
+  at::ScalarType embedding_out_dtype_ = at::kFloat;
   bool save_weight_leaves_ = false;
   GptConfig config_;
 };

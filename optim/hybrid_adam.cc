@@ -41,6 +41,36 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
   on_device_.assign(runtime.layout().num_chunks(), false);
 }
 
+void HybridAdam::AddHostParam(const std::string& name, const at::Tensor& param) {
+  TORCH_CHECK(param.is_cpu() && param.scalar_type() == at::kFloat && param.is_contiguous(),
+              "HybridAdam: host parameter '", name, "' must be a contiguous fp32 CPU tensor");
+  host_params_.push_back({name, param, at::zeros_like(param), at::zeros_like(param), param.dim() >= 2, 0});
+}
+
+void HybridAdam::ClearHostGrads() {
+  for (auto& hp : host_params_) hp.param.mutable_grad() = at::Tensor();
+}
+
+void HybridAdam::UpdateHostParams(double lr, double grad_scale) {
+  const auto& c = options_.optimizer;
+  std::vector<AdamWork> work;
+  for (auto& hp : host_params_) {
+    const at::Tensor grad = hp.param.grad();
+    if (!grad.defined()) continue;  // unused this step: not updated (as LibTorch)
+    AdamWork w;
+    w.span.master = hp.param.data_ptr<float>();
+    w.span.m = hp.m.data_ptr<float>();
+    w.span.v = hp.v.data_ptr<float>();
+    w.span.grad = grad.data_ptr();
+    w.span.grad_type = ElemType::kFp32;
+    w.span.numel = hp.param.numel();
+    w.hyper = AdamHyper::Make(lr, c.betas[0], c.betas[1], c.eps, hp.decay ? c.weight_decay : 0.0,
+                              c.type == OptimizerType::kAdamW, ++hp.steps, grad_scale);
+    work.push_back(w);
+  }
+  ParallelAdam(kernels_, work, options_.cpu_threads);
+}
+
 void HybridAdam::DecidePlacement() {
   placed_ = true;
   if (!options_.optimizer.hybrid_adam) return;
@@ -88,6 +118,10 @@ double HybridAdam::SumSquares() {
       const at::Tensor s = at::linalg_vector_norm(grad, 2, {}, false, at::kDouble).square();  // no fp64 copy
       device_sum = device_sum.defined() ? device_sum + s : s;
     }
+  }
+  for (const auto& hp : host_params_) {
+    const at::Tensor& grad = hp.param.grad();
+    if (grad.defined()) host_spans.push_back({grad.data_ptr(), ElemType::kFp32, grad.numel()});
   }
   const double host_sum = ParallelSumSquares(kernels_, host_spans, options_.cpu_threads);
   return host_sum + (device_sum.defined() ? device_sum.item<double>() : 0.0);  // the one host sync
@@ -207,6 +241,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   if (scaler.Update(overflow) || overflow) {  // without a scaler an overflow still skips
     r.skipped = true;
     RestoreComputeFromMaster();
+    ClearHostGrads();
     return r;
   }
   const double clip_coef =
@@ -219,6 +254,8 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   }
   auto t0 = std::chrono::steady_clock::now();
   UpdateHostChunks(host_chunks, lr, grad_scale);
+  UpdateHostParams(lr, grad_scale);
+  ClearHostGrads();
   r.host_ms = MsSince(t0);
   r.host_chunks = static_cast<int>(host_chunks.size());
   t0 = std::chrono::steady_clock::now();

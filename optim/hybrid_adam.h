@@ -19,6 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "chunkmem/runtime.h"
@@ -54,6 +55,10 @@ class HybridAdam {
   // clipping). Updates `scaler` (fp16). Call between AfterBackward and EndIteration.
   StepReport Step(double lr, double max_norm, LossScaler& scaler);
 
+  // A parameter kept outside the chunks (fp32, host; e.g. CPU embeddings): updated by the
+  // CPU kernels in every step with its own m and v; its .grad is read and cleared.
+  void AddHostParam(const std::string& name, const at::Tensor& param);
+
   // Chunks whose optimizer state lives (and updates) on the device; empty before the
   // placement is decided.
   const std::vector<int>& device_chunks() const { return device_chunks_; }
@@ -66,6 +71,16 @@ class HybridAdam {
   void UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale);
   void UpdateDeviceChunk(int chunk, double lr, double grad_scale);
   void RestoreComputeFromMaster();
+  void UpdateHostParams(double lr, double grad_scale);
+  void ClearHostGrads();
+
+  struct HostParam {
+    std::string name;
+    at::Tensor param, m, v;
+    bool decay = false;
+    int64_t steps = 0;
+  };
+  std::vector<HostParam> host_params_;
 
   chunkmem::ChunkRuntime& runtime_;
   HybridAdamOptions options_;

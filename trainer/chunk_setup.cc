@@ -89,7 +89,21 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
     s.store->set_memory_probe(s.probe.get());
   }
   std::vector<chunkmem::ManagedParam> params;
-  for (const auto& p : model->BlockParameters()) params.push_back({p.name, p.tensor, p.used_by_blocks});
+  std::vector<std::pair<std::string, at::Tensor>> host_params;  // chunk.cpu_embedding
+  // With tied embeddings the token embedding is also the LM head, used on the device:
+  // it stays in chunks and only the position embedding moves to the host.
+  auto on_host = [&](const std::string& name) {
+    return c.chunk.cpu_embedding && (name == "wpe.weight" || (name == "wte.weight" && !c.model.tie_word_embeddings));
+  };
+  for (const auto& p : model->BlockParameters()) {
+    if (on_host(p.name)) {
+      at::Tensor param = p.tensor;
+      param.set_data(param.data().to(at::kCPU, at::kFloat).contiguous());
+      host_params.emplace_back(p.name, param);
+      continue;
+    }
+    params.push_back({p.name, p.tensor, p.used_by_blocks});
+  }
   chunkmem::RuntimeOptions options = RuntimeOptionsOf(c);
   options.device_memory_bytes = budgets.traced_capacity_bytes;
   options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
@@ -110,6 +124,10 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
                       " variant (use auto)");
   }
   s.adam = std::make_unique<optim::HybridAdam>(*s.runtime, adam);
+  for (const auto& [name, param] : host_params) s.adam->AddHostParam(name, param);
+  if (c.chunk.cpu_embedding) model->set_host_embedding(true, device, s.runtime->compute_dtype());
+  s.host_param_names.clear();
+  for (const auto& hp : host_params) s.host_param_names.push_back(hp.first);
   s.scaler = std::make_unique<optim::LossScaler>(c.precision);
   s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
   if (c.chunk.timeline_steps > 0) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/copy_engine.h"
@@ -44,6 +45,7 @@ struct ChunkSetup {
   std::unique_ptr<optim::LossScaler> scaler;
   std::unique_ptr<ChunkLayerHooks> hooks;
   std::unique_ptr<chunkmem::ChunkTimeline> timeline;  // while chunk.timeline_steps are recorded
+  std::vector<std::string> host_param_names;           // outside the chunks (chunk.cpu_embedding)
 };
 
 // Moves `model`'s parameters into chunks (the model keeps its modules; its parameter

@@ -334,7 +334,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Int("chunk.timeline_steps", PS_ACCESS(chunk.timeline_steps),
           "first steps whose chunk moves go to <run.output_dir>/chunk_timeline.json (Chrome trace); 0 = off"),
       Bool("chunk.release_after_init", PS_ACCESS(chunk.release_after_init), "free init copies once chunks hold the data"),
-      Bool("chunk.cpu_embedding", PS_ACCESS(chunk.cpu_embedding), "embeddings computed on the host in fp32"),
+      Bool("chunk.cpu_embedding", PS_ACCESS(chunk.cpu_embedding),
+           "embeddings outside the chunks, computed and updated on the host in fp32 (position embedding "
+           "only when the token embedding is tied to the LM head)"),
       Bool("chunk.async_mem_monitor", PS_ACCESS(chunk.async_mem_monitor), "sample device memory during warm-up"),
       Float("chunk.device_mem_ratio", PS_ACCESS(chunk.device_mem_ratio), "usable fraction of device memory",
             FloatRange(0.0, 1.0, true)),

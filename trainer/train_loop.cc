@@ -166,7 +166,11 @@ TrainResult Train(const Config& c) {
     chunks = MakeChunkSetup(model, c, device);
     spdlog::info("chunks: {}", chunks.runtime->layout().Summary());
     if (c.chunk.cpu_embedding) {
-      spdlog::warn("chunk.cpu_embedding (use_cpu_embedding) is not built yet: the embeddings stay in chunks");
+      std::string names;
+      for (const auto& n : chunks.host_param_names) names += (names.empty() ? "" : ", ") + n;
+      spdlog::info("chunk.cpu_embedding: {} on the host in fp32, updated by the CPU Adam kernels{}", names,
+                   c.model.tie_word_embeddings ? " (wte is tied to the LM head on the device, so it stays in chunks)"
+                                               : "");
     }
     if (chunks.probe) {
       spdlog::info("traced device budget: chunks + non-model memory within {} bytes; warm-up chunk share {}",

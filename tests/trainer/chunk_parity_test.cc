@@ -203,6 +203,21 @@ TEST_CASE("traced budget: chunks get what activations leave, per moment; same lo
                     Catch::Contains("not both"));
 }
 
+TEST_CASE("cpu embedding: embeddings on the host in fp32, same losses as plain (untied)", "[chunk][parity][cpu_embedding]") {
+  const TrainResult plain = Train(Tiny("emb_plain", {"model.tie_word_embeddings=false"}));
+  const TrainResult host = Train(Chunked("emb_host", {"model.tie_word_embeddings=false", "chunk.cpu_embedding=true",
+                                                      "chunk.device_budget_bytes=320000"}));
+  CheckSameLosses(plain, host);
+  CHECK(host.evictions > 0);
+  // bf16 chunks with fp32 host embeddings track fp32 like bf16 does.
+  const TrainResult bf16 = Train(Chunked("emb_host_bf16", {"model.tie_word_embeddings=false", "chunk.cpu_embedding=true",
+                                                           "precision.dtype=bf16"}));
+  for (size_t i = 0; i < plain.losses.size(); ++i) CHECK(bf16.losses[i] == Approx(plain.losses[i]).epsilon(0.05));
+  // Tied: the token embedding is the LM head too and stays in chunks; wpe moves.
+  const TrainResult tied_plain = Train(Tiny("emb_tied_plain"));
+  CheckSameLosses(tied_plain, Train(Chunked("emb_tied", {"chunk.cpu_embedding=true", "chunk.device_budget_bytes=320000"})));
+}
+
 TEST_CASE("hybrid Adam: all-CPU and a partial device split give the same losses as plain", "[chunk][parity][hybrid]") {
   const TrainResult plain = Train(Tiny("hyb_plain"));
   const TrainResult off = Train(Chunked("hyb_off", {"optimizer.hybrid_adam=false"}));
