@@ -55,7 +55,8 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   }
 
   plan.device_bytes = std::min(in.device_budget_bytes, plan.compute_chunk_bytes);
-  plan.host_bytes = plan.host_only_bytes + (plan.compute_chunk_bytes - plan.device_bytes);
+  plan.host_param_bytes = 16 * in.host_param_numel;
+  plan.host_bytes = plan.host_only_bytes + (plan.compute_chunk_bytes - plan.device_bytes) + plan.host_param_bytes;
   plan.bytes_per_param = static_cast<double>(plan.compute_chunk_bytes + plan.host_only_bytes) / plan.param_numel;
 
   // Largest N with host(N) = h N u + max(0, k N u - D) <= H, u = capacity per parameter.
@@ -87,8 +88,13 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
   out += std::string(in.grads_in_compute_chunks ? "master+m+v        " : "grad+master+m+v   ") +
          Bytes(static_cast<double>(p.host_only_bytes)) + " (host)" +
          (in.grads_in_compute_chunks ? "; gradients reuse the compute slots\n" : "\n");
-  std::snprintf(buf, sizeof(buf), "model data        %s = %.2f bytes/parameter\n",
-                Bytes(static_cast<double>(p.compute_chunk_bytes + p.host_only_bytes)).c_str(), p.bytes_per_param);
+  if (p.host_param_bytes > 0) {
+    out += "outside chunks    " + Bytes(static_cast<double>(p.host_param_bytes)) + " (" +
+           std::to_string(in.host_param_numel) + " fp32 host parameters: value, grad, m, v)\n";
+  }
+  std::snprintf(buf, sizeof(buf), "model data        %s in chunks = %.2f bytes/chunked parameter%s\n",
+                Bytes(static_cast<double>(p.compute_chunk_bytes + p.host_only_bytes)).c_str(), p.bytes_per_param,
+                p.host_param_bytes > 0 ? " (plus the parameters outside chunks)" : "");
   out += buf;
   out += "device            " + Bytes(static_cast<double>(p.device_bytes)) + " of budget " +
          Bytes(static_cast<double>(in.device_budget_bytes)) + "; needs at least " +

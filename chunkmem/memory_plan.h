@@ -30,6 +30,9 @@ struct PlanInput {
   int64_t device_budget_bytes = 0;       // chunk bytes allowed on the device
   int64_t host_budget_bytes = 0;
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (see RuntimeOptions)
+  // fp32 parameters kept outside the chunks on the host (chunk.cpu_embedding): value,
+  // gradient, m and v, 16 bytes each.
+  int64_t host_param_numel = 0;
 };
 
 struct MemoryPlan {
@@ -37,6 +40,7 @@ struct MemoryPlan {
   int64_t param_numel = 0;
   int64_t compute_chunk_bytes = 0;  // all compute-dtype chunks
   int64_t host_only_bytes = 0;      // grad + master + m + v chunks
+  int64_t host_param_bytes = 0;     // parameters outside the chunks (16 bytes each)
   int64_t min_device_bytes = 0;     // largest working set of one block
   int64_t device_bytes = 0;         // planned chunk bytes on the device
   int64_t host_bytes = 0;           // planned chunk bytes on the host

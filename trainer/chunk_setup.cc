@@ -50,6 +50,12 @@ bool GradsInComputeChunks(const Config& c) {
   return c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, /*world_size=*/1) == 1;
 }
 
+// chunk.cpu_embedding: the position embedding, and the token embedding unless it is
+// tied to the LM head (then it is used on the device too), live outside the chunks.
+bool EmbeddingOnHost(const Config& c, const std::string& name) {
+  return c.chunk.cpu_embedding && (name == "wpe.weight" || (name == "wte.weight" && !c.model.tie_word_embeddings));
+}
+
 int CpuThreads(const Config& c) {
   return c.run.threads > 0 ? static_cast<int>(c.run.threads)
                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -90,13 +96,8 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   }
   std::vector<chunkmem::ManagedParam> params;
   std::vector<std::pair<std::string, at::Tensor>> host_params;  // chunk.cpu_embedding
-  // With tied embeddings the token embedding is also the LM head, used on the device:
-  // it stays in chunks and only the position embedding moves to the host.
-  auto on_host = [&](const std::string& name) {
-    return c.chunk.cpu_embedding && (name == "wpe.weight" || (name == "wte.weight" && !c.model.tie_word_embeddings));
-  };
   for (const auto& p : model->BlockParameters()) {
-    if (on_host(p.name)) {
+    if (EmbeddingOnHost(c, p.name)) {
       at::Tensor param = p.tensor;
       param.set_data(param.data().to(at::kCPU, at::kFloat).contiguous());
       host_params.emplace_back(p.name, param);
@@ -140,7 +141,13 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
 std::string PlanReport(const Config& c, at::Device device, bool* fits) {
   const ChunkBudgets budgets = ResolveChunkBudgets(c, device);
   chunkmem::PlanInput input;
-  for (const auto& p : models::GptParameterShapes(c.model)) input.params.push_back({p.name, p.numel, p.used_by_blocks});
+  for (const auto& p : models::GptParameterShapes(c.model)) {
+    if (EmbeddingOnHost(c, p.name)) {
+      input.host_param_numel += p.numel;
+    } else {
+      input.params.push_back({p.name, p.numel, p.used_by_blocks});
+    }
+  }
   input.chunk_numel = c.chunk.size_elements;
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
   input.device_budget_bytes = budgets.device_bytes;

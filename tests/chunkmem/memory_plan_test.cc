@@ -30,6 +30,17 @@ TEST_CASE("bytes per kind and per tier", "[plan]") {
   CHECK(plan.fits);
 }
 
+TEST_CASE("parameters outside the chunks cost 16 bytes each on the host", "[plan]") {
+  PlanInput in = Small(2, 10000, 1000000);
+  in.host_param_numel = 1000;  // e.g. CPU embeddings
+  const auto plan = PlanMemory(in);
+  CHECK(plan.host_param_bytes == 16000);
+  CHECK(plan.host_bytes == 4 * 1024 * 16 + 16000);
+  CHECK(FormatPlan(plan, in).find("outside chunks") != std::string::npos);
+  in.host_budget_bytes = 4 * 1024 * 16 + 15999;  // one byte short
+  CHECK_FALSE(PlanMemory(in).fits);
+}
+
 TEST_CASE("the working set includes chunks of shared parameters", "[plan]") {
   // Block 2 uses one chunk, plus the shared embedding's chunk: 2 chunks of 2 kB.
   const auto plan = PlanMemory(Small(2, 10000, 1000000));
