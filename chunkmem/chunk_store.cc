@@ -169,7 +169,11 @@ void ChunkStore::Allocate(int id, Tier tier) {
   Account(tier, chunk_bytes(id));
 }
 
-void ChunkStore::Move(int id, Tier to, bool long_lived) {
+void ChunkStore::Move(int id, Tier to, bool long_lived) { Relocate(id, to, long_lived, /*async=*/false); }
+
+void ChunkStore::MoveAsync(int id, Tier to) { Relocate(id, to, /*long_lived=*/false, /*async=*/engine_ != nullptr); }
+
+void ChunkStore::Relocate(int id, Tier to, bool long_lived, bool async) {
   Entry& e = chunks_.at(id);
   TORCH_INTERNAL_ASSERT(e.tier != Tier::kNone && to != Tier::kNone, "chunk ", id, " has no payload to move");
   if (e.tier == to) return;
@@ -178,7 +182,11 @@ void ChunkStore::Move(int id, Tier to, bool long_lived) {
   ProbePause pause(probe_);
   at::Tensor dst = long_lived ? allocator(to).AllocateLongLived(e.capacity_numel, e.dtype)
                               : allocator(to).Allocate(e.capacity_numel, e.dtype);
-  dst.copy_(e.payload);
+  if (async) {
+    e.pending = engine_->Start(dst, e.payload);  // the engine keeps the old payload alive until done
+  } else {
+    dst.copy_(e.payload);
+  }
   const int64_t bytes = chunk_bytes(id);
   (to == Tier::kDevice ? stats_.h2d_bytes : stats_.d2h_bytes) += bytes;
   Account(to, bytes);
@@ -198,26 +206,6 @@ void ChunkStore::Ready(int id) const {
 const at::Tensor& ChunkStore::payload(int id) const {
   Ready(id);
   return chunks_.at(id).payload;
-}
-
-void ChunkStore::MoveAsync(int id, Tier to) {
-  Entry& e = chunks_.at(id);
-  if (engine_ == nullptr || e.tier == to) {
-    Move(id, to);
-    return;
-  }
-  TORCH_INTERNAL_ASSERT(e.tier != Tier::kNone && to != Tier::kNone, "chunk ", id, " has no payload to move");
-  Ready(id);
-  CheckBudget(id, to);
-  ProbePause pause(probe_);
-  at::Tensor dst = allocator(to).Allocate(e.capacity_numel, e.dtype);
-  e.pending = engine_->Start(dst, e.payload);  // the engine keeps the old payload alive until done
-  const int64_t bytes = chunk_bytes(id);
-  (to == Tier::kDevice ? stats_.h2d_bytes : stats_.d2h_bytes) += bytes;
-  Account(to, bytes);
-  Account(e.tier, -bytes);
-  e.payload = dst;
-  e.tier = to;
 }
 
 void ChunkStore::Free(int id) {

@@ -103,6 +103,7 @@ class ChunkStore {
     mutable std::shared_ptr<CopyTicket> pending;  // copy into payload still in flight
   };
   void Ready(int id) const;                       // waits for a pending copy
+  void Relocate(int id, Tier to, bool long_lived, bool async);  // Move and MoveAsync
   void Account(Tier tier, int64_t bytes);  // bytes may be negative
   void CheckBudget(int id, Tier tier) const;
   TierAllocator& allocator(Tier tier);

@@ -180,17 +180,23 @@ void ChunkRuntime::MoveChunk(int chunk, Tier to, bool async) {
   }
 }
 
+std::vector<EvictionCandidate> ChunkRuntime::EvictableChunks(int keep, int64_t needed_until) const {
+  std::vector<EvictionCandidate> out;
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    const int cid = chunk_id(ChunkKind::kCompute, c);
+    if (c == keep || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0) continue;
+    if (trace_.NextUse(c, moment_ - 1) <= needed_until) continue;
+    out.push_back({c, store_.chunk_bytes(cid)});
+  }
+  return out;
+}
+
 bool ChunkRuntime::EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes) {
   auto done = [&] {
     return store_.BytesUsed(Tier::kDevice) <= target_bytes && (fit_bytes <= 0 || store_.CanHold(Tier::kDevice, fit_bytes));
   };
   if (done()) return true;
-  std::vector<EvictionCandidate> candidates;
-  for (int c = 0; c < layout_.num_chunks(); ++c) {
-    const int cid = chunk_id(ChunkKind::kCompute, c);
-    if (c == keep || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0) continue;
-    candidates.push_back({c, store_.chunk_bytes(cid)});
-  }
+  const std::vector<EvictionCandidate> candidates = EvictableChunks(keep, std::numeric_limits<int64_t>::min());
   const EvictionPolicy& policy =
       belady_ ? static_cast<const EvictionPolicy&>(*belady_) : static_cast<const EvictionPolicy&>(lru_);
   // All candidates in eviction order; take them until the bytes are under the target
@@ -270,15 +276,10 @@ void ChunkRuntime::PreForward(int block) {
 bool ChunkRuntime::MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit) {
   const int64_t budget = ChunkBudgetNow();
   if (store_.BytesUsed(Tier::kDevice) + need <= budget && store_.CanHold(Tier::kDevice, need)) return true;
-  std::vector<EvictionCandidate> candidates;
+  // Only chunks needed later than the prefetched one may make room for it.
+  const std::vector<EvictionCandidate> candidates = EvictableChunks(chunk, next_use_limit);
   int64_t freeable = 0;
-  for (int c = 0; c < layout_.num_chunks(); ++c) {
-    const int cid = chunk_id(ChunkKind::kCompute, c);
-    if (c == chunk || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0) continue;
-    if (trace_.NextUse(c, moment_ - 1) <= next_use_limit) continue;  // needed now, or as soon
-    candidates.push_back({c, store_.chunk_bytes(cid)});
-    freeable += store_.chunk_bytes(cid);
-  }
+  for (const auto& cand : candidates) freeable += cand.bytes;
   const int64_t deficit = store_.BytesUsed(Tier::kDevice) + need - budget;
   if (freeable < deficit) return false;
   for (int victim : belady_->Choose(candidates, deficit, moment_ - 1)) MoveChunk(victim, Tier::kHost);

@@ -116,8 +116,6 @@ class ChunkRuntime {
   // The lowest chunk budget over all moments (what chunks that stay on the device for
   // good, like the optimizer's, must fit under).
   int64_t MinChunkBudgetBytes() const;
-  // Traced chunk budget per moment (empty until warm-up ends or without a traced budget).
-  const std::vector<int64_t>& budget_per_moment() const { return budget_at_; }
   // While paused (evaluation), accesses neither advance the moment nor enter the trace.
   void set_trace_paused(bool paused) { trace_paused_ = paused; }
   // Non-model memory of the compute device, read at every moment (not owned; null =
@@ -160,6 +158,9 @@ class ChunkRuntime {
   // at most `target_bytes`. Returns whether it got there.
   // With `fit_bytes` > 0, also until the store can place that many bytes (an arena).
   bool EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes = 0);
+  // Device-resident compute chunks with no parameter in use, except `keep` and those
+  // whose next use (counted from this moment) is at or before `needed_until`.
+  std::vector<EvictionCandidate> EvictableChunks(int keep, int64_t needed_until) const;
   void CloseInterval();                // non-model peak of the moment just ended
   bool traced_budget() const { return options_.device_memory_bytes > 0; }
 

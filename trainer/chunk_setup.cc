@@ -127,7 +127,6 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   s.adam = std::make_unique<optim::HybridAdam>(*s.runtime, adam);
   for (const auto& [name, param] : host_params) s.adam->AddHostParam(name, param);
   if (c.chunk.cpu_embedding) model->set_host_embedding(true, device, s.runtime->compute_dtype());
-  s.host_param_names.clear();
   for (const auto& hp : host_params) s.host_param_names.push_back(hp.first);
   s.scaler = std::make_unique<optim::LossScaler>(c.precision);
   s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);

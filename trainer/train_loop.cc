@@ -304,6 +304,7 @@ TrainResult Train(const Config& c) {
             .Add("prefetch_hits", rs.prefetch_hits)
             .Add("chunk_budget_bytes", chunks.runtime->MinChunkBudgetBytes())
             .Add("non_model_peak_bytes", rs.peak_non_model_bytes)
+            .Add("budget_overruns", rs.budget_overruns)
             .Add("loss_scale", adam_report.loss_scale)
             .Add("skipped_steps", chunks.scaler->state().overflows)
             .Add("adam_device_chunks", static_cast<int64_t>(adam_report.device_chunks))

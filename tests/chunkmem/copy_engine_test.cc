@@ -30,7 +30,7 @@ TEST_CASE("MoveAsync: the first payload() waits; round trips are bitwise", "[cop
   for (int i = 0; i < 8; ++i) {
     ids.push_back(store.Add(1 << 18, at::kBFloat16));
     store.Allocate(ids.back(), Tier::kHost);
-    const_cast<at::Tensor&>(store.payload(ids.back())).copy_(at::randn({1 << 18}).to(at::kBFloat16) + i);
+    store.payload(ids.back()).copy_(at::randn({1 << 18}).to(at::kBFloat16) + i);
   }
   std::vector<at::Tensor> before;
   for (int id : ids) before.push_back(store.payload(id).clone());

@@ -211,11 +211,9 @@ TEST_CASE("LeafLinear layers: same loss and gradients as at::linear; backward re
   auto& w = model->h[0]->as<BlockImpl>()->mlp->c_fc->weight;
   auto loss = model->Loss(idx, idx);
   at::Tensor old_data = w.data();
-  const auto* old_storage = old_data.storage().unsafeGetStorageImpl();
   const auto uses_before = old_data.storage().use_count();
   w.set_data(old_data.clone());
   CHECK(old_data.storage().use_count() < uses_before);  // the graph held only the leaf
-  (void)old_storage;
   {
     at::NoGradGuard no_grad;
     old_data.fill_(1e6);  // a stale view in the graph would now poison the gradients
