@@ -8,6 +8,9 @@ namespace ps::chunkmem {
 
 enum class DeviceTierKind { kAuto, kCuda, kSimulated };
 enum class EvictionPolicyKind { kOpt, kLru };
+// dynamic: after warm-up each moment's chunk budget is what the trace says activations
+// leave; static: the warm-up share forever (PatrickStar's with_static_partition).
+enum class PlacementKind { kDynamic, kStatic };
 
 struct ChunkConfig {
   bool enabled = false;             // manage model data in chunks (else plain LibTorch)
@@ -25,13 +28,12 @@ struct ChunkConfig {
   // simulated tier: a worker thread); each chunk is waited for at its first use.
   bool async_prefetch = false;
   int64_t host_budget_bytes = 0;    // chunk bytes allowed on the host; 0 = host_mem_ratio x RAM
+  PlacementKind placement = PlacementKind::kDynamic;  // with a traced budget (see above)
   EvictionPolicyKind eviction = EvictionPolicyKind::kOpt;  // opt: Belady from the warm-up trace (LRU until then)
   int64_t warmup_steps = 1;         // optimizer steps traced before Belady decides
   int64_t prefetch_depth = 1;       // moments ahead fetched from the trace after warm-up; 0 = off
   int64_t timeline_steps = 2;       // steps recorded into <output_dir>/chunk_timeline.json; 0 = off
-  bool release_after_init = false;  // free the fp32 init copies once chunks hold the data
   bool cpu_embedding = false;       // embeddings on the host in fp32 (use_cpu_embedding)
-  bool async_mem_monitor = false;   // sample device memory during warm-up (use_async_mem_monitor)
   double device_mem_ratio = 0.8;    // usable fraction of device memory (overall_gpu_mem_ratio)
   double host_mem_ratio = 0.8;      // usable fraction of host memory (overall_cpu_mem_ratio)
   double warmup_device_chunk_ratio = 0.1;  // device fraction for chunks during warm-up

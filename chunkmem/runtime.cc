@@ -344,7 +344,8 @@ void ChunkRuntime::EndIteration() {
   CloseInterval();  // the last moment's interval includes the optimizer step
   ++stats_.iterations;
   stats_.moments_per_iteration = moment_ + 1;
-  if (traced_budget() && budget_at_.empty() && warmed_up()) {
+  if (traced_budget() && !budget_checked_ && warmed_up()) {
+    budget_checked_ = true;
     non_model_peak_.resize(moment_ + 1, 0);
     for (int t = 0; t <= moment_; ++t) {
       const int64_t budget = options_.device_memory_bytes - non_model_peak_[t];
@@ -355,7 +356,8 @@ void ChunkRuntime::EndIteration() {
                   " bytes, leaving ", budget, " for chunks, but the chunks used there need ", needed,
                   " (raise chunk.device_memory_bytes / chunk.device_mem_ratio, lower the micro-batch, or turn on "
                   "model.activation_checkpointing)");
-      budget_at_.push_back(budget);
+      // Static placement keeps the warm-up share: budget_at_ stays empty.
+      if (!options_.static_placement) budget_at_.push_back(budget);
     }
   }
   if (!belady_ && options_.eviction == EvictionKind::kOpt && stats_.iterations >= options_.warmup_iterations) {

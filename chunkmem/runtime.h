@@ -56,6 +56,10 @@ struct RuntimeOptions {
   // 0 = the store's fixed device budget.
   int64_t device_memory_bytes = 0;
   double warmup_chunk_ratio = 0.1;
+  // With a traced budget: keep the warm-up share (and its soft limit) after warm-up
+  // instead of the per-moment traced budgets (PatrickStar's static partition: fewer
+  // chunks on the device, never more than warm-up proved safe). Belady still applies.
+  bool static_placement = false;
 };
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
@@ -175,6 +179,7 @@ class ChunkRuntime {
   std::vector<bool> has_grad_;                     // [param]
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   bool trace_paused_ = false;
+  bool budget_checked_ = false;          // the traced budget was checked after warm-up
   ChunkTimeline* timeline_ = nullptr;
   std::vector<bool> prefetched_;                   // [chunk] fetched ahead and not used yet
   AccessTrace trace_;

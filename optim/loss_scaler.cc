@@ -41,9 +41,12 @@ bool LossScaler::Update(bool overflow) {
         --state_.hysteresis_left;
       }
       state_.last_overflow_iteration = state_.iteration;
-    } else if ((state_.iteration - state_.last_overflow_iteration) % config_.loss_scale_window == 0) {
-      state_.hysteresis_left = config_.hysteresis;
-      state_.scale *= 2.0;
+    } else {
+      if (config_.consecutive_hysteresis) state_.hysteresis_left = config_.hysteresis;
+      if ((state_.iteration - state_.last_overflow_iteration) % config_.loss_scale_window == 0) {
+        state_.hysteresis_left = config_.hysteresis;
+        state_.scale *= 2.0;
+      }
     }
   }
   ++state_.iteration;

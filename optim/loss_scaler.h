@@ -4,7 +4,9 @@
 // whose gradients overflow (inf/NaN) is skipped; the scale halves (never below
 // min_loss_scale) only once `hysteresis` overflows have been seen since the hysteresis
 // was last refilled (the "delayed shift"); it doubles after `loss_scale_window` steps
-// without overflow since the last one, which also refills the hysteresis. Static
+// without overflow since the last one, which also refills the hysteresis (with
+// consecutive_hysteresis every clean step refills it: only a run of `hysteresis`
+// overflows in a row lowers the scale). Static
 // (loss_scale > 0): the scale never changes, but overflowing steps are still skipped.
 // Off (bf16/fp32): scale 1, nothing is checked by the scaler.
 // The state is plain data (State) so checkpoints can save and restore it.

@@ -39,6 +39,7 @@ struct PrecisionConfig {
   int64_t initial_scale_power = 16;  // dynamic: initial scale 2^power
   int64_t loss_scale_window = 1000;  // dynamic: clean steps before the scale doubles
   int64_t hysteresis = 2;            // dynamic: overflows tolerated before it halves
+  bool consecutive_hysteresis = false;  // dynamic: refill the hysteresis at every clean step
   double min_loss_scale = 1.0;
 };
 

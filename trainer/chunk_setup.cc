@@ -108,6 +108,7 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   chunkmem::RuntimeOptions options = RuntimeOptionsOf(c);
   options.device_memory_bytes = budgets.traced_capacity_bytes;
   options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
+  options.static_placement = c.chunk.placement == chunkmem::PlacementKind::kStatic;
   s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, options);
   s.runtime->set_memory_probe(s.probe.get());
   optim::HybridAdamOptions adam;

@@ -337,7 +337,8 @@ std::string ConfigReferenceMarkdown() {
   out += "\nAccepted for PatrickStar/DeepSpeed configs (setting both an alias and its key is an error):\n\n";
   out += "| alias | sets | note |\n|---|---|---|\n";
   for (const auto& a : BuildConfigAliases()) {
-    out += "| `" + a.key + "` | `" + a.target + "` | " + a.note + " |\n";
+    out += "| `" + a.key + "` | " + (a.target.empty() ? std::string("(nothing)") : "`" + a.target + "`") + " | " + a.note +
+           " |\n";
   }
   return out;
 }

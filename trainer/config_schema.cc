@@ -303,7 +303,10 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Int("precision.loss_scale_window", PS_ACCESS(precision.loss_scale_window),
           "fp16 dynamic: overflow-free steps before the scale doubles", MinInt(1)),
       Int("precision.hysteresis", PS_ACCESS(precision.hysteresis),
-          "fp16 dynamic: consecutive overflows tolerated before the scale halves (DeepSpeed meaning)", MinInt(1)),
+          "fp16 dynamic: overflows before the scale halves, refilled after loss_scale_window clean steps "
+          "(DeepSpeed meaning)", MinInt(1)),
+      Bool("precision.consecutive_hysteresis", PS_ACCESS(precision.consecutive_hysteresis),
+           "fp16 dynamic: refill the hysteresis at every clean step, so only consecutive overflows lower the scale"),
       Float("precision.min_loss_scale", PS_ACCESS(precision.min_loss_scale), "fp16 dynamic: scale floor",
             FloatRange(0.0, kInf, true)),
       // chunk
@@ -315,9 +318,14 @@ std::vector<FieldSpec> BuildConfigSchema() {
                                      {{"auto", chunkmem::DeviceTierKind::kAuto}, {"cuda", chunkmem::DeviceTierKind::kCuda},
                                       {"simulated", chunkmem::DeviceTierKind::kSimulated}}),
       Int("chunk.device_budget_bytes", PS_ACCESS(chunk.device_budget_bytes),
-          "chunk bytes allowed on the device; 0 = device_mem_ratio x device memory (simulated: unlimited)"),
+          "fixed chunk bytes allowed on the device; 0 = a traced budget from chunk.device_memory_bytes (CUDA: the "
+          "device's memory; simulated tier without device_memory_bytes: unlimited)"),
       Int("chunk.host_budget_bytes", PS_ACCESS(chunk.host_budget_bytes),
           "chunk bytes allowed on the host; 0 = host_mem_ratio x physical memory"),
+      Enum<chunkmem::PlacementKind>("chunk.placement", PS_ACCESS(chunk.placement),
+                                    "with a traced budget: dynamic = each moment's chunk budget from the warm-up trace; "
+                                    "static = the warm-up share (warmup_device_chunk_ratio) for good",
+                                    {{"dynamic", chunkmem::PlacementKind::kDynamic}, {"static", chunkmem::PlacementKind::kStatic}}),
       Enum<chunkmem::EvictionPolicyKind>("chunk.eviction", PS_ACCESS(chunk.eviction),
                                          "opt = Belady from the warm-up trace (LRU during warm-up); lru",
                                          {{"opt", chunkmem::EvictionPolicyKind::kOpt}, {"lru", chunkmem::EvictionPolicyKind::kLru}}),
@@ -333,11 +341,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
           "after warm-up, moments ahead whose chunks are fetched early (from the trace); 0 = off"),
       Int("chunk.timeline_steps", PS_ACCESS(chunk.timeline_steps),
           "first steps whose chunk moves go to <run.output_dir>/chunk_timeline.json (Chrome trace); 0 = off"),
-      Bool("chunk.release_after_init", PS_ACCESS(chunk.release_after_init), "free init copies once chunks hold the data"),
       Bool("chunk.cpu_embedding", PS_ACCESS(chunk.cpu_embedding),
            "embeddings outside the chunks, computed and updated on the host in fp32 (position embedding "
            "only when the token embedding is tied to the LM head)"),
-      Bool("chunk.async_mem_monitor", PS_ACCESS(chunk.async_mem_monitor), "sample device memory during warm-up"),
       Float("chunk.device_mem_ratio", PS_ACCESS(chunk.device_mem_ratio), "usable fraction of device memory",
             FloatRange(0.0, 1.0, true)),
       Float("chunk.host_mem_ratio", PS_ACCESS(chunk.host_mem_ratio), "usable fraction of host memory",
@@ -373,6 +379,12 @@ std::vector<AliasSpec> BuildConfigAliases() {
     const double v = ToFloat(n);
     return YAML::Node(v > 0 ? n.Scalar() : std::string("0"));
   };
+  // Accepted so PatrickStar configs load, with no effect (the note says why); the value
+  // must still be a bool.
+  auto no_effect = [](const YAML::Node& n) {
+    ToBool(n);
+    return YAML::Node();
+  };
   return {
       {"optimizer.params.lr", "optimizer.lr", "", {}},
       {"optimizer.params.betas", "optimizer.betas", "", {}},
@@ -387,12 +399,16 @@ std::vector<AliasSpec> BuildConfigAliases() {
       {"fp16.hysteresis", "precision.hysteresis",
        "DeepSpeed meaning (overflows tolerated), not PatrickStar's scale factor", {}},
       {"fp16.min_loss_scale", "precision.min_loss_scale", "", {}},
+      {"fp16.consecutive_hysteresis", "precision.consecutive_hysteresis", "", {}},
       {"gradient_clipping", "train.grad_clip", "global-norm clipping; <= 0 = off", clip},
       {"default_chunk_size", "chunk.size_elements", "elements", {}},
       {"chunk.size", "chunk.size_elements", "elements", {}},
-      {"release_after_init", "chunk.release_after_init", "", {}},
+      {"release_after_init", "", "no effect: init copies are always freed once chunks hold the data", no_effect},
       {"use_cpu_embedding", "chunk.cpu_embedding", "", {}},
-      {"client.mem_tracer.use_async_mem_monitor", "chunk.async_mem_monitor", "", {}},
+      {"client.mem_tracer.use_async_mem_monitor", "", "no effect: the probe reads device memory at every moment",
+       no_effect},
+      {"client.mem_tracer.with_static_partition", "chunk.placement", "true sets static; false leaves it",
+       set_if_true("static")},
       {"client.mem_tracer.overall_gpu_mem_ratio", "chunk.device_mem_ratio", "", {}},
       {"client.mem_tracer.overall_cpu_mem_ratio", "chunk.host_mem_ratio", "", {}},
       {"client.mem_tracer.warmup_gpu_chunk_mem_ratio", "chunk.warmup_device_chunk_ratio", "", {}},

@@ -64,6 +64,26 @@ TEST_CASE("hysteresis 1 halves on every overflow", "[loss_scaler]") {
   CHECK(scaler.scale() == 4);
 }
 
+TEST_CASE("hysteresis counts scattered overflows unless consecutive_hysteresis", "[loss_scaler]") {
+  const std::vector<bool> overflow = {true, false, true, false, true, true};
+  auto run = [&](bool consecutive) {
+    PrecisionConfig c = Fp16();
+    c.consecutive_hysteresis = consecutive;
+    LossScaler scaler(c);
+    std::vector<double> scales;
+    for (bool o : overflow) {
+      scaler.Update(o);
+      scales.push_back(scaler.scale());
+    }
+    return scales;
+  };
+  // DeepSpeed's default: the second overflow in a window halves, clean steps between
+  // them do not refill the hysteresis.
+  CHECK(run(false) == std::vector<double>{16, 16, 8, 8, 4, 2});
+  // consecutive_hysteresis: each clean step refills it; only two overflows in a row halve.
+  CHECK(run(true) == std::vector<double>{16, 16, 16, 16, 16, 8});
+}
+
 TEST_CASE("static scale never changes but overflowing steps are skipped", "[loss_scaler]") {
   LossScaler scaler(Fp16(/*loss_scale=*/128));
   CHECK(scaler.mode() == LossScaler::Mode::kStatic);

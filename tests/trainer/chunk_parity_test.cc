@@ -177,7 +177,8 @@ TEST_CASE("bf16 chunks track fp32 training within 5% per step", "[chunk][bf16]")
   }
 }
 
-TEST_CASE("traced budget: chunks get what activations leave, per moment; same losses", "[chunk][parity][tracer]") {
+TEST_CASE("traced budget: chunks get what activations leave, per moment (or the warm-up share, static); same losses",
+          "[chunk][parity][tracer]") {
   const TrainResult plain = Train(Tiny("traced_plain"));
   // Activations and other non-model memory of this model peak near 3.1 MB (CPU probe);
   // 3.8 MB of "device" leaves the chunks about 0.7 MB at the peak moment, less than the
@@ -194,6 +195,15 @@ TEST_CASE("traced budget: chunks get what activations leave, per moment; same lo
   // After warm-up, chunk bytes plus non-model bytes never exceeded the device.
   CHECK(traced.peak_device_total_bytes > 0);
   CHECK(traced.peak_device_total_bytes <= traced.traced_capacity_bytes);
+  // Static placement (PatrickStar's with_static_partition): the warm-up share, 10% of
+  // the device, for good. Fewer chunks stay, so more moves; the same losses.
+  const TrainResult fixed = Train(Chunked("traced_static", {"chunk.device_memory_bytes=3800000",
+                                                            "chunk.device_mem_ratio=1.0", "chunk.placement=static"}));
+  CheckSameLosses(plain, fixed);
+  CHECK(fixed.min_chunk_budget_bytes == 380000);
+  CHECK(fixed.peak_device_chunk_bytes <= 380000);
+  CHECK(fixed.evictions > traced.evictions);
+  CHECK(fixed.peak_device_total_bytes <= fixed.traced_capacity_bytes);
   // Too little device memory for the activations themselves: a clear error.
   CHECK_THROWS_WITH(Train(Chunked("traced_small", {"chunk.device_memory_bytes=2000000", "chunk.device_mem_ratio=1.0"})),
                     Catch::Contains("is too small: at moment") && Catch::Contains("non-model memory peaks at"));

@@ -172,9 +172,8 @@ TEST_CASE("PatrickStar's seed config maps onto native keys with DeepSpeed semant
   CHECK(c.precision.hysteresis == 2);
   CHECK(c.precision.min_loss_scale == 1.0);
   CHECK(c.chunk.size_elements == 67108864);
-  CHECK_FALSE(c.chunk.release_after_init);
   CHECK(c.chunk.cpu_embedding);
-  CHECK(c.chunk.async_mem_monitor);
+  CHECK(c.chunk.placement == chunkmem::PlacementKind::kDynamic);  // with_static_partition: false
   CHECK(c.chunk.device_mem_ratio == 0.9);
   CHECK(c.chunk.margin_use_ratio == 0.8);
 }
@@ -183,6 +182,13 @@ TEST_CASE("alias rules: fp16.enabled false keeps the dtype; alias plus native ke
   CHECK(Load("fp16:\n  enabled: false\n").precision.dtype == optim::Dtype::kFp32);
   CHECK(Load("gradient_clipping: -1\n").train.grad_clip == 0.0);
   CHECK(Load("gradient_clipping: 0.5\n").train.grad_clip == 0.5);
+  CHECK(Load("client:\n  mem_tracer:\n    with_static_partition: true\n").chunk.placement ==
+        chunkmem::PlacementKind::kStatic);
+  CHECK(Load("fp16:\n  consecutive_hysteresis: true\n").precision.consecutive_hysteresis);
+  // Keys PatrickStar needs but ps_train does anyway are accepted (a bool) and change nothing.
+  CHECK(Load("release_after_init: false\nclient:\n  mem_tracer:\n    use_async_mem_monitor: true\n").chunk.placement ==
+        Config().chunk.placement);
+  CHECK(ErrorOf("release_after_init: maybe\n").find("test.yaml:1:21: release_after_init") == 0);
   CHECK(ErrorOf("optimizer:\n  lr: 0.1\n  params:\n    lr: 0.2\n") ==
         "test.yaml:4:9: optimizer.params.lr (-> optimizer.lr): 'optimizer.lr' is already set at test.yaml:2:7");
 }
