@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 namespace ps::chunkmem {
@@ -163,11 +164,13 @@ void ChunkRuntime::Moment(const char* what, int block) {
 void ChunkRuntime::MoveChunk(int chunk, Tier to, bool async) {
   const int id = chunk_id(ChunkKind::kCompute, chunk);
   const int64_t start_us = timeline_ ? timeline_->NowUs() : 0;
+  const auto start = std::chrono::steady_clock::now();
   if (async) {
     store_.MoveAsync(id, to);
   } else {
     store_.Move(id, to);
   }
+  stats_.move_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (to == Tier::kDevice) {
     interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
     ++stats_.fetches;

@@ -76,6 +76,7 @@ struct RuntimeStats {
   // moment's interval (both peaks of the interval added: an upper bound).
   int64_t peak_device_total_bytes = 0;
   int64_t budget_overruns = 0;          // moments whose traced budget chunks in use exceeded
+  double move_ms = 0;                   // training-thread time in chunk moves (async: submitting)
 };
 
 class ChunkRuntime {

@@ -39,6 +39,9 @@ struct LoggingConfig {
   std::string level = "info";     // trace | debug | info | warn | error
   int64_t log_every = 1;          // steps between console/metrics lines
   bool jsonl = true;              // write <output_dir>/metrics.jsonl
+  // Time forward, backward and the optimizer step apart (forward_ms, backward_ms,
+  // optimizer_ms in metrics.jsonl); on CUDA this synchronises the device between them.
+  bool step_breakdown = false;
 };
 
 struct Config {

@@ -365,6 +365,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
                         {{"trace", "trace"}, {"debug", "debug"}, {"info", "info"}, {"warn", "warn"}, {"error", "error"}}),
       Int("logging.log_every", PS_ACCESS(logging.log_every), "steps between log lines", MinInt(1)),
       Bool("logging.jsonl", PS_ACCESS(logging.jsonl), "write <run.output_dir>/metrics.jsonl"),
+      Bool("logging.step_breakdown", PS_ACCESS(logging.step_breakdown),
+           "time forward, backward and optimizer apart into metrics.jsonl (CUDA: synchronises between them)"),
   };
 }
 

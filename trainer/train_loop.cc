@@ -204,8 +204,17 @@ TrainResult Train(const Config& c) {
   double timed_s = 0.0;
   int64_t timed_tokens = 0;
   const auto run_start = Clock::now();
+  // logging.step_breakdown: phase boundaries wait for the device so each phase's time is its own.
+  auto phase_end = [&]() {
+    if (c.logging.step_breakdown && device.is_cuda()) torch::cuda::synchronize(device.index());
+    return Clock::now();
+  };
+  auto ms_between = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
   for (int64_t step = 0; step < c.train.max_steps; ++step) {
     const auto t0 = Clock::now();
+    double forward_ms = 0, backward_ms = 0;
     const double lr = schedule.LrAt(step);
     if (optimizer) {
       SetLr(*optimizer, lr);
@@ -218,22 +227,27 @@ TrainResult Train(const Config& c) {
       auto batch = sampler.Next(c.train.micro_batch_size).to(device);
       auto x = batch.narrow(1, 0, c.data.seq_len), y = batch.narrow(1, 1, c.data.seq_len);
       at::Tensor loss;
+      const auto forward_start = phase_end();
       {
         // Chunk mode computes in the chunks' dtype directly; plain bf16 uses autocast.
         AutocastScope autocast(device, chunks.runtime ? optim::Dtype::kFp32 : c.precision.dtype);
         loss = model->Loss(x, y, chunks.hooks.get()) / static_cast<double>(accum);
       }
+      const auto backward_start = phase_end();
+      forward_ms += ms_between(forward_start, backward_start);
       if (chunks.scaler && chunks.scaler->enabled()) {
         (loss * chunks.scaler->scale()).backward();  // fp16: the optimizer divides it out
       } else {
         loss.backward();
       }
       if (chunks.runtime) chunks.runtime->AfterBackward();
+      backward_ms += ms_between(backward_start, phase_end());
       loss_sum += loss.detach();
     }
     const double max_norm = c.train.grad_clip > 0 ? c.train.grad_clip : std::numeric_limits<double>::infinity();
     double grad_norm = 0.0;
     optim::StepReport adam_report;
+    const auto optimizer_start = phase_end();
     if (optimizer) {
       grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
       optimizer->step();
@@ -257,6 +271,7 @@ TrainResult Train(const Config& c) {
         spdlog::info("chunk timeline of the first {} steps: {}", step + 1, path.string());
       }
     }
+    const double optimizer_ms = ms_between(optimizer_start, phase_end());
     const double loss = loss_sum.item<double>();  // host sync: the step is done
     const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!std::isfinite(loss) && !(chunks.scaler && chunks.scaler->enabled() && adam_report.skipped)) {
@@ -290,6 +305,9 @@ TrainResult Train(const Config& c) {
           .Add("tokens_per_s", tokens_per_s)
           .Add("tflops", tflops)
           .Add("tokens", (step + 1) * tokens_per_step);
+      if (c.logging.step_breakdown) {
+        line.Add("forward_ms", forward_ms).Add("backward_ms", backward_ms).Add("optimizer_ms", optimizer_ms);
+      }
       if (chunks.runtime) {
         const auto& ss = chunks.store->stats();
         const auto& rs = chunks.runtime->stats();
@@ -310,7 +328,8 @@ TrainResult Train(const Config& c) {
             .Add("adam_device_chunks", static_cast<int64_t>(adam_report.device_chunks))
             .Add("adam_host_chunks", static_cast<int64_t>(adam_report.host_chunks))
             .Add("adam_host_ms", adam_report.host_ms)
-            .Add("adam_device_ms", adam_report.device_ms);
+            .Add("adam_device_ms", adam_report.device_ms)
+            .Add("chunk_move_ms", rs.move_ms);
         result.peak_device_chunk_bytes = std::max(result.peak_device_chunk_bytes, ss.peak_device_bytes);
         chunks.store->ResetPeaks();
       }

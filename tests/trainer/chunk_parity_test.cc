@@ -7,12 +7,14 @@
 #include <fstream>
 #include <iterator>
 
-#include "tests/catch.h"
-#include "trainer/config_loader.h"
 #include "optim/cpu_adam.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "trainer/chunk_setup.h"
+#include "trainer/config_loader.h"
 #include "trainer/train_loop.h"
+// Last: c10 headers define a glog-style CHECK that Catch must override.
+#include "tests/catch.h"
 
 namespace ps::trainer {
 namespace {
@@ -128,12 +130,44 @@ TEST_CASE("gradient accumulation through chunks matches plain accumulation", "[c
   CheckSameLosses(plain, Train(Chunked("accum_chunk", chunk_accum)));
 }
 
+// The number after "key": in a metrics.jsonl line (NaN when absent).
+double JsonNumber(const std::string& line, const std::string& key) {
+  const auto at = line.find("\"" + key + "\": ");
+  return at == std::string::npos ? std::nan("") : std::stod(line.substr(at + key.size() + 4));
+}
+
 TEST_CASE("model data many times the device budget trains, within budget", "[chunk]") {
   // Compute + grad + m + v chunks: 4 kinds x all chunks; the device holds 4 compute chunks.
-  const TrainResult r = Train(Chunked("big", {"chunk.device_budget_bytes=320000", "train.max_steps=30"}));
+  const TrainResult r = Train(Chunked("big", {"chunk.device_budget_bytes=320000", "train.max_steps=30",
+                                              "logging.step_breakdown=true"}));
   CHECK(r.losses.back() < 0.6 * r.losses.front());
   CHECK(r.model_data_bytes >= 4 * r.device_budget_bytes);
   CHECK(r.peak_device_chunk_bytes <= r.device_budget_bytes);
+  // Per-step telemetry: chunks move every step (the cumulative counters rise each
+  // step), the device never holds more than the budget, and the step's phases are timed.
+  std::ifstream metrics(TempDir() + "/big/metrics.jsonl");
+  double last_evictions = 0, last_h2d = 0, last_d2h = 0;
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"evictions\"") == std::string::npos) continue;
+    INFO(line);
+    ++steps;
+    CHECK(JsonNumber(line, "evictions") > last_evictions);
+    CHECK(JsonNumber(line, "h2d_bytes") > last_h2d);
+    CHECK(JsonNumber(line, "d2h_bytes") > last_d2h);
+    last_evictions = JsonNumber(line, "evictions");
+    last_h2d = JsonNumber(line, "h2d_bytes");
+    last_d2h = JsonNumber(line, "d2h_bytes");
+    CHECK(JsonNumber(line, "peak_device_chunk_bytes") <= 320000);
+    CHECK(JsonNumber(line, "device_chunk_bytes") + JsonNumber(line, "host_chunk_bytes") >= r.model_data_bytes);
+    CHECK(JsonNumber(line, "prefetch_hits") >= 0);
+    for (const char* phase : {"forward_ms", "backward_ms", "optimizer_ms", "chunk_move_ms"}) {
+      CAPTURE(phase);
+      CHECK(JsonNumber(line, phase) > 0);
+    }
+  }
+  CHECK(steps == 30);
+  CHECK(last_evictions <= r.evictions);  // the final evaluation moves chunks too
   // The first chunk.timeline_steps (default 2) steps are in a Chrome trace.
   std::ifstream timeline(TempDir() + "/big/chunk_timeline.json");
   REQUIRE(timeline.good());
@@ -141,6 +175,39 @@ TEST_CASE("model data many times the device budget trains, within budget", "[chu
   CHECK(text.find("\"fetch chunk ") != std::string::npos);
   CHECK(text.find("\"evict chunk ") != std::string::npos);
   CHECK(text.find("\"backward 1\"") != std::string::npos);
+}
+
+TEST_CASE("chunk.size_elements: auto picks a size that trains the same", "[chunk][parity]") {
+  const Config c = Chunked("auto_size", {"chunk.size_elements=auto", "chunk.device_budget_bytes=600000"});
+  CHECK(c.chunk.size_elements == 0);
+  CheckSameLosses(Train(Tiny("auto_plain")), Train(c));
+  bool fits = false;
+  const std::string plan = PlanReport(c, at::kCPU, &fits);
+  INFO(plan);
+  CHECK(plan.find("chunks            ") != std::string::npos);
+}
+
+TEST_CASE("--plan: model data per tier, the largest model, whether it fits; nothing allocated", "[chunk][plan]") {
+  bool fits = false;
+  const std::string ok = PlanReport(Chunked("plan_ok", {"chunk.device_budget_bytes=320000",
+                                                        "chunk.host_budget_bytes=100000000"}), at::kCPU, &fits);
+  INFO(ok);
+  CHECK(fits);
+  CHECK(ok.find("fits              yes") != std::string::npos);
+  CHECK(ok.find("device            0.31 MiB of budget 0.31 MiB") != std::string::npos);
+  CHECK(ok.find("largest model") != std::string::npos);
+  // The same run trains (the plan's "yes" is true) ...
+  CHECK_NOTHROW(Train(Chunked("plan_ok_run", {"chunk.device_budget_bytes=320000", "train.max_steps=2"})));
+  // ... and a budget below a block's working set is a "NO" with the reason, as training fails.
+  const std::string no = PlanReport(Chunked("plan_no", {"chunk.device_budget_bytes=200000"}), at::kCPU, &fits);
+  INFO(no);
+  CHECK_FALSE(fits);
+  CHECK(no.find("fits              NO: the device budget") != std::string::npos);
+  const std::string host_no = PlanReport(Chunked("plan_host_no", {"chunk.device_budget_bytes=320000",
+                                                                  "chunk.host_budget_bytes=1000000"}), at::kCPU, &fits);
+  INFO(host_no);
+  CHECK_FALSE(fits);
+  CHECK(host_no.find("fits              NO: the host needs") != std::string::npos);
 }
 
 TEST_CASE("a budget below one block's chunks fails with the parameters in use named", "[chunk]") {
