@@ -157,7 +157,12 @@ std::string PlanReport(const Config& c, at::Device device, bool* fits) {
   *fits = plan.fits;
   std::string head = "memory plan for '" + c.run.name + "' (" + optim::ToString(c.precision.dtype) + ", " +
                      (budgets.simulated ? "simulated device" : "CUDA device") + ")\n";
-  return head + chunkmem::FormatPlan(plan, input);
+  std::string note;
+  if (budgets.traced_capacity_bytes > 0) {
+    note = "note              traced budget: the device also holds activations, known only after warm-up; "
+           "the device line counts all of it as chunk room (an upper bound)\n";
+  }
+  return head + chunkmem::FormatPlan(plan, input) + note;
 }
 
 }  // namespace ps::trainer

@@ -208,6 +208,10 @@ TEST_CASE("--plan: model data per tier, the largest model, whether it fits; noth
   INFO(host_no);
   CHECK_FALSE(fits);
   CHECK(host_no.find("fits              NO: the host needs") != std::string::npos);
+  // A traced budget says the plan cannot know the activations yet.
+  const std::string traced = PlanReport(Chunked("plan_traced", {"chunk.device_memory_bytes=3800000"}), at::kCPU, &fits);
+  CHECK(traced.find("traced budget: the device also holds activations") != std::string::npos);
+  CHECK(ok.find("traced budget") == std::string::npos);
 }
 
 TEST_CASE("a budget below one block's chunks fails with the parameters in use named", "[chunk]") {
@@ -228,6 +232,13 @@ TEST_CASE("bf16 chunks track fp32 training within 5% per step", "[chunk][bf16]")
   }
   CHECK(bf16.peak_device_chunk_bytes <= 160000);
   CHECK(bf16.evictions > 0);
+  // Moving chunks changes no bit: bf16 with every chunk resident gives the same losses
+  // (both update in the CPU kernels; LibTorch's fused op on the device path rounds
+  // differently, which bf16 makes visible).
+  REQUIRE(bf16.adam_device_chunks == 0);
+  const TrainResult resident = Train(Chunked("bf16_resident", {"precision.dtype=bf16", "optimizer.hybrid_adam=false"}));
+  CHECK(resident.evictions == 0);
+  CHECK(resident.losses == bf16.losses);
   // One backward per step: gradients reuse the compute slots, 14 bytes per element of
   // chunk capacity (bf16 param/grad 2 + fp32 master, m, v 12).
   CHECK(bf16.model_data_bytes * 2 == bf16.compute_chunk_bytes * 14);
