@@ -381,6 +381,16 @@ void ChunkRuntime::PlaceComputeChunk(int chunk, Tier tier, bool async) {
   }
 }
 
+bool ChunkRuntime::ReturnToDeviceIfRoom(int chunk, bool async) {
+  TORCH_CHECK(ComputeCount(chunk) == 0, "chunkmem: chunk ", chunk, " has parameters in use; it cannot move now");
+  const int id = chunk_id(ChunkKind::kCompute, chunk);
+  if (store_.tier(id) == Tier::kDevice) return true;
+  const int64_t need = store_.chunk_bytes(id);
+  if (store_.BytesUsed(Tier::kDevice) + need > ChunkBudgetNow() || !store_.CanHold(Tier::kDevice, need)) return false;
+  MoveChunk(chunk, Tier::kDevice, async);
+  return true;
+}
+
 bool ChunkRuntime::FreeDeviceBytes(int64_t bytes) {
   return EvictDownTo(ChunkBudgetNow() - bytes, /*keep=*/-1, bytes);
 }

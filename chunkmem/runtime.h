@@ -106,6 +106,9 @@ class ChunkRuntime {
   // access). No-op when it is there already.
   // `async`: the copy runs on the store's copy engine, waited for at first use.
   void PlaceComputeChunk(int chunk, Tier tier, bool async = false);
+  // Moves compute chunk `chunk` (not in use) to the device only if it fits the budget
+  // now without evicting anything; returns whether it is on the device.
+  bool ReturnToDeviceIfRoom(int chunk, bool async);
   // Evicts compute chunks not in use (by the eviction policy) until the device tier can
   // take `bytes` more. Returns false if it cannot.
   bool FreeDeviceBytes(int64_t bytes);

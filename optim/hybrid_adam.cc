@@ -143,18 +143,20 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
   // The CPU kernels need the compute chunk (gradients, or the master in fp32, or the
   // parameter copy) in host memory; a simulated device tier already is. Chunks on a
   // CUDA device are brought over one ahead (asynchronously with a copy engine), so
-  // chunk k+1's copy overlaps chunk k's update.
-  auto remote = [&](int chunk) {
-    const int id = runtime_.chunk_id(ChunkKind::kCompute, chunk);
-    return store.tier(id) == Tier::kDevice && store.device_of(Tier::kDevice).is_cuda();
-  };
+  // chunk k+1's copy overlaps chunk k's update, and sent back after their update, so
+  // the next forward finds them where the last backward left them.
+  const bool pipeline = store.device_of(Tier::kDevice).is_cuda() || options_.pipeline_simulated;
+  std::vector<bool> remote(chunks.size(), false);
   bool any_remote = false;
-  for (int chunk : chunks) any_remote = any_remote || remote(chunk);
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    remote[k] = pipeline && store.tier(runtime_.chunk_id(ChunkKind::kCompute, chunks[k])) == Tier::kDevice;
+    any_remote = any_remote || remote[k];
+  }
   std::vector<AdamWork> work;
   for (size_t k = 0; k < chunks.size(); ++k) {
     const int chunk = chunks[k];
-    if (remote(chunk)) runtime_.PlaceComputeChunk(chunk, Tier::kHost, /*async=*/true);
-    if (k + 1 < chunks.size() && remote(chunks[k + 1])) {
+    if (remote[k]) runtime_.PlaceComputeChunk(chunk, Tier::kHost, /*async=*/true);
+    if (k + 1 < chunks.size() && remote[k + 1]) {
       runtime_.PlaceComputeChunk(chunks[k + 1], Tier::kHost, /*async=*/true);
     }
     for (int i : runtime_.layout().chunks()[chunk].param_indices) {
@@ -180,6 +182,7 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
     if (any_remote) {  // pipelined: update this chunk while the next one's copy runs
       ParallelAdam(kernels_, work, options_.cpu_threads);
       work.clear();
+      if (remote[k]) runtime_.ReturnToDeviceIfRoom(chunk, /*async=*/true);  // overlaps chunk k+1's update
     }
   }
   ParallelAdam(kernels_, work, options_.cpu_threads);  // all at once when nothing had to move

@@ -7,6 +7,10 @@
 // how many chunks keep their fp32 master, m and v on the device and update there;
 // chunks whose compute chunk is already resident are preferred. The rest update on the
 // host. Before warm-up ends, and with hybrid off, every chunk updates on the host.
+// Host updates of chunks whose compute chunk sits on a CUDA device are pipelined: chunk
+// k+1 comes to the host while chunk k updates, and chunk k goes back to the device
+// (when it fits without evicting) while chunk k+1 updates; copies are asynchronous
+// with the store's copy engine (chunk.async_prefetch), synchronous otherwise.
 //
 // One step: per-parameter sums of squares (one host sync) give the gradient norm and
 // the overflow flag; on overflow (fp16) the step is skipped, fp32 master/m/v are left
@@ -35,6 +39,10 @@ struct HybridAdamOptions {
   int cpu_threads = 1;
   double margin_use_ratio = 0.8;     // share of the device margin given to optimizer chunks
                                      // (chunk.margin_use_ratio)
+  // Host updates of device-resident compute chunks go through the pipeline (to the host
+  // one chunk ahead, updated, sent back) also on a simulated device tier, where the CPU
+  // kernels could read them in place: tests run the CUDA path's logic this way.
+  bool pipeline_simulated = false;
 };
 
 struct StepReport {

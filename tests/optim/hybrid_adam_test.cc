@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "chunkmem/chunk_store.h"
+#include "chunkmem/copy_engine.h"
 #include "chunkmem/runtime.h"
 #include "optim/hybrid_adam.h"
 #include "optim/loss_scaler.h"
@@ -24,12 +25,15 @@ using chunkmem::ChunkKind;
 
 struct Rig {
   std::vector<at::Tensor> initial;  // the parameters' starting values
+  std::unique_ptr<chunkmem::CopyEngine> copies;  // before the store: outlives its copies
   std::unique_ptr<chunkmem::ChunkStore> store;
   std::unique_ptr<chunkmem::ChunkRuntime> runtime;
   std::unique_ptr<HybridAdam> adam;
   std::vector<at::Tensor> params;
 
-  Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget) {
+  // `pipeline`: host updates take the CUDA path (to the host and back, one chunk
+  // ahead); `async`: its copies run on a worker thread.
+  Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget, bool pipeline = false, bool async = false) {
     at::manual_seed(1);
     initial = {at::randn({16, 24}), at::randn({24}), at::randn({24, 8}), at::randn({40})};
     std::vector<chunkmem::ManagedParam> managed;
@@ -41,6 +45,10 @@ struct Rig {
     store = std::make_unique<chunkmem::ChunkStore>(chunkmem::MakeHostAllocator(false),
                                                    chunkmem::MakeDeviceAllocator(at::kCPU), int64_t{1} << 30,
                                                    device_budget);
+    if (async) {
+      copies = chunkmem::MakeThreadCopyEngine();
+      store->set_copy_engine(copies.get());
+    }
     chunkmem::RuntimeOptions ro;
     ro.chunk_numel = 448;  // w1 + b1 share chunk 0; w2 + norm share chunk 1
     ro.compute_dtype = dtype;
@@ -55,6 +63,7 @@ struct Rig {
     o.optimizer.hybrid_adam = hybrid;
     o.cpu_isa = BestCpuIsa();
     o.cpu_threads = 2;
+    o.pipeline_simulated = pipeline;
     adam = std::make_unique<HybridAdam>(*runtime, o);
   }
 
@@ -113,6 +122,50 @@ TEST_CASE("device path, host path and torch::optim::AdamW agree (fp32, with clip
       INFO("step " << step << " param " << i);
       CHECK(at::allclose(device.Master(i), ref[i].detach(), 1e-6, 1e-7));
       CHECK(at::allclose(host.Master(i), ref[i].detach(), 1e-6, 1e-7));
+    }
+  }
+}
+
+bool Same(const at::Tensor& a, const at::Tensor& b);
+
+TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back after its update; same bits",
+          "[hybrid_adam][pipeline]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (bool async : {false, true}) {
+      INFO(c10::toString(dtype) << (async ? ", async copies" : ", synchronous copies"));
+      Rig plain(dtype, /*hybrid=*/false, kUnlimited);
+      // A device budget of exactly the two compute chunks: the pipeline never needs more.
+      const int64_t both = plain.store->chunk_bytes(plain.runtime->chunk_id(ChunkKind::kCompute, 0)) +
+                           plain.store->chunk_bytes(plain.runtime->chunk_id(ChunkKind::kCompute, 1));
+      Rig piped(dtype, /*hybrid=*/false, both, /*pipeline=*/true, async);
+      const int n = piped.runtime->layout().num_chunks();
+      REQUIRE(n == 2);
+      LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
+      for (uint64_t step = 1; step <= 3; ++step) {
+        for (Rig* rig : {&plain, &piped}) {
+          for (int c = 0; c < n; ++c) rig->runtime->PlaceComputeChunk(c, chunkmem::Tier::kDevice);
+        }
+        const auto grads = Grads(plain, step);
+        plain.Backward(grads);
+        piped.Backward(grads);
+        const int64_t evictions = piped.runtime->stats().evictions, fetches = piped.runtime->stats().fetches;
+        plain.adam->Step(1e-2, 1.0, off_a);
+        const StepReport r = piped.adam->Step(1e-2, 1.0, off_b);
+        CHECK(r.host_chunks == n);
+        CHECK(piped.runtime->stats().evictions - evictions == n);  // each went to the host ...
+        CHECK(piped.runtime->stats().fetches - fetches == n);      // ... and came back
+        for (int c = 0; c < n; ++c) {
+          CHECK(piped.store->tier(piped.runtime->chunk_id(ChunkKind::kCompute, c)) == chunkmem::Tier::kDevice);
+        }
+        for (int i = 0; i < static_cast<int>(plain.params.size()); ++i) {
+          INFO("step " << step << " param " << i);
+          CHECK(Same(piped.Master(i), plain.Master(i)));
+          CHECK(Same(piped.runtime->View(ChunkKind::kCompute, i).clone(), plain.runtime->View(ChunkKind::kCompute, i).clone()));
+        }
+        plain.runtime->EndIteration();
+        piped.runtime->EndIteration();
+      }
     }
   }
 }
