@@ -96,6 +96,9 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
                 Bytes(static_cast<double>(p.compute_chunk_bytes + p.host_only_bytes)).c_str(), p.bytes_per_param,
                 p.host_param_bytes > 0 ? " (plus the parameters outside chunks)" : "");
   out += buf;
+  if (in.non_model_bytes > 0) {
+    out += "activations       ~" + Bytes(static_cast<double>(in.non_model_bytes)) + " (" + in.non_model_note + ")\n";
+  }
   out += "device            " + Bytes(static_cast<double>(p.device_bytes)) + " of budget " +
          Bytes(static_cast<double>(in.device_budget_bytes)) + "; needs at least " +
          Bytes(static_cast<double>(p.min_device_bytes)) + " (largest block working set)\n";

@@ -67,6 +67,15 @@ std::vector<ParameterShape> GptParameterShapes(const GptConfig& c) {
   return out;
 }
 
+int64_t EstimateActivationBytes(const GptConfig& c, int64_t tokens, int64_t element_bytes) {
+  const int64_t C = c.n_embd;
+  constexpr int64_t kBlockSaved = 17;  // elements per token and n_embd kept by one block
+  const int64_t blocks = c.activation_checkpointing ? c.n_layer * C + kBlockSaved * C : c.n_layer * kBlockSaved * C;
+  const int64_t outside = 3 * C;       // embedding sum, ln_f input and output
+  const int64_t per_token = (blocks + outside) * element_bytes + c.vocab_size * (element_bytes + 8);
+  return per_token * tokens;
+}
+
 int64_t GptParameterCount(const GptConfig& c) {
   const int64_t C = c.n_embd;
   const int64_t per_block = 2 * 2 * C             // ln_1, ln_2

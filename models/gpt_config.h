@@ -53,6 +53,17 @@ std::vector<ParameterShape> GptParameterShapes(const GptConfig& config);
 // once; a tied LM head is not counted twice).
 int64_t GptParameterCount(const GptConfig& config);
 
+// Estimated peak bytes of activations (non-model memory) of one training micro-batch
+// of `tokens` (= micro-batch x sequence length) in `element_bytes` (4 fp32, 2 bf16/fp16),
+// from what this GPT saves for backward: per block and token about 17 x n_embd
+// elements (layer-norm and linear inputs, q/k/v and attention output, the 4 x n_embd
+// MLP hidden before and after GELU; attention scores are not kept, SDPA uses
+// memory-efficient kernels), or with activation checkpointing n_embd per block plus
+// one block recomputed; plus embeddings and ln_f, and the logits with their fp32 copy
+// and gradient (vocab_size x (element_bytes + 8) per token). An estimate for planning
+// (`ps_train --plan`); the warm-up trace measures the real peak.
+int64_t EstimateActivationBytes(const GptConfig& config, int64_t tokens, int64_t element_bytes);
+
 // Checks shapes (positive sizes, n_head divides n_embd); throws c10::Error naming
 // the offending field with the "model." prefix.
 void ValidateGptConfig(const GptConfig& config);

@@ -150,19 +150,25 @@ std::string PlanReport(const Config& c, at::Device device, bool* fits) {
   }
   input.chunk_numel = c.chunk.size_elements;
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
-  input.device_budget_bytes = budgets.device_bytes;
+  const int64_t activation_bytes =
+      models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, input.compute_element_bytes);
+  // A traced budget shares the device with the activations: chunks get what they leave.
+  input.device_budget_bytes = budgets.traced_capacity_bytes > 0
+                                  ? std::max<int64_t>(0, budgets.traced_capacity_bytes - activation_bytes)
+                                  : budgets.device_bytes;
   input.host_budget_bytes = budgets.host_bytes;
   input.grads_in_compute_chunks = GradsInComputeChunks(c);
+  input.non_model_bytes = activation_bytes;
+  input.non_model_note = budgets.traced_capacity_bytes > 0
+                             ? "per micro-batch, estimated from the model shape and taken off the traced device "
+                               "capacity; the warm-up measures the real peak"
+                             : "per micro-batch, estimated from the model shape; needed on the device besides the "
+                               "fixed chunk budget";
   const auto plan = chunkmem::PlanMemory(input);
   *fits = plan.fits;
   std::string head = "memory plan for '" + c.run.name + "' (" + optim::ToString(c.precision.dtype) + ", " +
                      (budgets.simulated ? "simulated device" : "CUDA device") + ")\n";
-  std::string note;
-  if (budgets.traced_capacity_bytes > 0) {
-    note = "note              traced budget: the device also holds activations, known only after warm-up; "
-           "the device line counts all of it as chunk room (an upper bound)\n";
-  }
-  return head + chunkmem::FormatPlan(plan, input) + note;
+  return head + chunkmem::FormatPlan(plan, input);
 }
 
 }  // namespace ps::trainer

@@ -208,10 +208,18 @@ TEST_CASE("--plan: model data per tier, the largest model, whether it fits; noth
   INFO(host_no);
   CHECK_FALSE(fits);
   CHECK(host_no.find("fits              NO: the host needs") != std::string::npos);
-  // A traced budget says the plan cannot know the activations yet.
-  const std::string traced = PlanReport(Chunked("plan_traced", {"chunk.device_memory_bytes=3800000"}), at::kCPU, &fits);
-  CHECK(traced.find("traced budget: the device also holds activations") != std::string::npos);
-  CHECK(ok.find("traced budget") == std::string::npos);
+  // A traced budget: the estimated activations come off the device capacity first.
+  // 3.8 MB leaves the chunks about 0.5 MB: enough for a block's working set (0.32 MB).
+  const std::string traced = PlanReport(Chunked("plan_traced", {"chunk.device_memory_bytes=3800000",
+                                                                "chunk.device_mem_ratio=1.0"}), at::kCPU, &fits);
+  INFO(traced);
+  CHECK(fits);
+  CHECK(traced.find("taken off the traced device capacity") != std::string::npos);
+  CHECK(ok.find("besides the fixed chunk budget") != std::string::npos);
+  // 3.4 MB would leave the chunks less than a block: NO, as the warm-up check would say.
+  PlanReport(Chunked("plan_traced_no", {"chunk.device_memory_bytes=3400000", "chunk.device_mem_ratio=1.0"}), at::kCPU,
+             &fits);
+  CHECK_FALSE(fits);
 }
 
 TEST_CASE("a budget below one block's chunks fails with the parameters in use named", "[chunk]") {
@@ -269,6 +277,12 @@ TEST_CASE("traced budget: chunks get what activations leave, per moment (or the 
   CheckSameLosses(plain, traced);
   CHECK(traced.traced_capacity_bytes == 3800000);
   CHECK(traced.peak_non_model_bytes > 1000000);  // the probe sees the activations
+  // --plan's estimate of the activations is close to what the probe measured.
+  const Config shape = Tiny("traced_shape");
+  const double estimate = static_cast<double>(
+      models::EstimateActivationBytes(shape.model, shape.train.micro_batch_size * shape.data.seq_len, 4));
+  CHECK(estimate > 0.7 * static_cast<double>(traced.peak_non_model_bytes));
+  CHECK(estimate < 1.5 * static_cast<double>(traced.peak_non_model_bytes));
   CHECK(traced.min_chunk_budget_bytes < traced.compute_chunk_bytes);  // not all compute chunks fit
   CHECK(traced.evictions > 20);
   // After warm-up, chunk bytes plus non-model bytes never exceeded the device.
