@@ -127,14 +127,17 @@ void ChunkRuntime::CloseInterval() {
 int64_t ChunkRuntime::ChunkBudgetNow() const {
   const int64_t cap = store_.Budget(Tier::kDevice);
   if (!traced_budget()) return cap;
-  if (budget_at_.empty()) {
-    return std::min(cap, static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(options_.device_memory_bytes)));
-  }
+  if (budget_at_.empty()) return WarmupShareBytes();
   // Paused (evaluation): moments do not advance, so no moment's budget applies; the
   // lowest one is safe for any block.
   if (trace_paused_) return std::min(cap, *std::min_element(budget_at_.begin(), budget_at_.end()));
   const int t = std::clamp(moment_, 0, static_cast<int>(budget_at_.size()) - 1);
   return std::min(cap, budget_at_[t]);
+}
+
+int64_t ChunkRuntime::WarmupShareBytes() const {
+  return std::min(store_.Budget(Tier::kDevice),
+                  static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(options_.device_memory_bytes)));
 }
 
 int64_t ChunkRuntime::MinChunkBudgetBytes() const {
@@ -347,8 +350,7 @@ void ChunkRuntime::EndIteration() {
   CloseInterval();  // the last moment's interval includes the optimizer step
   ++stats_.iterations;
   stats_.moments_per_iteration = moment_ + 1;
-  if (traced_budget() && !budget_checked_ && warmed_up()) {
-    budget_checked_ = true;
+  if (traced_budget() && budget_at_.empty() && warmed_up()) {
     non_model_peak_.resize(moment_ + 1, 0);
     for (int t = 0; t <= moment_; ++t) {
       const int64_t budget = options_.device_memory_bytes - non_model_peak_[t];
@@ -359,8 +361,9 @@ void ChunkRuntime::EndIteration() {
                   " bytes, leaving ", budget, " for chunks, but the chunks used there need ", needed,
                   " (raise chunk.device_memory_bytes / chunk.device_mem_ratio, lower the micro-batch, or turn on "
                   "model.activation_checkpointing)");
-      // Static placement keeps the warm-up share: budget_at_ stays empty.
-      if (!options_.static_placement) budget_at_.push_back(budget);
+      // Static placement: the warm-up share (exceeded where the chunks in use need more,
+      // as in warm-up), never more than this moment's activations leave.
+      budget_at_.push_back(options_.static_placement ? std::min(budget, std::max(WarmupShareBytes(), needed)) : budget);
     }
   }
   if (!belady_ && options_.eviction == EvictionKind::kOpt && stats_.iterations >= options_.warmup_iterations) {

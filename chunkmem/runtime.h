@@ -56,9 +56,10 @@ struct RuntimeOptions {
   // 0 = the store's fixed device budget.
   int64_t device_memory_bytes = 0;
   double warmup_chunk_ratio = 0.1;
-  // With a traced budget: keep the warm-up share (and its soft limit) after warm-up
-  // instead of the per-moment traced budgets (PatrickStar's static partition: fewer
-  // chunks on the device, never more than warm-up proved safe). Belady still applies.
+  // With a traced budget: after warm-up each moment's budget is the warm-up share
+  // (raised to the chunks that moment uses, as in warm-up) capped by what the moment's
+  // activations leave, instead of all they leave (PatrickStar's static partition:
+  // fewer chunks on the device, more moves, more headroom). Belady still applies.
   bool static_placement = false;
 };
 
@@ -76,7 +77,7 @@ struct RuntimeStats {
   // moment's interval (both peaks of the interval added: an upper bound).
   int64_t peak_device_total_bytes = 0;
   int64_t budget_overruns = 0;          // moments whose traced budget chunks in use exceeded
-  double move_ms = 0;                   // training-thread time in chunk moves (async: submitting)
+  double move_ms = 0;                   // training-thread time in chunk moves (async: submitting), cumulative
 };
 
 class ChunkRuntime {
@@ -108,7 +109,7 @@ class ChunkRuntime {
   void PlaceComputeChunk(int chunk, Tier tier, bool async = false);
   // Moves compute chunk `chunk` (not in use) to the device only if it fits the budget
   // now without evicting anything; returns whether it is on the device.
-  bool ReturnToDeviceIfRoom(int chunk, bool async);
+  bool ReturnToDeviceIfRoom(int chunk, bool async = false);
   // Evicts compute chunks not in use (by the eviction policy) until the device tier can
   // take `bytes` more. Returns false if it cannot.
   bool FreeDeviceBytes(int64_t bytes);
@@ -171,6 +172,7 @@ class ChunkRuntime {
   std::vector<EvictionCandidate> EvictableChunks(int keep, int64_t needed_until) const;
   void CloseInterval();                // non-model peak of the moment just ended
   bool traced_budget() const { return options_.device_memory_bytes > 0; }
+  int64_t WarmupShareBytes() const;  // traced budget: chunk bytes allowed during warm-up
 
   std::vector<ManagedParam> params_;
   ChunkStore& store_;
@@ -183,7 +185,6 @@ class ChunkRuntime {
   std::vector<bool> has_grad_;                     // [param]
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   bool trace_paused_ = false;
-  bool budget_checked_ = false;          // the traced budget was checked after warm-up
   ChunkTimeline* timeline_ = nullptr;
   std::vector<bool> prefetched_;                   // [chunk] fetched ahead and not used yet
   AccessTrace trace_;

@@ -255,16 +255,19 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   for (int chunk = 0; chunk < runtime_.layout().num_chunks(); ++chunk) {
     if (!on_device_[chunk]) host_chunks.push_back(chunk);
   }
+  // Device chunks first: on CUDA their fused updates queue on the GPU and run while the
+  // CPU kernels update the host chunks, and the host pipeline's send-backs come last, so
+  // nothing the device path fetches evicts a chunk just sent back.
   auto t0 = std::chrono::steady_clock::now();
+  for (int chunk : device_chunks_) UpdateDeviceChunk(chunk, lr, grad_scale);
+  r.device_chunks = static_cast<int>(device_chunks_.size());
+  r.device_ms = MsSince(t0);
+  t0 = std::chrono::steady_clock::now();
   UpdateHostChunks(host_chunks, lr, grad_scale);
   UpdateHostParams(lr, grad_scale);
   ClearHostGrads();
   r.host_ms = MsSince(t0);
   r.host_chunks = static_cast<int>(host_chunks.size());
-  t0 = std::chrono::steady_clock::now();
-  for (int chunk : device_chunks_) UpdateDeviceChunk(chunk, lr, grad_scale);
-  r.device_chunks = static_cast<int>(device_chunks_.size());
-  r.device_ms = MsSince(t0);
   return r;
 }
 

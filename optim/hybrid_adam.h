@@ -52,7 +52,7 @@ struct StepReport {
   int device_chunks = 0;   // chunks updated on the compute device this step
   int host_chunks = 0;     // chunks updated by the CPU kernels
   double host_ms = 0.0;    // time in the CPU update
-  double device_ms = 0.0;  // time in the device update (includes its syncs)
+  double device_ms = 0.0;  // time in the device update (CUDA: to queue it; it overlaps the host update)
 };
 
 class HybridAdam {

@@ -25,6 +25,10 @@ ChunkBudgets ResolveChunkBudgets(const Config& c, at::Device device) {
     throw ConfigError("chunk.device_memory_bytes: set either chunk.device_budget_bytes (a fixed chunk budget) or "
                       "chunk.device_memory_bytes (a traced one), not both");
   }
+  if (cc.placement == chunkmem::PlacementKind::kStatic && (b.device_bytes > 0 || (b.simulated && cc.device_memory_bytes == 0))) {
+    throw ConfigError("chunk.placement: static needs a traced budget (chunk.device_memory_bytes, or CUDA without "
+                      "chunk.device_budget_bytes); a fixed budget is static already");
+  }
   if (b.device_bytes == 0) {
     if (!b.simulated || cc.device_memory_bytes > 0) {
       const int64_t memory = cc.device_memory_bytes > 0 ? cc.device_memory_bytes : chunkmem::CudaDeviceTotalBytes(device);
@@ -152,19 +156,32 @@ std::string PlanReport(const Config& c, at::Device device, bool* fits) {
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
   const int64_t activation_bytes =
       models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, input.compute_element_bytes);
-  // A traced budget shares the device with the activations: chunks get what they leave.
-  input.device_budget_bytes = budgets.traced_capacity_bytes > 0
-                                  ? std::max<int64_t>(0, budgets.traced_capacity_bytes - activation_bytes)
-                                  : budgets.device_bytes;
+  const bool traced = budgets.traced_capacity_bytes > 0;
+  // A traced budget shares the device with the activations: chunks get what they leave
+  // (static placement: at most the warm-up share of it).
+  input.device_budget_bytes = budgets.device_bytes;
+  if (traced) {
+    input.device_budget_bytes = std::max<int64_t>(0, budgets.traced_capacity_bytes - activation_bytes);
+    if (c.chunk.placement == chunkmem::PlacementKind::kStatic) {
+      const auto share = static_cast<int64_t>(c.chunk.warmup_device_chunk_ratio *
+                                              static_cast<double>(budgets.traced_capacity_bytes));
+      input.device_budget_bytes = std::min(input.device_budget_bytes, share);
+    }
+  }
   input.host_budget_bytes = budgets.host_bytes;
   input.grads_in_compute_chunks = GradsInComputeChunks(c);
   input.non_model_bytes = activation_bytes;
-  input.non_model_note = budgets.traced_capacity_bytes > 0
-                             ? "per micro-batch, estimated from the model shape and taken off the traced device "
-                               "capacity; the warm-up measures the real peak"
-                             : "per micro-batch, estimated from the model shape; needed on the device besides the "
-                               "fixed chunk budget";
-  const auto plan = chunkmem::PlanMemory(input);
+  input.non_model_note = "per micro-batch, estimated from the model shape; ";
+  input.non_model_note += traced ? "taken off the traced device capacity, the warm-up measures the real peak"
+                          : budgets.device_bytes >= kUnlimitedBytes ? "the simulated device has no limit"
+                                                                    : "needed on the device besides the fixed chunk budget";
+  auto plan = chunkmem::PlanMemory(input);
+  if (traced && activation_bytes >= budgets.traced_capacity_bytes) {
+    plan.fits = false;
+    plan.why_not = "the activations (~" + std::to_string(activation_bytes >> 20) + " MiB, estimated) fill the traced "
+                   "device capacity of " + std::to_string(budgets.traced_capacity_bytes >> 20) +
+                   " MiB (lower train.micro_batch_size or turn on model.activation_checkpointing)";
+  }
   *fits = plan.fits;
   std::string head = "memory plan for '" + c.run.name + "' (" + optim::ToString(c.precision.dtype) + ", " +
                      (budgets.simulated ? "simulated device" : "CUDA device") + ")\n";

@@ -349,7 +349,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Float("chunk.host_mem_ratio", PS_ACCESS(chunk.host_mem_ratio), "usable fraction of host memory",
             FloatRange(0.0, 1.0, true)),
       Float("chunk.warmup_device_chunk_ratio", PS_ACCESS(chunk.warmup_device_chunk_ratio),
-            "device fraction for chunks during warm-up", FloatRange(0.0, 1.0, true)),
+            "traced budget: device fraction for chunks during warm-up (static placement: for good)",
+            FloatRange(0.0, 1.0, true)),
       Float("chunk.margin_use_ratio", PS_ACCESS(chunk.margin_use_ratio),
             "fraction of the post-warm-up device margin given to optimizer chunks", FloatRange(0.0, 1.0)),
       // distributed

@@ -215,6 +215,7 @@ TrainResult Train(const Config& c) {
   for (int64_t step = 0; step < c.train.max_steps; ++step) {
     const auto t0 = Clock::now();
     double forward_ms = 0, backward_ms = 0;
+    const double move_ms_before = chunks.runtime ? chunks.runtime->stats().move_ms : 0.0;
     const double lr = schedule.LrAt(step);
     if (optimizer) {
       SetLr(*optimizer, lr);
@@ -248,13 +249,16 @@ TrainResult Train(const Config& c) {
     double grad_norm = 0.0;
     optim::StepReport adam_report;
     const auto optimizer_start = phase_end();
+    Clock::time_point optimizer_end;
     if (optimizer) {
       grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
       optimizer->step();
+      optimizer_end = phase_end();
     } else {
       adam_report = chunks.adam->Step(lr, max_norm, *chunks.scaler);
       grad_norm = adam_report.grad_norm;
       chunks.runtime->EndIteration();
+      optimizer_end = phase_end();
       if (adam_report.skipped) {
         if (!chunks.scaler->enabled()) {
           throw std::runtime_error("gradient norm became " + std::to_string(grad_norm) + " at step " +
@@ -271,7 +275,7 @@ TrainResult Train(const Config& c) {
         spdlog::info("chunk timeline of the first {} steps: {}", step + 1, path.string());
       }
     }
-    const double optimizer_ms = ms_between(optimizer_start, phase_end());
+    const double optimizer_ms = ms_between(optimizer_start, optimizer_end);
     const double loss = loss_sum.item<double>();  // host sync: the step is done
     const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!std::isfinite(loss) && !(chunks.scaler && chunks.scaler->enabled() && adam_report.skipped)) {
@@ -329,7 +333,7 @@ TrainResult Train(const Config& c) {
             .Add("adam_host_chunks", static_cast<int64_t>(adam_report.host_chunks))
             .Add("adam_host_ms", adam_report.host_ms)
             .Add("adam_device_ms", adam_report.device_ms)
-            .Add("chunk_move_ms", rs.move_ms);
+            .Add("chunk_move_ms", rs.move_ms - move_ms_before);
         result.peak_device_chunk_bytes = std::max(result.peak_device_chunk_bytes, ss.peak_device_bytes);
         chunks.store->ResetPeaks();
       }

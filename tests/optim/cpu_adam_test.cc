@@ -131,21 +131,21 @@ TEST_CASE("every variant is bitwise equal to the scalar reference", "[cpu_adam][
         for (ElemType ot : {ElemType::kFp16, ElemType::kBf16, ElemType::kFp32}) {
           for (bool adamw : {true, false}) {
             for (double wd : {0.0, 0.1}) {
-             for (double loss_scale : {1.0, 1024.0}) {
-              if (n == 1000003 && ot != gt) continue;  // the big size: output dtype = gradient dtype
-              CAPTURE(ToString(isa), n, static_cast<int>(gt), static_cast<int>(ot), adamw, wd, loss_scale);
-              Inputs a = MakeInputs(n, gt, loss_scale, 11);
-              Inputs b = MakeInputs(n, gt, loss_scale, 11);
-              at::Tensor out_a = at::empty({n}, ToScalarType(ot)), out_b = at::empty({n}, ToScalarType(ot));
-              const AdamHyper h = AdamHyper::Make(1e-3, 0.9, 0.95, 1e-8, wd, adamw, 3, 1.0 / loss_scale);
-              reference.adam(SpanOf(a, gt, &out_a, ot), h);
-              kernels.adam(SpanOf(b, gt, &out_b, ot), h);
-              REQUIRE(BitwiseEqual(a.master, b.master));
-              REQUIRE(BitwiseEqual(a.m, b.m));
-              REQUIRE(BitwiseEqual(a.v, b.v));
-              REQUIRE(BitwiseEqual(out_a, out_b));
-              REQUIRE(BitwiseEqual(out_b, b.master.to(ToScalarType(ot))));  // RNE copy, as LibTorch
-             }
+              for (double loss_scale : {1.0, 1024.0}) {
+                if (n == 1000003 && ot != gt) continue;  // the big size: output dtype = gradient dtype
+                CAPTURE(ToString(isa), n, static_cast<int>(gt), static_cast<int>(ot), adamw, wd, loss_scale);
+                Inputs a = MakeInputs(n, gt, loss_scale, 11);
+                Inputs b = MakeInputs(n, gt, loss_scale, 11);
+                at::Tensor out_a = at::empty({n}, ToScalarType(ot)), out_b = at::empty({n}, ToScalarType(ot));
+                const AdamHyper h = AdamHyper::Make(1e-3, 0.9, 0.95, 1e-8, wd, adamw, 3, 1.0 / loss_scale);
+                reference.adam(SpanOf(a, gt, &out_a, ot), h);
+                kernels.adam(SpanOf(b, gt, &out_b, ot), h);
+                REQUIRE(BitwiseEqual(a.master, b.master));
+                REQUIRE(BitwiseEqual(a.m, b.m));
+                REQUIRE(BitwiseEqual(a.v, b.v));
+                REQUIRE(BitwiseEqual(out_a, out_b));
+                REQUIRE(BitwiseEqual(out_b, b.master.to(ToScalarType(ot))));  // RNE copy, as LibTorch
+              }
             }
           }
         }

@@ -126,7 +126,9 @@ TEST_CASE("device path, host path and torch::optim::AdamW agree (fp32, with clip
   }
 }
 
-bool Same(const at::Tensor& a, const at::Tensor& b);
+bool Same(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
 
 TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back after its update; same bits",
           "[hybrid_adam][pipeline]") {
@@ -178,10 +180,6 @@ TEST_CASE("placement: a device budget without margin keeps every chunk on the ho
   CHECK(tight.adam->placement_decided());
   CHECK(r.device_chunks == 0);
   CHECK(tight.adam->device_chunks().empty());
-}
-
-bool Same(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 TEST_CASE("fp16 overflow: skipped, master/m/v untouched, compute params restored, scale lowered", "[hybrid_adam][fp16]") {
