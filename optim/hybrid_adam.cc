@@ -108,17 +108,36 @@ void HybridAdam::DecidePlacement() {
 
 double HybridAdam::SumSquares() {
   std::vector<GradSpan> host_spans;
-  at::Tensor device_sum;
-  for (int i = 0; i < static_cast<int>(decay_.size()); ++i) {
-    if (!runtime_.has_grad(i)) continue;
-    const at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
+  std::vector<at::Tensor> device_sums;  // one reduction per chunk (or per parameter), summed once
+  auto add = [&](const at::Tensor& grad) {
     if (grad.is_cpu()) {
       host_spans.push_back({grad.data_ptr(), ElemOf(grad.scalar_type()), grad.numel()});
     } else {
-      const at::Tensor s = at::linalg_vector_norm(grad, 2, {}, false, at::kDouble).square();  // no fp64 copy
-      device_sum = device_sum.defined() ? device_sum + s : s;
+      device_sums.push_back(at::linalg_vector_norm(grad, 2, {}, false, at::kDouble).square());  // no fp64 copy
+    }
+  };
+  const auto& layout = runtime_.layout();
+  for (int chunk = 0; chunk < layout.num_chunks(); ++chunk) {
+    // When every parameter of the chunk has a gradient, the gradient region from the
+    // chunk's start to its last parameter's end is reduced at once: the alignment gaps
+    // between slots are zero (allocated zeroed, never written). Otherwise parameter by
+    // parameter (a slot without a gradient may hold the parameter, the 14-byte reuse).
+    const auto& indices = layout.chunks()[chunk].param_indices;
+    bool all = !indices.empty();
+    int64_t end = 0;
+    for (int i : indices) {
+      all = all && runtime_.has_grad(i);
+      end = std::max(end, layout.placements()[i].offset_numel + layout.placements()[i].numel);
+    }
+    if (all) {
+      add(runtime_.store().payload(runtime_.chunk_id(ChunkKind::kGrad, chunk)).narrow(0, 0, end));
+      continue;
+    }
+    for (int i : indices) {
+      if (runtime_.has_grad(i)) add(runtime_.View(ChunkKind::kGrad, i));
     }
   }
+  const at::Tensor device_sum = device_sums.empty() ? at::Tensor() : at::stack(device_sums).sum();
   for (const auto& hp : host_params_) {
     const at::Tensor& grad = hp.param.grad();
     if (grad.defined()) host_spans.push_back({grad.data_ptr(), ElemType::kFp32, grad.numel()});

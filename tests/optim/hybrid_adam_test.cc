@@ -8,6 +8,7 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -170,6 +171,26 @@ TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back
       }
     }
   }
+}
+
+TEST_CASE("gradient norm: whole chunks at once, parameter by parameter where one has no gradient", "[hybrid_adam][norm]") {
+  // bf16 reuses the compute slots for gradients: a parameter without a gradient still
+  // holds its value there, which must not enter the norm. Chunk 0 (w1, b1) has every
+  // gradient, chunk 1 (w2, norm) lacks norm's.
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  Rig rig(at::kBFloat16, /*hybrid=*/false, kUnlimited);
+  const auto grads = Grads(rig, 3);
+  rig.runtime->ZeroGrads();
+  double expected = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    const at::Tensor g = grads[i].to(at::kBFloat16);
+    rig.params[i].mutable_grad() = g;
+    rig.runtime->OnGradAccumulated(i);
+    expected += g.to(at::kDouble).square().sum().item<double>();
+  }
+  LossScaler off{PrecisionConfig{}};
+  const StepReport r = rig.adam->Step(1e-2, /*max_norm=*/0.0, off);
+  CHECK(r.grad_norm == Approx(std::sqrt(expected)).epsilon(1e-12));
 }
 
 TEST_CASE("placement: a device budget without margin keeps every chunk on the host", "[hybrid_adam]") {
