@@ -83,6 +83,10 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
                 static_cast<long long>(p.param_numel));
   out += buf;
   out += "chunks            " + p.layout.Summary() + "\n";
+  if (p.layout.utilization_ratio() < 0.5) {
+    out += "hint              most chunk capacity is padding; chunk.size_elements: auto picks the size with "
+           "the least\n";
+  }
   out += "compute chunks    " + Bytes(static_cast<double>(p.compute_chunk_bytes)) + " (" +
          std::to_string(in.compute_element_bytes) + " bytes/element; move between device and host)\n";
   out += std::string(in.grads_in_compute_chunks ? "master+m+v        " : "grad+master+m+v   ") +

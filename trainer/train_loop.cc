@@ -165,6 +165,11 @@ TrainResult Train(const Config& c) {
   if (c.chunk.enabled) {
     chunks = MakeChunkSetup(model, c, device);
     spdlog::info("chunks: {}", chunks.runtime->layout().Summary());
+    if (chunks.runtime->layout().utilization_ratio() < 0.5) {
+      spdlog::warn("chunks are {:.0f}% padding: chunk.size_elements {} is large for this model; "
+                   "chunk.size_elements: auto picks the size with the least padding",
+                   100.0 * (1.0 - chunks.runtime->layout().utilization_ratio()), c.chunk.size_elements);
+    }
     if (c.chunk.cpu_embedding) {
       std::string names;
       for (const auto& n : chunks.host_param_names) names += (names.empty() ? "" : ", ") + n;

@@ -196,6 +196,10 @@ TEST_CASE("--plan: model data per tier, the largest model, whether it fits; noth
   CHECK(ok.find("fits              yes") != std::string::npos);
   CHECK(ok.find("device            0.31 MiB of budget 0.31 MiB") != std::string::npos);
   CHECK(ok.find("largest model") != std::string::npos);
+  CHECK(ok.find("hint") == std::string::npos);  // 20,000-element chunks suit this model
+  // The default 32M-element chunks would be almost all padding here: the plan says so.
+  const std::string padded = PlanReport(Chunked("plan_padded", {"chunk.size_elements=33554432"}), at::kCPU, &fits);
+  CHECK(padded.find("hint              most chunk capacity is padding") != std::string::npos);
   // The same run trains (the plan's "yes" is true) ...
   CHECK_NOTHROW(Train(Chunked("plan_ok_run", {"chunk.device_budget_bytes=320000", "train.max_steps=2"})));
   // ... and a budget below a block's working set is a "NO" with the reason, as training fails.
