@@ -157,7 +157,10 @@ TrainResult Train(const Config& c) {
   data::BatchSampler sampler(*train_source, c.data.seq_len, c.data.shuffle, static_cast<uint64_t>(c.run.seed));
 
   models::Gpt model(c.model);
-  model->to(device);
+  // A chunk run leaves the freshly initialised model on the host: the chunk runtime copies
+  // each parameter into the (host) chunks and releases it, so a model larger than the
+  // device never has to fit there whole.
+  if (!c.chunk.enabled) model->to(device);
   model->train();
   const auto counts = model->CountParameters();  // before the chunk runtime takes the storage
   ChunkSetup chunks;
@@ -331,6 +334,7 @@ TrainResult Train(const Config& c) {
             .Add("prefetch_hits", rs.prefetch_hits)
             .Add("chunk_budget_bytes", chunks.runtime->MinChunkBudgetBytes())
             .Add("non_model_peak_bytes", rs.peak_non_model_bytes)
+            .Add("peak_device_total_bytes", rs.peak_device_total_bytes)
             .Add("budget_overruns", rs.budget_overruns)
             .Add("loss_scale", adam_report.loss_scale)
             .Add("skipped_steps", chunks.scaler->state().overflows)
