@@ -71,11 +71,14 @@ class CudaMemoryProbe final : public DeviceMemoryProbe {
  public:
   CudaMemoryProbe(at::Device device, const ChunkStore& store)
       : device_(device.has_index() ? device.index() : c10::cuda::current_device()), store_(store) {}
-  int64_t NonModelBytes() override { return Allocated().current - ChunkBytes(); }
+  // Reserved, not allocated, bytes: what the caching allocator holds, cached free blocks
+  // and fragmentation included, is what the device cannot give the chunks (PatrickStar
+  // counted allocated bytes and could overcommit).
+  int64_t NonModelBytes() override { return Reserved().current - ChunkBytes(); }
   int64_t TakePeakNonModelBytes() override {
     // The allocator's peak includes chunk bytes; subtract those on the device now (the
     // chunks of the moment just traced are still resident when this is called).
-    const int64_t peak = Allocated().peak - ChunkBytes();
+    const int64_t peak = Reserved().peak - ChunkBytes();
     c10::cuda::CUDACachingAllocator::resetPeakStats(device_);
     return std::max<int64_t>(0, peak);
   }
@@ -83,9 +86,9 @@ class CudaMemoryProbe final : public DeviceMemoryProbe {
   void Resume() override {}
 
  private:
-  c10::CachingAllocator::Stat Allocated() const {
+  c10::CachingAllocator::Stat Reserved() const {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_);
-    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
   }
   int64_t ChunkBytes() const { return store_.BytesUsed(Tier::kDevice); }
 

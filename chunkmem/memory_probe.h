@@ -6,8 +6,8 @@
 // CPU probe (the simulated device tier): counts every LibTorch CPU allocation and free
 // made while it exists, through c10's memory-reporting hook on the creating thread.
 // The chunk store pauses it around its own payload allocations, so chunk bytes are
-// never counted. CUDA probe: the caching allocator's allocated bytes minus the chunk
-// bytes on the device.
+// never counted. CUDA probe: the caching allocator's reserved bytes (cache and
+// fragmentation included) minus the chunk bytes on the device.
 #pragma once
 
 #include <c10/core/Device.h>
