@@ -1,9 +1,11 @@
 // ChunkRuntime on a three-block toy: a parameter shared by blocks 0 and 2 (like GPT's
 // tied embedding), a parameter its block never uses, parameter binding (invariant 4),
-// states through an iteration, and gradients equal to plain autograd's.
+// states through an iteration, and gradients equal to plain autograd's; the host
+// memory peak while the runtime takes the model's parameters.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "chunkmem/memory_probe.h"
 #include "chunkmem/pre_backward.h"
 #include "chunkmem/runtime.h"
 #include "tests/catch.h"
@@ -39,6 +41,34 @@ at::Tensor Forward(Toy& m, const at::Tensor& x, ChunkRuntime* rt) {
 std::unique_ptr<ChunkStore> Store(int64_t device_budget) {
   return std::make_unique<ChunkStore>(MakeHostAllocator(false), MakeDeviceAllocator(at::kCPU), 1 << 24,
                                       device_budget);
+}
+
+TEST_CASE("taking the parameters: host memory peaks near the chunks, not chunks plus model", "[runtime][init]") {
+  // 8 parameters of 10,000 fp32 elements, two per block and chunk (20,480 elements with
+  // the alignment): 4 chunks, each with compute (= master in fp32), grad, m and v payloads.
+  // The probe counts every CPU allocation made on this thread from here on, and its
+  // free, the parameters' and the chunk payloads' (it is not attached to the store).
+  const auto probe = MakeCpuMemoryProbe();
+  std::vector<ManagedParam> managed;
+  for (int i = 0; i < 8; ++i) {
+    managed.push_back({"p" + std::to_string(i), at::randn({100, 100}).requires_grad_(), {i / 2}});
+  }
+  const int64_t param_bytes = 8 * 10000 * 4;
+  auto store = Store(1 << 24);
+  RuntimeOptions o;
+  o.chunk_numel = 20480;
+  ChunkRuntime rt(managed, *store, o);
+  const int64_t peak = probe->TakePeakNonModelBytes();
+  int64_t chunk_bytes = 0;
+  for (int id = 0; id < store->num_chunks(); ++id) chunk_bytes += store->chunk_bytes(id);
+  REQUIRE(rt.layout().num_chunks() == 4);
+  INFO("peak " << peak << ", chunk bytes " << chunk_bytes << ", parameter bytes " << param_bytes);
+  // Each chunk's parameters are released before the next chunk is allocated: the peak
+  // is the model plus the chunks minus all but the last chunk's parameters. Allocating
+  // every chunk first would peak at the model plus all the chunks.
+  CHECK(peak <= chunk_bytes + param_bytes / 4 + 4096);
+  CHECK(peak >= chunk_bytes);  // the probe saw the chunks
+  for (const auto& p : managed) CHECK(p.tensor.numel() == 0);  // storage handed over
 }
 
 TEST_CASE("tied and unused parameters: gradients as plain autograd, states as documented", "[runtime]") {
