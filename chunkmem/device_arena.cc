@@ -91,7 +91,14 @@ at::Tensor DeviceArena::TryAllocate(int64_t numel, at::ScalarType dtype, bool lo
       at::TensorOptions().dtype(dtype).device(state_->buffer.device()));
 }
 
-bool DeviceArena::CanFit(int64_t bytes) const { return largest_free_bytes() >= RoundUp(bytes); }
+bool DeviceArena::CanFit(int64_t bytes) const {
+  const int64_t need = RoundUp(bytes);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  for (const auto& [offset, length] : state_->free) {
+    if (length >= need) return true;  // first fit: the first range that is large enough
+  }
+  return false;
+}
 
 int64_t DeviceArena::capacity_bytes() const { return state_->capacity; }
 

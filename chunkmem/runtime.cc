@@ -49,34 +49,31 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   const bool separate_master = options.compute_dtype != at::kFloat;
   TORCH_CHECK(!options.grads_in_compute_chunks || separate_master,
               "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
+  counts_.assign(layout_.num_chunks(), {});
+  prefetched_.assign(layout_.num_chunks(), false);
+  states_.assign(params_.size(), TensorState::kFree);
+  has_grad_.assign(params_.size(), false);
+  for (const auto& p : params_) shapes_.push_back(p.tensor.sizes().vec());
+
+  at::NoGradGuard no_grad;
+  const auto empty = at::empty({0}, at::TensorOptions().dtype(options.compute_dtype).device(compute_device()));
+  // Chunk by chunk: allocate its payloads, copy its parameters in, release their own
+  // storage. Host memory then peaks near the chunks' bytes plus one chunk's parameters,
+  // not chunks plus the whole model (a 1.5B model in fp32 is 6 GB more).
   for (const auto& chunk : layout_.chunks()) {
     std::array<int, 5> ids{};
-    auto add = [&](at::ScalarType dtype) { return store_.Add(chunk.capacity_numel, dtype); };
+    auto add = [&](at::ScalarType dtype) {
+      const int id = store_.Add(chunk.capacity_numel, dtype);
+      store_.Allocate(id, Tier::kHost);  // zero-filled: m, v and grads start at 0
+      return id;
+    };
     ids[kCompute] = add(options.compute_dtype);
     ids[static_cast<int>(ChunkKind::kGrad)] = options.grads_in_compute_chunks ? ids[kCompute] : add(at::kFloat);
     ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat) : ids[kCompute];
     ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat);
     ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat);
     ids_.push_back(ids);
-  }
-  counts_.assign(layout_.num_chunks(), {});
-  prefetched_.assign(layout_.num_chunks(), false);
-  states_.assign(params_.size(), TensorState::kFree);
-  has_grad_.assign(params_.size(), false);
-
-  at::NoGradGuard no_grad;
-  for (const auto& p : params_) shapes_.push_back(p.tensor.sizes().vec());
-  const auto empty = at::empty({0}, at::TensorOptions().dtype(options.compute_dtype).device(compute_device()));
-  // Chunk by chunk: allocate its payloads, copy its parameters in, release their own
-  // storage. Host memory then peaks near the chunks' bytes plus one chunk's parameters,
-  // not chunks plus the whole model (a 1.5B model in fp32 is 6 GB more).
-  for (int c = 0; c < layout_.num_chunks(); ++c) {
-    std::array<int, 5> ids = ids_[c];
-    std::sort(ids.begin(), ids.end());
-    for (size_t k = 0; k < ids.size(); ++k) {
-      if (k == 0 || ids[k] != ids[k - 1]) store_.Allocate(ids[k], Tier::kHost);  // zero: m, v, grads start at 0
-    }
-    for (int index : layout_.chunks()[c].param_indices) {
+    for (int index : chunk.param_indices) {
       auto& param = params_[index].tensor;
       View(ChunkKind::kCompute, index).copy_(param);
       if (separate_master) View(ChunkKind::kMaster, index).copy_(param);
@@ -135,7 +132,7 @@ int64_t ChunkRuntime::ChunkBudgetNow() const {
   if (budget_at_.empty()) return WarmupShareBytes();
   // Paused (evaluation): moments do not advance, so no moment's budget applies; the
   // lowest one is safe for any block.
-  if (trace_paused_) return std::min(cap, *std::min_element(budget_at_.begin(), budget_at_.end()));
+  if (trace_paused_) return std::min(cap, min_budget_at_);
   const int t = std::clamp(moment_, 0, static_cast<int>(budget_at_.size()) - 1);
   return std::min(cap, budget_at_[t]);
 }
@@ -147,7 +144,7 @@ int64_t ChunkRuntime::WarmupShareBytes() const {
 
 int64_t ChunkRuntime::MinChunkBudgetBytes() const {
   if (!traced_budget() || budget_at_.empty()) return ChunkBudgetNow();
-  return std::min(store_.Budget(Tier::kDevice), *std::min_element(budget_at_.begin(), budget_at_.end()));
+  return std::min(store_.Budget(Tier::kDevice), min_budget_at_);
 }
 
 void ChunkRuntime::Moment(const char* what, int block) {
@@ -202,6 +199,10 @@ std::vector<EvictionCandidate> ChunkRuntime::EvictableChunks(int keep, int64_t n
   return out;
 }
 
+bool ChunkRuntime::FitsOnDevice(int64_t bytes, int64_t budget) const {
+  return store_.BytesUsed(Tier::kDevice) + bytes <= budget && (bytes <= 0 || store_.CanHold(Tier::kDevice, bytes));
+}
+
 bool ChunkRuntime::EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes) {
   auto done = [&] {
     return store_.BytesUsed(Tier::kDevice) <= target_bytes && (fit_bytes <= 0 || store_.CanHold(Tier::kDevice, fit_bytes));
@@ -247,8 +248,8 @@ void ChunkRuntime::FetchToDevice(int chunk) {
       std::string traced;
       if (traced_budget() && !budget_at_.empty()) {
         const int t = std::clamp(moment_, 0, static_cast<int>(budget_at_.size()) - 1);
-        traced = " (traced: device memory " + std::to_string(options_.device_memory_bytes) + " minus the non-model peak " +
-                 std::to_string(options_.device_memory_bytes - budget_at_[t]) + " of moment " + std::to_string(t) + ")";
+        traced = " (traced: device memory " + std::to_string(options_.device_memory_bytes) + ", non-model peak " +
+                 std::to_string(non_model_peak_[t]) + " at moment " + std::to_string(t) + ")";
       }
       TORCH_CHECK(false, "chunkmem: chunk ", chunk, " (", need, " bytes) does not fit the device budget of ", budget,
                   " bytes", traced, ": ", pinned_bytes, " bytes are held by chunks in use (by ", in_use,
@@ -266,7 +267,7 @@ void ChunkRuntime::Access(int index) {
     if (store_.tier(chunk_id(ChunkKind::kCompute, chunk)) == Tier::kDevice) ++stats_.prefetch_hits;
   }
   FetchToDevice(chunk);
-  if (!trace_paused_ && stats_.iterations < options_.warmup_iterations) trace_.Record(chunk, std::max(moment_, 0));
+  if (!trace_paused_ && !warmed_up()) trace_.Record(chunk, std::max(moment_, 0));
   lru_.Touch(chunk, ++tick_);
   SetState(index, TensorState::kCompute);
   params_[index].tensor.set_data(View(ChunkKind::kCompute, index));
@@ -286,7 +287,7 @@ void ChunkRuntime::PreForward(int block) {
 
 bool ChunkRuntime::MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit) {
   const int64_t budget = ChunkBudgetNow();
-  if (store_.BytesUsed(Tier::kDevice) + need <= budget && store_.CanHold(Tier::kDevice, need)) return true;
+  if (FitsOnDevice(need, budget)) return true;
   // Only chunks needed later than the prefetched one may make room for it.
   const std::vector<EvictionCandidate> candidates = EvictableChunks(chunk, next_use_limit);
   int64_t freeable = 0;
@@ -370,6 +371,7 @@ void ChunkRuntime::EndIteration() {
       // as in warm-up), never more than this moment's activations leave.
       budget_at_.push_back(options_.static_placement ? std::min(budget, std::max(WarmupShareBytes(), needed)) : budget);
     }
+    if (!budget_at_.empty()) min_budget_at_ = *std::min_element(budget_at_.begin(), budget_at_.end());
   }
   if (!belady_ && options_.eviction == EvictionKind::kOpt && stats_.iterations >= options_.warmup_iterations) {
     trace_.set_total_moments(moment_ + 1);
@@ -394,7 +396,7 @@ bool ChunkRuntime::ReturnToDeviceIfRoom(int chunk, bool async) {
   const int id = chunk_id(ChunkKind::kCompute, chunk);
   if (store_.tier(id) == Tier::kDevice) return true;
   const int64_t need = store_.chunk_bytes(id);
-  if (store_.BytesUsed(Tier::kDevice) + need > ChunkBudgetNow() || !store_.CanHold(Tier::kDevice, need)) return false;
+  if (!FitsOnDevice(need, ChunkBudgetNow())) return false;
   MoveChunk(chunk, Tier::kDevice, async);
   return true;
 }

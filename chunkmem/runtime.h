@@ -173,6 +173,9 @@ class ChunkRuntime {
   void CloseInterval();                // non-model peak of the moment just ended
   bool traced_budget() const { return options_.device_memory_bytes > 0; }
   int64_t WarmupShareBytes() const;  // traced budget: chunk bytes allowed during warm-up
+  // The device can take `bytes` more without evicting (an arena: in one free range) and
+  // stay within `budget`.
+  bool FitsOnDevice(int64_t bytes, int64_t budget) const;
 
   std::vector<ManagedParam> params_;
   ChunkStore& store_;
@@ -196,6 +199,7 @@ class ChunkRuntime {
   DeviceMemoryProbe* probe_ = nullptr;
   std::vector<int64_t> non_model_peak_;  // [moment] traced in warm-up
   std::vector<int64_t> budget_at_;       // [moment] chunk budget after warm-up
+  int64_t min_budget_at_ = 0;            // the lowest of budget_at_ (set with it)
   int64_t interval_chunk_peak_ = 0;      // device chunk bytes peak since the last moment
 };
 

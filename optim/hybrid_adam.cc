@@ -44,7 +44,7 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
 void HybridAdam::AddHostParam(const std::string& name, const at::Tensor& param) {
   TORCH_CHECK(param.is_cpu() && param.scalar_type() == at::kFloat && param.is_contiguous(),
               "HybridAdam: host parameter '", name, "' must be a contiguous fp32 CPU tensor");
-  host_params_.push_back({name, param, at::zeros_like(param), at::zeros_like(param), param.dim() >= 2, 0});
+  host_params_.push_back({param, at::zeros_like(param), at::zeros_like(param), param.dim() >= 2, 0});
 }
 
 void HybridAdam::ClearHostGrads() {
@@ -207,7 +207,7 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
   ParallelAdam(kernels_, work, options_.cpu_threads);  // all at once when nothing had to move
 }
 
-void HybridAdam::UpdateDeviceChunk(int chunk, double lr, double grad_scale) {
+void HybridAdam::UpdateDeviceChunk(int chunk, double lr, const at::Tensor& unscale) {
   const auto& c = options_.optimizer;
   auto& store = runtime_.store();
   const bool separate_master = runtime_.compute_dtype() != at::kFloat;
@@ -232,14 +232,12 @@ void HybridAdam::UpdateDeviceChunk(int chunk, double lr, double grad_scale) {
     if (!device_steps_[i].defined() || device_steps_[i].device() != device) {
       device_steps_[i] = at::full({}, static_cast<double>(steps_[i]), at::TensorOptions().dtype(at::kFloat).device(device));
     }
-    device_steps_[i].add_(1);  // the fused op reads the step; the caller advances it
     steps[g].push_back(device_steps_[i]);
     ++steps_[i];
   }
-  // The fused op divides gradients by grad_scale: pass 1 / (clip_coef / loss_scale).
-  const at::Tensor unscale = at::full({}, 1.0 / grad_scale, at::TensorOptions().dtype(at::kFloat).device(device));
   for (int g = 0; g < 2; ++g) {
     if (params[g].empty()) continue;
+    at::_foreach_add_(steps[g], 1);  // the fused op reads the step; the caller advances it
     const double wd = g == 1 ? c.weight_decay : 0.0;
     if (c.type == OptimizerType::kAdamW) {
       at::_fused_adamw_(params[g], grads[g], ms[g], vs[g], {}, steps[g], lr, c.betas[0], c.betas[1], wd, c.eps,
@@ -260,7 +258,8 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   const double sum_squares = SumSquares();
   const bool overflow = !std::isfinite(sum_squares);
   r.grad_norm = std::sqrt(sum_squares) / r.loss_scale;
-  if (scaler.Update(overflow) || overflow) {  // without a scaler an overflow still skips
+  scaler.Update(overflow);
+  if (overflow) {  // skipped with or without a scaler (fp32/bf16: the caller stops)
     r.skipped = true;
     RestoreComputeFromMaster();
     ClearHostGrads();
@@ -278,7 +277,12 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   // CPU kernels update the host chunks, and the host pipeline's send-backs come last, so
   // nothing the device path fetches evicts a chunk just sent back.
   auto t0 = std::chrono::steady_clock::now();
-  for (int chunk : device_chunks_) UpdateDeviceChunk(chunk, lr, grad_scale);
+  if (!device_chunks_.empty()) {
+    // The fused op divides gradients by its grad_scale: pass 1 / (clip_coef / loss_scale).
+    const at::Tensor unscale =
+        at::full({}, 1.0 / grad_scale, at::TensorOptions().dtype(at::kFloat).device(runtime_.compute_device()));
+    for (int chunk : device_chunks_) UpdateDeviceChunk(chunk, lr, unscale);
+  }
   r.device_chunks = static_cast<int>(device_chunks_.size());
   r.device_ms = MsSince(t0);
   t0 = std::chrono::steady_clock::now();

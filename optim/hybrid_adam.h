@@ -12,7 +12,7 @@
 // (when it fits without evicting) while chunk k+1 updates; copies are asynchronous
 // with the store's copy engine (chunk.async_prefetch), synchronous otherwise.
 //
-// One step: per-parameter sums of squares (one host sync) give the gradient norm and
+// One step: sums of squares per chunk (one host sync) give the gradient norm and
 // the overflow flag; on overflow (fp16) the step is skipped, fp32 master/m/v are left
 // untouched and the compute-dtype parameters restored from the masters; otherwise the
 // loss-scale division and the clipping factor are folded into the update. Weight decay
@@ -77,13 +77,13 @@ class HybridAdam {
   void DecidePlacement();
   double SumSquares();
   void UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale);
-  void UpdateDeviceChunk(int chunk, double lr, double grad_scale);
+  // `unscale`: 1 / grad_scale as a 0-dim fp32 tensor on the device, as the fused op wants.
+  void UpdateDeviceChunk(int chunk, double lr, const at::Tensor& unscale);
   void RestoreComputeFromMaster();
   void UpdateHostParams(double lr, double grad_scale);
   void ClearHostGrads();
 
   struct HostParam {
-    std::string name;
     at::Tensor param, m, v;
     bool decay = false;
     int64_t steps = 0;

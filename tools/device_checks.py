@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The chunk runtime's device checks as one experiment (not a test): every figure the
-chunkmem and optim issues ask of a GPU, written as JSON and a Markdown summary.
+chunkmem and optim issues ask of a GPU, written as JSON (the file after each check, and
+each check's result printed as it ends).
 
   python3 tools/device_checks.py --device cuda --out $OUT      # on the GPU machine
   python3 tools/device_checks.py --device cpu --quick --out /tmp/dc   # the same logic on the simulated tier

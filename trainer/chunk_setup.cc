@@ -1,7 +1,6 @@
 #include "trainer/chunk_setup.h"
 
 #include <algorithm>
-#include <thread>
 
 #include <unistd.h>
 
@@ -60,11 +59,6 @@ bool EmbeddingOnHost(const Config& c, const std::string& name) {
   return c.chunk.cpu_embedding && (name == "wpe.weight" || (name == "wte.weight" && !c.model.tie_word_embeddings));
 }
 
-int CpuThreads(const Config& c) {
-  return c.run.threads > 0 ? static_cast<int>(c.run.threads)
-                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
   chunkmem::RuntimeOptions options;
   options.chunk_numel = c.chunk.size_elements;
@@ -117,7 +111,7 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   s.runtime->set_memory_probe(s.probe.get());
   optim::HybridAdamOptions adam;
   adam.optimizer = c.optimizer;
-  adam.cpu_threads = CpuThreads(c);
+  adam.cpu_threads = CpuThreads(c.run);
   adam.margin_use_ratio = c.chunk.margin_use_ratio;
   switch (c.optimizer.cpu_adam) {
     case optim::CpuAdamChoice::kAuto: adam.cpu_isa = optim::BestCpuIsa(); break;
@@ -130,9 +124,11 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
                       " variant (use auto)");
   }
   s.adam = std::make_unique<optim::HybridAdam>(*s.runtime, adam);
-  for (const auto& [name, param] : host_params) s.adam->AddHostParam(name, param);
+  for (const auto& [name, param] : host_params) {
+    s.adam->AddHostParam(name, param);
+    s.host_param_names.push_back(name);
+  }
   if (c.chunk.cpu_embedding) model->set_host_embedding(true, device, s.runtime->compute_dtype());
-  for (const auto& hp : host_params) s.host_param_names.push_back(hp.first);
   s.scaler = std::make_unique<optim::LossScaler>(c.precision);
   s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
   if (c.chunk.timeline_steps > 0) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "trainer/config_schema.h"
 
@@ -341,6 +342,10 @@ std::string ConfigReferenceMarkdown() {
            " |\n";
   }
   return out;
+}
+
+int CpuThreads(const RunConfig& run) {
+  return run.threads > 0 ? static_cast<int>(run.threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 int64_t GradAccumSteps(const TrainConfig& train, int64_t world_size) {

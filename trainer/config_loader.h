@@ -40,4 +40,7 @@ std::string ConfigReferenceMarkdown();
 // when global_batch_size is not a multiple of micro_batch_size x world_size.
 int64_t GradAccumSteps(const TrainConfig& train, int64_t world_size);
 
+// CPU threads of a run: run.threads, or every hardware thread when it is 0.
+int CpuThreads(const RunConfig& run);
+
 }  // namespace ps::trainer

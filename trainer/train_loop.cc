@@ -15,7 +15,6 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
-#include <thread>
 
 #include "chunkmem/chunk_store.h"
 #include "data/batch_sampler.h"
@@ -127,8 +126,7 @@ TrainResult Train(const Config& c) {
                       "use bf16 or fp32 without chunks");
   }
   const int64_t accum = GradAccumSteps(c.train, /*world_size=*/1);
-  const int threads = c.run.threads > 0 ? static_cast<int>(c.run.threads)
-                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = CpuThreads(c.run);
   at::set_num_threads(threads);
   const at::Device device = ChooseDevice(c.run.device);
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));

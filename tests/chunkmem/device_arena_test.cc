@@ -19,13 +19,18 @@ TEST_CASE("arena: first fit, aligned, exact capacity", "[arena]") {
   CHECK(b.scalar_type() == at::kHalf);
   const auto base = reinterpret_cast<uintptr_t>(a.data_ptr());
   CHECK(reinterpret_cast<uintptr_t>(b.data_ptr()) - base == 512);
-  CHECK(reinterpret_cast<uintptr_t>(b.data_ptr()) % DeviceArena::kAlignBytes == reinterpret_cast<uintptr_t>(a.data_ptr()) % DeviceArena::kAlignBytes);
   CHECK(arena.free_bytes() == 8192 - 512 - 2048);
   a.fill_(1.5f);
   b.fill_(2);
   CHECK(a.sum().item<float>() == 180.0f);  // the two payloads do not overlap
   CHECK(b.to(at::kFloat).sum().item<float>() == 2000.0f);
   CHECK_FALSE(arena.TryAllocate(2000, at::kFloat).defined());  // 8000 B > what is left
+  // One byte still takes a whole aligned unit: the next payload starts 64 bytes on.
+  at::Tensor c = arena.TryAllocate(1, at::kByte), d = arena.TryAllocate(1, at::kByte);
+  REQUIRE(c.defined());
+  REQUIRE(d.defined());
+  CHECK(reinterpret_cast<uintptr_t>(c.data_ptr()) - base == 512 + 2048);
+  CHECK(reinterpret_cast<uintptr_t>(d.data_ptr()) - reinterpret_cast<uintptr_t>(c.data_ptr()) == DeviceArena::kAlignBytes);
 }
 
 TEST_CASE("arena: freed ranges coalesce; fragmentation refuses, then heals", "[arena]") {
