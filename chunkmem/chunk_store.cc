@@ -100,7 +100,7 @@ ChunkStore::~ChunkStore() {
 
 int ChunkStore::Add(int64_t capacity_numel, at::ScalarType dtype) {
   TORCH_CHECK(capacity_numel > 0, "chunkmem: chunk capacity must be > 0");
-  chunks_.push_back(Entry{capacity_numel, dtype, Tier::kNone, at::Tensor()});
+  chunks_.push_back(Entry{capacity_numel, dtype, Tier::kNone, at::Tensor(), nullptr});
   return num_chunks() - 1;
 }
 

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -51,7 +52,8 @@ class ThreadTicket final : public CopyTicket {
 
 class ThreadCopyEngine final : public CopyEngine {
  public:
-  ThreadCopyEngine() : worker_([this] { Loop(); }) {}
+  explicit ThreadCopyEngine(std::function<void()> before_copy)
+      : before_copy_(std::move(before_copy)), worker_([this] { Loop(); }) {}
   ~ThreadCopyEngine() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -81,6 +83,7 @@ class ThreadCopyEngine final : public CopyEngine {
         next = queue_.front();
         queue_.pop_front();
       }
+      if (before_copy_) before_copy_();
       next->Run();
     }
   }
@@ -89,6 +92,7 @@ class ThreadCopyEngine final : public CopyEngine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<ThreadTicket>> queue_;
   bool stop_ = false;
+  const std::function<void()> before_copy_;  // test seam (MakeThreadCopyEngine)
   std::thread worker_;  // last: starts after the members above exist
 };
 
@@ -137,7 +141,9 @@ class CudaCopyEngine final : public CopyEngine {
 
 }  // namespace
 
-std::unique_ptr<CopyEngine> MakeThreadCopyEngine() { return std::make_unique<ThreadCopyEngine>(); }
+std::unique_ptr<CopyEngine> MakeThreadCopyEngine(std::function<void()> before_copy) {
+  return std::make_unique<ThreadCopyEngine>(std::move(before_copy));
+}
 
 std::unique_ptr<CopyEngine> MakeCudaCopyEngine(at::Device device) {
 #ifdef PS_WITH_CUDA

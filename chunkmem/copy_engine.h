@@ -10,6 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 
 namespace ps::chunkmem {
@@ -26,8 +27,10 @@ class CopyEngine {
   virtual std::shared_ptr<CopyTicket> Start(at::Tensor dst, at::Tensor src) = 0;
 };
 
-// A worker thread; the destructor finishes queued copies first.
-std::unique_ptr<CopyEngine> MakeThreadCopyEngine();
+// A worker thread; the destructor finishes queued copies first. Test seam:
+// `before_copy`, when given, runs on the worker just before each copy; a test blocks in
+// it to hold copies back while it drops its own references to their tensors.
+std::unique_ptr<CopyEngine> MakeThreadCopyEngine(std::function<void()> before_copy = nullptr);
 // A CUDA side stream on `device`; throws without a CUDA build.
 std::unique_ptr<CopyEngine> MakeCudaCopyEngine(at::Device device);
 

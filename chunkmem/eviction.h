@@ -28,6 +28,8 @@ class AccessTrace {
   bool empty() const { return moments_.empty(); }
   // Chunks accessed at `moment` (0 <= moment < total_moments), ascending ids.
   std::vector<int> ChunksAt(int moment) const;
+  // [chunk] -> sorted moments (chunks never recorded may be missing at the end).
+  const std::vector<std::vector<int>>& chunk_moments() const { return moments_; }
 
  private:
   std::vector<std::vector<int>> moments_;  // [chunk] -> sorted moments

@@ -1,5 +1,7 @@
 #include "chunkmem/memory_plan.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <set>
@@ -16,6 +18,22 @@ std::string Bytes(double b) {
     std::snprintf(buf, sizeof(buf), "%.2f MiB", b / (1024.0 * 1024));
   }
   return buf;
+}
+
+// Byte counts in int64, checked: a model too large to count is an error, never a
+// wrapped (negative) size that then "fits".
+int64_t MulBytes(int64_t a, int64_t b) {
+  int64_t out = 0;
+  TORCH_CHECK(!__builtin_mul_overflow(a, b, &out), "memory plan: ", a, " x ", b,
+              " bytes overflows int64; the model is too large to plan");
+  return out;
+}
+
+int64_t AddBytes(int64_t a, int64_t b) {
+  int64_t out = 0;
+  TORCH_CHECK(!__builtin_add_overflow(a, b, &out), "memory plan: ", a, " + ", b,
+              " bytes overflows int64; the model is too large to plan");
+  return out;
 }
 
 }  // namespace
@@ -35,8 +53,9 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   const int64_t k = in.compute_element_bytes;
   const int64_t host_per_element =
       (in.grads_in_compute_chunks ? 0 : 4 /*grad*/) + 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*master*/ : 0);
-  plan.compute_chunk_bytes = capacity * k;
-  plan.host_only_bytes = capacity * host_per_element;
+  plan.compute_chunk_bytes = MulBytes(capacity, k);
+  plan.host_only_bytes = MulBytes(capacity, host_per_element);
+  const int64_t model_chunk_bytes = AddBytes(plan.compute_chunk_bytes, plan.host_only_bytes);
 
   // Working set: chunks of block b's parameters plus chunks of shared parameters.
   std::set<int> shared;
@@ -50,14 +69,15 @@ MemoryPlan PlanMemory(const PlanInput& in) {
       if (std::find(used.begin(), used.end(), b) != used.end()) chunks.insert(plan.layout.placements()[i].chunk_id);
     }
     int64_t bytes = 0;
-    for (int c : chunks) bytes += plan.layout.chunks()[c].capacity_numel * k;
+    for (int c : chunks) bytes += plan.layout.chunks()[c].capacity_numel * k;  // <= compute_chunk_bytes
     plan.min_device_bytes = std::max(plan.min_device_bytes, bytes);
   }
 
   plan.device_bytes = std::min(in.device_budget_bytes, plan.compute_chunk_bytes);
-  plan.host_param_bytes = 16 * in.host_param_numel;
-  plan.host_bytes = plan.host_only_bytes + (plan.compute_chunk_bytes - plan.device_bytes) + plan.host_param_bytes;
-  plan.bytes_per_param = static_cast<double>(plan.compute_chunk_bytes + plan.host_only_bytes) / plan.param_numel;
+  plan.host_param_bytes = MulBytes(16, in.host_param_numel);
+  // host_only + compute - device <= model_chunk_bytes, which did not overflow.
+  plan.host_bytes = AddBytes(plan.host_only_bytes + (plan.compute_chunk_bytes - plan.device_bytes), plan.host_param_bytes);
+  plan.bytes_per_param = static_cast<double>(model_chunk_bytes) / plan.param_numel;
 
   // Largest N with host(N) = h N u + max(0, k N u - D) <= H, u = capacity per parameter.
   const double u = static_cast<double>(capacity) / plan.param_numel;

@@ -356,9 +356,16 @@ void ChunkRuntime::EndIteration() {
   CloseInterval();  // the last moment's interval includes the optimizer step
   ++stats_.iterations;
   stats_.moments_per_iteration = moment_ + 1;
-  if (traced_budget() && budget_at_.empty() && warmed_up()) {
-    non_model_peak_.resize(moment_ + 1, 0);
-    for (int t = 0; t <= moment_; ++t) {
+  FinishWarmupIfDone();
+  moment_ = -1;
+}
+
+void ChunkRuntime::FinishWarmupIfDone() {
+  if (!warmed_up()) return;
+  const int moments = stats_.moments_per_iteration;
+  if (traced_budget() && budget_at_.empty()) {
+    non_model_peak_.resize(moments, 0);
+    for (int t = 0; t < moments; ++t) {
       const int64_t budget = options_.device_memory_bytes - non_model_peak_[t];
       int64_t needed = 0;
       for (int c : trace_.ChunksAt(t)) needed += store_.chunk_bytes(chunk_id(ChunkKind::kCompute, c));
@@ -373,11 +380,59 @@ void ChunkRuntime::EndIteration() {
     }
     if (!budget_at_.empty()) min_budget_at_ = *std::min_element(budget_at_.begin(), budget_at_.end());
   }
-  if (!belady_ && options_.eviction == EvictionKind::kOpt && stats_.iterations >= options_.warmup_iterations) {
-    trace_.set_total_moments(moment_ + 1);
+  if (!belady_ && options_.eviction == EvictionKind::kOpt) {
+    trace_.set_total_moments(moments);
     belady_ = std::make_unique<BeladyPolicy>(trace_);
   }
-  moment_ = -1;
+}
+
+WarmupState ChunkRuntime::SaveWarmup() const {
+  WarmupState s;
+  s.iterations = stats_.iterations;
+  s.total_moments = stats_.moments_per_iteration;
+  s.chunk_moments = trace_.chunk_moments();
+  s.chunk_moments.resize(layout_.num_chunks());
+  s.non_model_peak_bytes = non_model_peak_;
+  return s;
+}
+
+void ChunkRuntime::RestoreWarmup(const WarmupState& s) {
+  TORCH_CHECK(stats_.iterations == 0 && moment_ == -1, "chunkmem: RestoreWarmup after training started");
+  TORCH_CHECK(static_cast<int>(s.chunk_moments.size()) == layout_.num_chunks(), "chunkmem: the saved warm-up trace has ",
+              s.chunk_moments.size(), " chunks, this layout ", layout_.num_chunks());
+  trace_ = AccessTrace();
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    for (int t : s.chunk_moments[c]) {
+      TORCH_CHECK(t >= 0 && (s.total_moments == 0 || t < s.total_moments), "chunkmem: saved warm-up moment ", t,
+                  " of chunk ", c, " is out of range");
+      trace_.Record(c, t);
+    }
+  }
+  non_model_peak_ = s.non_model_peak_bytes;
+  stats_.iterations = s.iterations;
+  stats_.moments_per_iteration = s.total_moments;
+  if (warmed_up()) TORCH_CHECK(s.total_moments > 0, "chunkmem: a finished warm-up without moments");
+  FinishWarmupIfDone();
+}
+
+int64_t ChunkRuntime::OptimizerStateBytes(int chunk) const {
+  int64_t bytes = 0;
+  for (ChunkKind kind : {ChunkKind::kMaster, ChunkKind::kAdamM, ChunkKind::kAdamV}) {
+    const int id = chunk_id(kind, chunk);
+    if (id != chunk_id(ChunkKind::kCompute, chunk)) bytes += store_.chunk_bytes(id);  // fp32: master = compute
+  }
+  return bytes;
+}
+
+bool ChunkRuntime::PinOptimizerState(int chunk) {
+  const int64_t bytes = OptimizerStateBytes(chunk);
+  if (!FreeDeviceBytes(bytes)) return false;
+  for (ChunkKind kind : {ChunkKind::kMaster, ChunkKind::kAdamM, ChunkKind::kAdamV}) {
+    const int id = chunk_id(kind, chunk);
+    if (id != chunk_id(ChunkKind::kCompute, chunk)) store_.Move(id, Tier::kDevice, /*long_lived=*/true);
+  }
+  interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
+  return true;
 }
 
 void ChunkRuntime::PlaceComputeChunk(int chunk, Tier tier, bool async) {

@@ -8,7 +8,11 @@
 // dtype is not fp32), Adam m and v (fp32, host); with grads_in_compute_chunks there are
 // no grad chunks and kGrad views are the compute slots. Placement: compute chunks are fetched
 // to the device tier on access, evicting by Belady (after warm-up) or LRU (before).
-// Single-threaded: the training thread (autograd runs hooks on it for CPU tensors).
+// The runtime is the only placement owner: the optimizer asks it to move chunks
+// (PlaceComputeChunk, ReturnToDeviceIfRoom, PinOptimizerState), never the store directly.
+// Threads: the training thread, and the autograd thread that runs backward (the
+// calling thread for CPU tensors; autograd's device thread for CUDA tensors, which
+// the training thread waits on inside backward(), so calls never overlap).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -65,6 +69,16 @@ struct RuntimeOptions {
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
 
+// What the warm-up iterations learned (plain data, saved in checkpoints): with it a
+// resumed run budgets, evicts and prefetches as the run that saved it did, and needs no
+// new warm-up. Only valid for the same layout (chunk count and sizes).
+struct WarmupState {
+  int64_t iterations = 0;                       // iterations traced so far
+  int total_moments = 0;                        // moments per iteration (0 before the first ended)
+  std::vector<std::vector<int>> chunk_moments;  // [chunk] -> moments it was accessed at
+  std::vector<int64_t> non_model_peak_bytes;    // [moment] traced non-model peaks
+};
+
 struct RuntimeStats {
   int64_t evictions = 0;        // compute chunks moved device -> host to make room
   int64_t fetches = 0;          // compute chunks moved host -> device (prefetches included)
@@ -113,6 +127,17 @@ class ChunkRuntime {
   // Evicts compute chunks not in use (by the eviction policy) until the device tier can
   // take `bytes` more. Returns false if it cannot.
   bool FreeDeviceBytes(int64_t bytes);
+  // Bytes of the optimizer state of layout chunk `chunk`: fp32 master (when it is not the
+  // compute chunk), Adam m and v.
+  int64_t OptimizerStateBytes(int chunk) const;
+  // Moves that optimizer state to the device for good (the hybrid Adam's device
+  // chunks), evicting compute chunks not in use to make room. Returns false, moving
+  // nothing, when the room cannot be made.
+  bool PinOptimizerState(int chunk);
+  // The warm-up's results, and restoring them (before the first iteration, same layout;
+  // throws c10::Error naming the mismatch otherwise).
+  WarmupState SaveWarmup() const;
+  void RestoreWarmup(const WarmupState& state);
   // True once the warm-up iterations are traced (the trace below is complete).
   bool warmed_up() const { return stats_.iterations >= options_.warmup_iterations; }
   // From the warm-up trace: the most compute-chunk bytes that must be on the device
@@ -139,7 +164,9 @@ class ChunkRuntime {
 
   const ChunkLayout& layout() const { return layout_; }
   const std::vector<ManagedParam>& params() const { return params_; }
-  ChunkStore& store() { return store_; }
+  const AccessTrace& trace() const { return trace_; }  // the warm-up's (complete once warmed_up())
+  // Read-only: payloads and tiers. Moves go through the runtime (the placement owner).
+  const ChunkStore& store() const { return store_; }
   // Store id of layout chunk `chunk` of `kind`. kMaster is the compute chunk in fp32;
   // kGrad is the compute chunk when gradients reuse the compute slots.
   int chunk_id(ChunkKind kind, int chunk) const;
@@ -171,6 +198,7 @@ class ChunkRuntime {
   // whose next use (counted from this moment) is at or before `needed_until`.
   std::vector<EvictionCandidate> EvictableChunks(int keep, int64_t needed_until) const;
   void CloseInterval();                // non-model peak of the moment just ended
+  void FinishWarmupIfDone();           // budgets per moment and Belady, once warmed up
   bool traced_budget() const { return options_.device_memory_bytes > 0; }
   int64_t WarmupShareBytes() const;  // traced budget: chunk bytes allowed during warm-up
   // The device can take `bytes` more without evicting (an arena: in one free range) and

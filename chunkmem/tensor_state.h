@@ -7,7 +7,11 @@
 namespace ps::chunkmem {
 
 enum class TensorState {
-  kFree,          // slot holds nothing meaningful (zero-filled when first accessed)
+  // No value of the parameter in the slot yet: the state before ChunkRuntime's constructor
+  // copies the parameter in (kFree -> kHold). The payload itself is already zero-filled by
+  // ChunkStore::Allocate; nothing is filled on access. The runtime never returns a
+  // parameter to kFree (the table's edges into it are for releasing slots, unused today).
+  kFree,
   kCompute,       // the LibTorch parameter points at the slot; the chunk must stay put
   kHold,          // slot holds data; the chunk may move
   kHoldAfterFwd,  // used in this forward, released after it

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <random>
 
+#include "data/data_error.h"
+
 namespace ps::data {
 
 BatchSampler::BatchSampler(const TokenSource& source, int64_t seq_len, bool shuffle, uint64_t seed,
@@ -19,8 +21,9 @@ BatchSampler::BatchSampler(const TokenSource& source, int64_t seq_len, bool shuf
   TORCH_CHECK(seq_len > 0, "data.seq_len must be > 0");
   TORCH_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " not in [0, ", world_size, ")");
   samples_per_epoch_ = (source.num_tokens() - 1) / seq_len;
-  TORCH_CHECK(samples_per_epoch_ >= 1, source.description(), ": ", source.num_tokens(),
-              " tokens is fewer than data.seq_len + 1 = ", seq_len + 1);
+  // A source too short for one sample is a user error in the data (or data.seq_len).
+  PS_DATA_CHECK(samples_per_epoch_ >= 1, source.description(), ": ", source.num_tokens(),
+                " tokens is fewer than data.seq_len + 1 = ", seq_len + 1, " (one sample)");
 }
 
 int64_t BatchSampler::WindowOf(int64_t global_sample) {

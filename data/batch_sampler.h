@@ -17,6 +17,7 @@ namespace ps::data {
 
 class BatchSampler {
  public:
+  // Throws DataError naming the source when it holds fewer than seq_len + 1 tokens.
   BatchSampler(const TokenSource& source, int64_t seq_len, bool shuffle, uint64_t seed,
                int rank = 0, int world_size = 1);
 

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "data/data_error.h"
+
 namespace ps::data {
 
 const char* ToString(DataFormat f) {
@@ -24,23 +26,39 @@ const char* ToString(DataFormat f) {
 
 namespace {
 
-// Read-only memory map of a whole file; unmapped on destruction.
+// " (data.train_path)" when the caller named the config key of a path, else "".
+std::string KeySuffix(const std::string& path_key) { return path_key.empty() ? "" : " (" + path_key + ")"; }
+
+// Read-only memory map of a whole, non-empty regular file; unmapped on destruction.
+// Paths that cannot be token files (missing, a directory, a device, empty) are
+// DataErrors naming the path and, when given, its config key.
 class MappedFile {
  public:
-  explicit MappedFile(const std::string& path) : path_(path) {
+  MappedFile(const std::string& path, const std::string& path_key) : path_(path) {
+    const std::string key = KeySuffix(path_key);
     int fd = ::open(path.c_str(), O_RDONLY);
-    TORCH_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+    PS_DATA_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno), key);
     struct stat st {};
-    ::fstat(fd, &st);
-    bytes_ = st.st_size;
-    if (bytes_ > 0) {
-      void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
       ::close(fd);
-      TORCH_CHECK(p != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
-      data_ = static_cast<const uint8_t*>(p);
-    } else {
-      ::close(fd);
+      PS_DATA_CHECK(false, path, ": cannot stat: ", std::strerror(err), key);
     }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      PS_DATA_CHECK(!S_ISDIR(st.st_mode), path, ": is a directory, not a token file", key);
+      PS_DATA_CHECK(false, path, ": is not a regular file", key);
+    }
+    bytes_ = st.st_size;
+    if (bytes_ == 0) {
+      ::close(fd);
+      PS_DATA_CHECK(false, path, ": is empty (0 bytes, no tokens)", key);
+    }
+    void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    TORCH_CHECK(p != MAP_FAILED, path, ": mmap failed: ", std::strerror(err));
+    data_ = static_cast<const uint8_t*>(p);
   }
   ~MappedFile() {
     if (data_) ::munmap(const_cast<uint8_t*>(data_), bytes_);
@@ -77,7 +95,7 @@ class FileTokens final : public TokenSource {
   // Throws naming the file and the first position whose id is >= vocab_size.
   void Validate(int64_t vocab_size) const {
     for (int64_t i = 0; i < count_; ++i) {
-      TORCH_CHECK(static_cast<int64_t>(tokens_[i]) < vocab_size, file_->path(), ": token ",
+      PS_DATA_CHECK(static_cast<int64_t>(tokens_[i]) < vocab_size, file_->path(), ": token ",
                   static_cast<int64_t>(tokens_[i]), " at position ", i,
                   " is not < model.vocab_size ", vocab_size);
     }
@@ -122,7 +140,7 @@ template <typename T>
 std::unique_ptr<TokenSource> OpenTokens(std::unique_ptr<MappedFile> file, int64_t offset_bytes,
                                         int64_t vocab_size) {
   const int64_t payload = file->bytes() - offset_bytes;
-  TORCH_CHECK(payload % static_cast<int64_t>(sizeof(T)) == 0, file->path(), ": ", payload,
+  PS_DATA_CHECK(payload % static_cast<int64_t>(sizeof(T)) == 0, file->path(), ": ", payload,
               " data bytes is not a multiple of the ", sizeof(T), "-byte token size");
   auto src = std::make_unique<FileTokens<T>>(std::move(file), offset_bytes,
                                              payload / static_cast<int64_t>(sizeof(T)));
@@ -132,7 +150,7 @@ std::unique_ptr<TokenSource> OpenTokens(std::unique_ptr<MappedFile> file, int64_
 
 std::unique_ptr<TokenSource> OpenLlmc(std::unique_ptr<MappedFile> file, int64_t vocab_size) {
   const std::string& path = file->path();
-  TORCH_CHECK(file->bytes() >= kLlmcHeaderBytes, path, ": ", file->bytes(),
+  PS_DATA_CHECK(file->bytes() >= kLlmcHeaderBytes, path, ": ", file->bytes(),
               " bytes is shorter than the 1024-byte llm.c header");
   int32_t header[3];
   std::memcpy(header, file->data(), sizeof(header));
@@ -140,17 +158,17 @@ std::unique_ptr<TokenSource> OpenLlmc(std::unique_ptr<MappedFile> file, int64_t 
   const int64_t count = header[2];
   int64_t token_bytes = 0;
   if (magic == kLlmcMagicGpt2) {
-    TORCH_CHECK(version == 1, path, ": llm.c GPT-2 shard version ", version, ", expected 1");
+    PS_DATA_CHECK(version == 1, path, ": llm.c GPT-2 shard version ", version, ", expected 1");
     token_bytes = 2;
   } else if (magic == kLlmcMagicLlama3) {
-    TORCH_CHECK(version == 7, path, ": llm.c Llama-3 shard version ", version, ", expected 7");
+    PS_DATA_CHECK(version == 7, path, ": llm.c Llama-3 shard version ", version, ", expected 7");
     token_bytes = 4;
   } else {
-    TORCH_CHECK(false, path, ": bad llm.c magic ", magic, " (expected ", kLlmcMagicGpt2, " or ",
+    PS_DATA_CHECK(false, path, ": bad llm.c magic ", magic, " (expected ", kLlmcMagicGpt2, " or ",
                 kLlmcMagicLlama3, ")");
   }
   const int64_t expected = kLlmcHeaderBytes + count * token_bytes;
-  TORCH_CHECK(file->bytes() == expected, path, ": header says ", count, " tokens (", expected,
+  PS_DATA_CHECK(file->bytes() == expected, path, ": header says ", count, " tokens (", expected,
               " bytes) but the file has ", file->bytes(), " bytes");
   if (token_bytes == 2) return OpenTokens<uint16_t>(std::move(file), kLlmcHeaderBytes, vocab_size);
   return OpenTokens<uint32_t>(std::move(file), kLlmcHeaderBytes, vocab_size);
@@ -160,16 +178,17 @@ std::unique_ptr<TokenSource> OpenLlmc(std::unique_ptr<MappedFile> file, int64_t 
 
 std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::string& path,
                                              int64_t vocab_size, uint64_t seed,
-                                             int64_t synthetic_tokens) {
+                                             int64_t synthetic_tokens, const std::string& path_key) {
   if (format == DataFormat::kSynthetic) {
     TORCH_CHECK(synthetic_tokens > 1, "data.synthetic_tokens must be > 1");
     return std::make_unique<SyntheticTokens>(vocab_size, seed, synthetic_tokens);
   }
-  TORCH_CHECK(!path.empty(), "data.train_path is required for data.format ", ToString(format));
-  auto file = std::make_unique<MappedFile>(path);
+  PS_DATA_CHECK(!path.empty(), path_key.empty() ? std::string("a token file path") : path_key,
+                " is required for data.format ", ToString(format));
+  auto file = std::make_unique<MappedFile>(path, path_key);
   switch (format) {
     case DataFormat::kText:
-      TORCH_CHECK(vocab_size >= 256, path, ": byte-level text needs model.vocab_size >= 256, got ",
+      PS_DATA_CHECK(vocab_size >= 256, path, ": byte-level text needs model.vocab_size >= 256, got ",
                   vocab_size);
       return OpenTokens<uint8_t>(std::move(file), 0, vocab_size);
     case DataFormat::kLlmc:

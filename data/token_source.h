@@ -1,7 +1,8 @@
 // TokenSource: random access to a read-only stream of token ids, plus the factory
 // that opens one from a DataConfig. File sources are memory-mapped and validated on
-// open (header, size, every id < vocab); errors name the file. Thread-compatible:
-// const methods may be called concurrently.
+// open (a non-empty regular file, header, size, every id < vocab); a bad file is a
+// DataError (data/data_error.h) naming it. Thread-compatible: const methods may be
+// called concurrently.
 #pragma once
 
 #include <cstdint>
@@ -23,10 +24,13 @@ class TokenSource {
 };
 
 // Opens `path` in `format` and checks every token id against `vocab_size`.
-// For kSynthetic `path` is ignored and `seed` picks the stream.
+// For kSynthetic `path` is ignored and `seed` picks the stream. `path_key`, the config
+// key the path came from ("data.train_path", "data.valid_path"), is named in the
+// errors about the path itself (missing, a directory, empty); "" names none.
 std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::string& path,
                                              int64_t vocab_size, uint64_t seed,
-                                             int64_t synthetic_tokens);
+                                             int64_t synthetic_tokens,
+                                             const std::string& path_key = "");
 
 // llm.c shard constants (dev/data/data_common.py).
 constexpr int32_t kLlmcMagicGpt2 = 20240520;   // version 1, uint16 tokens

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "models/checkpoint.h"
+#include "models/recompute.h"
 #include "models/leaf_linear.h"
 
 namespace ps::models {
@@ -123,7 +123,7 @@ at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
     hk.PreForward(block);
     auto* impl = m->as<BlockImpl>();
     if (recompute) {
-      x = CheckpointedCall(
+      x = RecomputedCall(
           x, [impl](const at::Tensor& in) { return impl->forward(in); },
           [hooks, block] {  // `hooks` (not `hk`): the default no-op object dies with forward()
             if (hooks) hooks->PreForward(block);

@@ -2,7 +2,39 @@
 
 #include <c10/util/Exception.h>
 
+#include <limits>
+
 namespace ps::models {
+namespace {
+
+// Sizes derived from a shape, in int64 with every step checked: a shape too large to
+// count is a c10::Error naming the shape and what overflowed, never a wrapped
+// (negative) size.
+class ShapeArithmetic {
+ public:
+  ShapeArithmetic(const GptConfig& config, const char* what) : config_(config), what_(what) {}
+  int64_t Mul(int64_t a, int64_t b) const {
+    int64_t out = 0;
+    TORCH_CHECK(!__builtin_mul_overflow(a, b, &out), Overflow());
+    return out;
+  }
+  int64_t Add(int64_t a, int64_t b) const {
+    int64_t out = 0;
+    TORCH_CHECK(!__builtin_add_overflow(a, b, &out), Overflow());
+    return out;
+  }
+
+ private:
+  std::string Overflow() const {
+    return "model.n_layer " + std::to_string(config_.n_layer) + ", model.n_embd " + std::to_string(config_.n_embd) +
+           ", model.n_positions " + std::to_string(config_.n_positions) + ", model.vocab_size " +
+           std::to_string(config_.vocab_size) + ": " + what_ + " overflows int64";
+  }
+  const GptConfig& config_;
+  const char* what_;
+};
+
+}  // namespace
 
 const std::vector<GptPreset>& GptPresets() {
   // GPT-2 (Radford et al. 2019, HF configs) and PatrickStar's model zoo
@@ -47,6 +79,10 @@ std::optional<GptPreset> FindGptPreset(const std::string& name) {
 }
 
 std::vector<ParameterShape> GptParameterShapes(const GptConfig& c) {
+  // The total is checked first, so every element count below fits int64 as well.
+  GptParameterCount(c);
+  TORCH_CHECK(c.n_layer < std::numeric_limits<int>::max(), "model.n_layer ", c.n_layer,
+              ": too many blocks to number them");
   const int64_t C = c.n_embd;
   const int last = static_cast<int>(c.n_layer) + 1;
   std::vector<ParameterShape> out;
@@ -68,24 +104,29 @@ std::vector<ParameterShape> GptParameterShapes(const GptConfig& c) {
 }
 
 int64_t EstimateActivationBytes(const GptConfig& c, int64_t tokens, int64_t element_bytes) {
+  const ShapeArithmetic a(c, "the activation estimate (train.micro_batch_size x data.seq_len tokens)");
   const int64_t C = c.n_embd;
   constexpr int64_t kBlockSaved = 17;  // elements per token and n_embd kept by one block
-  const int64_t blocks = c.activation_checkpointing ? c.n_layer * C + kBlockSaved * C : c.n_layer * kBlockSaved * C;
-  const int64_t outside = 3 * C;       // embedding sum, ln_f input and output
-  const int64_t per_token = (blocks + outside) * element_bytes + c.vocab_size * (element_bytes + 8);
-  return per_token * tokens;
+  const int64_t saved_per_block = a.Mul(kBlockSaved, C);
+  const int64_t blocks = c.activation_checkpointing ? a.Add(a.Mul(c.n_layer, C), saved_per_block)
+                                                    : a.Mul(c.n_layer, saved_per_block);
+  const int64_t outside = a.Mul(3, C);  // embedding sum, ln_f input and output
+  const int64_t per_token =
+      a.Add(a.Mul(a.Add(blocks, outside), element_bytes), a.Mul(c.vocab_size, element_bytes + 8));
+  return a.Mul(per_token, tokens);
 }
 
 int64_t GptParameterCount(const GptConfig& c) {
+  const ShapeArithmetic a(c, "the parameter count");
   const int64_t C = c.n_embd;
-  const int64_t per_block = 2 * 2 * C             // ln_1, ln_2
-                            + C * 3 * C + 3 * C   // attn.c_attn
-                            + C * C + C           // attn.c_proj
-                            + C * 4 * C + 4 * C   // mlp.c_fc
-                            + 4 * C * C + C;      // mlp.c_proj
-  const int64_t embeddings = c.vocab_size * C + c.n_positions * C;
-  const int64_t head = c.tie_word_embeddings ? 0 : c.vocab_size * C;
-  return embeddings + c.n_layer * per_block + 2 * C + head;
+  const int64_t CC = a.Mul(C, C);
+  // Per block: ln_1 and ln_2 (2 x 2C), attn.c_attn (3CC + 3C), attn.c_proj (CC + C),
+  // mlp.c_fc (4CC + 4C), mlp.c_proj (4CC + C). 13C cannot overflow once CC did not.
+  const int64_t per_block = a.Add(a.Mul(12, CC), 13 * C);
+  const int64_t table = a.Mul(c.vocab_size, C);
+  const int64_t embeddings = a.Add(table, a.Mul(c.n_positions, C));
+  const int64_t head = c.tie_word_embeddings ? 0 : table;
+  return a.Add(a.Add(a.Add(embeddings, a.Mul(c.n_layer, per_block)), 2 * C), head);
 }
 
 void ValidateGptConfig(const GptConfig& c) {

@@ -42,6 +42,8 @@ std::optional<GptPreset> FindGptPreset(const std::string& name);
 
 // A parameter of the GPT a config describes, known without building it: name, element
 // count and the blocks that use it, in the order of GptImpl::BlockParameters().
+// These size functions count in int64 with checked arithmetic: a shape whose counts
+// overflow throws c10::Error naming the shape keys.
 struct ParameterShape {
   std::string name;
   int64_t numel;

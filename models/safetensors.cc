@@ -92,21 +92,25 @@ TensorMap LoadSafetensors(const std::string& path) {
   return out;
 }
 
-void SaveSafetensors(const std::string& path, const TensorMap& tensors) {
+std::string SafetensorsHeader(const TensorMap& tensors) {
   nlohmann::json meta = nlohmann::json::object();
-  std::vector<at::Tensor> contiguous;
   int64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
-    auto t = tensor.detach().to(at::kCPU).contiguous();
-    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-    meta[name] = {{"dtype", DtypeString(t.scalar_type())},
-                  {"shape", t.sizes().vec()},
+    const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    meta[name] = {{"dtype", DtypeString(tensor.scalar_type())},
+                  {"shape", tensor.sizes().vec()},
                   {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    contiguous.push_back(t);
   }
   std::string header = meta.dump();
   header.resize((header.size() + 7) / 8 * 8, ' ');  // 8-byte aligned data, as HF writes
+  return header;
+}
+
+void SaveSafetensors(const std::string& path, const TensorMap& tensors) {
+  std::vector<at::Tensor> contiguous;
+  for (const auto& [name, tensor] : tensors) contiguous.push_back(tensor.detach().to(at::kCPU).contiguous());
+  const std::string header = SafetensorsHeader(tensors);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

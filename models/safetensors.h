@@ -17,6 +17,11 @@ using TensorMap = std::map<std::string, at::Tensor>;
 // an unknown dtype, or data offsets that do not match the shape.
 TensorMap LoadSafetensors(const std::string& path);
 
+// The JSON header SaveSafetensors writes for `tensors` (without the 8-byte length):
+// tensors in map order, data back to back from offset 0, padded with spaces to a
+// multiple of 8 bytes. Streaming writers use it and then write each tensor's bytes.
+std::string SafetensorsHeader(const TensorMap& tensors);
+
 // Writes contiguous CPU copies of `tensors` (F32/F16/BF16/I64/I32/U8...).
 // Writes `path.tmp` then renames, so an existing file is never left half-written.
 void SaveSafetensors(const std::string& path, const TensorMap& tensors);

@@ -44,7 +44,33 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
 void HybridAdam::AddHostParam(const std::string& name, const at::Tensor& param) {
   TORCH_CHECK(param.is_cpu() && param.scalar_type() == at::kFloat && param.is_contiguous(),
               "HybridAdam: host parameter '", name, "' must be a contiguous fp32 CPU tensor");
-  host_params_.push_back({param, at::zeros_like(param), at::zeros_like(param), param.dim() >= 2, 0});
+  host_params_.push_back({name, param, at::zeros_like(param), at::zeros_like(param), param.dim() >= 2, 0});
+}
+
+void HybridAdam::set_param_steps(int index, int64_t steps) {
+  TORCH_CHECK(steps >= 0, "HybridAdam: negative step count for parameter ", index);
+  steps_.at(index) = steps;
+  device_steps_.at(index) = at::Tensor();  // the fused op's counter is rebuilt from steps_
+}
+
+std::vector<HybridAdam::HostParamState> HybridAdam::host_param_states() const {
+  std::vector<HostParamState> out;
+  for (const auto& hp : host_params_) out.push_back({hp.name, hp.param, hp.m, hp.v, hp.steps});
+  return out;
+}
+
+void HybridAdam::set_host_param_steps(const std::string& name, int64_t steps) {
+  for (auto& hp : host_params_) {
+    if (hp.name == name) {
+      hp.steps = steps;
+      return;
+    }
+  }
+  TORCH_CHECK(false, "HybridAdam: no host parameter '", name, "'");
+}
+
+void HybridAdam::RestorePlacement() {
+  if (!placed_ && runtime_.warmed_up()) DecidePlacement();
 }
 
 void HybridAdam::ClearHostGrads() {
@@ -74,31 +100,26 @@ void HybridAdam::UpdateHostParams(double lr, double grad_scale) {
 void HybridAdam::DecidePlacement() {
   placed_ = true;
   if (!options_.optimizer.hybrid_adam) return;
-  auto& store = runtime_.store();
   // The optimizer's chunks stay on the device at every moment: the margin is taken
   // under the lowest chunk budget of any moment (traced budgets vary per moment).
   const double margin = static_cast<double>(runtime_.MinChunkBudgetBytes() - runtime_.PeakWorkingSetBytes());
   if (margin <= 0) return;
   double allowed = margin * options_.margin_use_ratio;
   const int n = runtime_.layout().num_chunks();
-  std::vector<int> order;  // resident compute chunks first: their gradients are already there
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int c = 0; c < n; ++c) {
-      const bool resident = store.tier(runtime_.chunk_id(ChunkKind::kCompute, c)) == Tier::kDevice;
-      if (resident == (pass == 0)) order.push_back(c);
-    }
+  // Chunks used latest in the traced iteration first (their gradients are most likely
+  // on the device after backward); from the trace only, so the choice is reproducible.
+  std::vector<int> order(n);
+  std::vector<int64_t> last_use(n, -1);
+  for (int c = 0; c < n; ++c) {
+    order[c] = c;
+    const auto& moments = runtime_.trace().chunk_moments();
+    if (c < static_cast<int>(moments.size()) && !moments[c].empty()) last_use[c] = moments[c].back();
   }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return last_use[a] > last_use[b]; });
   for (int c : order) {
-    std::vector<int> ids;
-    for (ChunkKind kind : {ChunkKind::kMaster, ChunkKind::kAdamM, ChunkKind::kAdamV}) {
-      const int id = runtime_.chunk_id(kind, c);
-      if (id != runtime_.chunk_id(ChunkKind::kCompute, c)) ids.push_back(id);  // fp32: master = compute
-    }
-    int64_t bytes = 0;
-    for (int id : ids) bytes += store.chunk_bytes(id);
+    const int64_t bytes = runtime_.OptimizerStateBytes(c);
     if (static_cast<double>(bytes) > allowed) continue;
-    if (!runtime_.FreeDeviceBytes(bytes)) continue;
-    for (int id : ids) store.Move(id, Tier::kDevice, /*long_lived=*/true);
+    if (!runtime_.PinOptimizerState(c)) continue;
     allowed -= static_cast<double>(bytes);
     on_device_[c] = true;
     device_chunks_.push_back(c);
@@ -148,7 +169,7 @@ double HybridAdam::SumSquares() {
 
 void HybridAdam::RestoreComputeFromMaster() {
   if (!runtime_.grads_in_compute_chunks()) return;  // the compute slots still hold the parameters
-  auto& store = runtime_.store();
+  const auto& store = runtime_.store();
   for (int c = 0; c < runtime_.layout().num_chunks(); ++c) {
     store.payload(runtime_.chunk_id(ChunkKind::kCompute, c)).copy_(store.payload(runtime_.chunk_id(ChunkKind::kMaster, c)));
   }
@@ -158,7 +179,7 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
   const auto& c = options_.optimizer;
   const bool adamw = c.type == OptimizerType::kAdamW;
   const bool separate_master = runtime_.compute_dtype() != at::kFloat;
-  auto& store = runtime_.store();
+  const auto& store = runtime_.store();
   // The CPU kernels need the compute chunk (gradients, or the master in fp32, or the
   // parameter copy) in host memory; a simulated device tier already is. Chunks on a
   // CUDA device are brought over one ahead (asynchronously with a copy engine), so
@@ -209,7 +230,7 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
 
 void HybridAdam::UpdateDeviceChunk(int chunk, double lr, const at::Tensor& unscale) {
   const auto& c = options_.optimizer;
-  auto& store = runtime_.store();
+  const auto& store = runtime_.store();
   const bool separate_master = runtime_.compute_dtype() != at::kFloat;
   if (runtime_.grads_in_compute_chunks() || !separate_master) runtime_.PlaceComputeChunk(chunk, Tier::kDevice);
   const at::Tensor& master_payload = store.payload(runtime_.chunk_id(ChunkKind::kMaster, chunk));

@@ -5,8 +5,11 @@
 // Placement (hybrid): after warm-up, the device budget left over by the compute chunks'
 // peak working set (ChunkRuntime::PeakWorkingSetBytes), times margin_use_ratio, decides
 // how many chunks keep their fp32 master, m and v on the device and update there;
-// chunks whose compute chunk is already resident are preferred. The rest update on the
-// host. Before warm-up ends, and with hybrid off, every chunk updates on the host.
+// chunks used latest in the traced iteration (the last backward's, most likely still
+// resident) are preferred. The choice depends on the warm-up trace only, so a run that
+// restores the trace (a resumed checkpoint) chooses the same chunks. The runtime moves
+// them (ChunkRuntime::PinOptimizerState). The rest update on the host. Before warm-up
+// ends, and with hybrid off, every chunk updates on the host.
 // Host updates of chunks whose compute chunk sits on a CUDA device are pipelined: chunk
 // k+1 comes to the host while chunk k updates, and chunk k goes back to the device
 // (when it fits without evicting) while chunk k+1 updates; copies are asynchronous
@@ -73,6 +76,21 @@ class HybridAdam {
   bool placement_decided() const { return placed_; }
   CpuIsa cpu_isa() const { return kernels_.isa; }
 
+  // Checkpoints (between steps). Updates applied to runtime parameter `index` so far.
+  int64_t param_steps(int index) const { return steps_.at(index); }
+  void set_param_steps(int index, int64_t steps);
+  // Parameters kept outside the chunks (AddHostParam): live tensors and update counts.
+  struct HostParamState {
+    std::string name;
+    at::Tensor param, m, v;
+    int64_t steps = 0;
+  };
+  std::vector<HostParamState> host_param_states() const;
+  void set_host_param_steps(const std::string& name, int64_t steps);
+  // After the runtime's warm-up was restored: decides the placement now (the same
+  // chunks the saving run chose, see above). No-op before warm-up ends.
+  void RestorePlacement();
+
  private:
   void DecidePlacement();
   double SumSquares();
@@ -84,6 +102,7 @@ class HybridAdam {
   void ClearHostGrads();
 
   struct HostParam {
+    std::string name;
     at::Tensor param, m, v;
     bool decay = false;
     int64_t steps = 0;

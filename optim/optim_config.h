@@ -41,6 +41,9 @@ struct PrecisionConfig {
   int64_t hysteresis = 2;            // dynamic: overflows tolerated before it halves
   bool consecutive_hysteresis = false;  // dynamic: refill the hysteresis at every clean step
   double min_loss_scale = 1.0;
+  // Dynamic: a run whose last this-many steps all overflowed at min_loss_scale has
+  // diverged (it can only skip from here on); it stops with an error. 0 = never stop.
+  int64_t max_skips_at_min_scale = 20;
 };
 
 const char* ToString(OptimizerType t);

@@ -24,6 +24,22 @@ struct RunConfig {
   int64_t seed = 1234;                      // model init, data order, dropout
   int64_t threads = 0;                      // CPU intra-op threads; 0 = all cores
   DeviceKind device = DeviceKind::kAuto;    // auto: CUDA when available, else CPU
+  // Start in an output_dir that holds another run's files (metrics.jsonl) without
+  // resuming it: true deletes that run's metrics, config and checkpoints first;
+  // false (default) makes it an error.
+  bool overwrite = false;
+};
+
+struct CheckpointConfig {
+  int64_t every_steps = 0;     // save every N optimizer steps; 0 = off
+  double every_minutes = 0;    // save when this many minutes passed since the last save; 0 = off
+  int64_t keep = 2;            // newest K complete checkpoints kept; older ones deleted after a newer one is complete
+  std::string dir;             // empty = <run.output_dir>/checkpoints
+  bool at_end = true;          // save after the last step
+  std::string resume = "auto"; // auto | never | <path of a step_N folder>
+  // Copy the state to host memory and write it in a background thread while training
+  // goes on (when the host has room for the copy); false writes before the next step.
+  bool async = true;
 };
 
 struct TrainConfig {
@@ -56,6 +72,7 @@ struct Config {
   chunkmem::ChunkConfig chunk;
   comm::DistributedConfig distributed;
   LoggingConfig logging;
+  CheckpointConfig checkpoint;
 };
 
 const char* ToString(DeviceKind d);

@@ -1,9 +1,12 @@
 #include "trainer/config_loader.h"
 
+#include <c10/util/Exception.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -33,7 +36,23 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-// Applies YAML documents and overrides to a Config, tracking where each key was set.
+// Where each document of a YAML stream starts (its "---", or its first token);
+// ignores everything else.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Applies a YAML document and overrides to a Config, tracking where each key was set.
 class Loader {
  public:
   Loader(const EnvLookup& env) : env_(env), fields_(BuildConfigSchema()), aliases_(BuildConfigAliases()) {
@@ -49,18 +68,32 @@ class Loader {
     }
   }
 
-  void ApplyDocument(const std::string& text, const std::string& source) {
-    YAML::Node root;
+  // Returns false when the text holds no keys (empty, only comments, or null).
+  bool ApplyDocument(const std::string& text, const std::string& source) {
+    std::vector<YAML::Node> documents;
     try {
-      root = YAML::Load(text);
+      documents = YAML::LoadAll(text);
     } catch (const YAML::ParserException& e) {
       throw ConfigError(Where(source, e.mark) + ": YAML syntax error: " + e.msg);
     }
-    if (root.IsNull()) return;
+    // YAML::Load would read the first document and drop the rest without a word.
+    if (documents.size() > 1) {
+      std::istringstream in(text);
+      YAML::Parser parser(in);
+      DocumentStarts starts;
+      while (parser.HandleNextDocument(starts)) {
+      }
+      const YAML::Mark second = starts.marks.size() > 1 ? starts.marks[1] : documents[1].Mark();
+      throw ConfigError(Where(source, second) +
+                        ": a second YAML document starts here; a config is one document (remove the '---')");
+    }
+    if (documents.empty() || documents[0].IsNull()) return false;
+    const YAML::Node& root = documents[0];
     if (!root.IsMap()) {
       throw ConfigError(Where(source, root.Mark()) + ": the top level must be a mapping of sections");
     }
     Walk(root, "", source);
+    return true;
   }
 
   void ApplyOverride(const std::string& arg) {
@@ -237,14 +270,23 @@ class Loader {
       for (const auto& p : models::GptPresets()) names += (names.empty() ? "" : ", ") + p.name;
       throw ConfigError(At("model.preset") + ": model.preset: unknown preset '" + m.preset + "'; known: " + names);
     }
-    auto fill = [&](const char* key, int64_t& field, int64_t value) {
-      if (!set_at_.count(key)) field = value;
+    // A shape key set as well must agree with the preset: otherwise the run would
+    // train one shape while its config names another.
+    auto fill = [&](const std::string& name, int64_t& field, int64_t value) {
+      const std::string key = "model." + name;
+      if (!set_at_.count(key)) {
+        field = value;
+      } else if (field != value) {
+        throw ConfigError(At(key) + ": " + key + " " + std::to_string(field) + " disagrees with model.preset '" +
+                          m.preset + "' (set at " + At("model.preset") + "), whose " + name + " is " +
+                          std::to_string(value) + "; drop one of the two");
+      }
     };
-    fill("model.n_layer", m.n_layer, preset->n_layer);
-    fill("model.n_head", m.n_head, preset->n_head);
-    fill("model.n_embd", m.n_embd, preset->n_embd);
-    fill("model.n_positions", m.n_positions, preset->n_positions);
-    fill("model.vocab_size", m.vocab_size, preset->vocab_size);
+    fill("n_layer", m.n_layer, preset->n_layer);
+    fill("n_head", m.n_head, preset->n_head);
+    fill("n_embd", m.n_embd, preset->n_embd);
+    fill("n_positions", m.n_positions, preset->n_positions);
+    fill("vocab_size", m.vocab_size, preset->vocab_size);
   }
 
   void Validate() const {
@@ -260,6 +302,25 @@ class Loader {
     if (c.data.format != data::DataFormat::kSynthetic && c.data.train_path.empty()) {
       throw ConfigError(At("data.format") + ": data.train_path is required for data.format " +
                         data::ToString(c.data.format));
+    }
+    if (c.data.format == data::DataFormat::kText && c.model.vocab_size < 256) {
+      throw ConfigError(At("model.vocab_size") + ": model.vocab_size " + std::to_string(c.model.vocab_size) +
+                        " is below 256, the byte values of data.format text");
+    }
+    // Sizes derived from the shape must be countable in int64 (the memory plan and the
+    // chunk runtime count elements and bytes in it); models/ checks the arithmetic
+    // and names the shape.
+    try {
+      models::GptParameterCount(c.model);
+    } catch (const c10::Error& e) {
+      throw ConfigError(At("model.n_embd") + ": " + e.what_without_backtrace());
+    }
+    try {
+      models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, /*element_bytes=*/4);
+    } catch (const c10::Error& e) {
+      throw ConfigError(At("train.micro_batch_size") + ": train.micro_batch_size " +
+                        std::to_string(c.train.micro_batch_size) + " x data.seq_len " +
+                        std::to_string(c.data.seq_len) + ": " + e.what_without_backtrace());
     }
     if (c.lr_schedule.min_lr > c.optimizer.lr) {
       throw ConfigError(At("lr_schedule.min_lr") + ": lr_schedule.min_lr is above optimizer.lr");
@@ -280,10 +341,15 @@ class Loader {
 };
 
 std::string ReadFile(const std::string& path) {
+  // An ifstream opens a directory and reads nothing from it, which would pass for an
+  // empty config.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw ConfigError(path + ": is a directory, not a config file");
   std::ifstream in(path);
   if (!in.good()) throw ConfigError(path + ": cannot open config file");
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) throw ConfigError(path + ": cannot read config file");
   return ss.str();
 }
 
@@ -307,7 +373,14 @@ Config LoadConfigText(const std::string& yaml_text, const std::string& source_na
 
 Config LoadConfigFile(const std::string& path, const std::vector<std::string>& overrides,
                       const EnvLookup& env) {
-  return LoadConfigText(ReadFile(path), path, overrides, env);
+  Loader loader(env);
+  // A file without keys is almost always a wrong path (/dev/null, a truncated or
+  // placeholder file); training on all defaults would hide that.
+  if (!loader.ApplyDocument(ReadFile(path), path)) {
+    throw ConfigError(path + ": config file is empty (no keys, only whitespace or comments)");
+  }
+  for (const auto& o : overrides) loader.ApplyOverride(o);
+  return loader.Finish();
 }
 
 std::string ConfigToYaml(const Config& config) {

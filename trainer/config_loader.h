@@ -1,8 +1,9 @@
 // Loads a Config from YAML: the only place YAML is parsed. Strict: unknown keys,
 // wrong types, out-of-range values, duplicate keys, missing ${VARS} and keys set
 // twice (alias + native) are ConfigErrors naming the key path and file:line:col
-// (1-based). `--set a.b=value` overrides are applied after the file; their values
-// are parsed as YAML scalars or flow sequences (`optimizer.betas=[0.9,0.95]`).
+// (1-based), and so is a second YAML document ('---') in the text. `--set a.b=value`
+// overrides are applied after the file; their values are parsed as YAML scalars or
+// flow sequences (`optimizer.betas=[0.9,0.95]`).
 #pragma once
 
 #include <functional>
@@ -24,9 +25,12 @@ class ConfigError : public std::runtime_error {
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup ProcessEnv();
 
+// A directory, or a file without keys (empty, only comments, /dev/null), is a
+// ConfigError naming the path.
 Config LoadConfigFile(const std::string& path, const std::vector<std::string>& overrides,
                       const EnvLookup& env);
-// `source_name` stands for the file name in messages.
+// `source_name` stands for the file name in messages. Empty text loads the defaults
+// (plus the overrides).
 Config LoadConfigText(const std::string& yaml_text, const std::string& source_name,
                       const std::vector<std::string>& overrides, const EnvLookup& env);
 

@@ -92,16 +92,43 @@ IntCheck MinInt(int64_t lo) {
   };
 }
 
-FloatCheck FloatRange(double lo, double hi, bool lo_open = false) {
+// [lo, hi]: beyond `hi` a value is nonsense (and products of such values could
+// overflow int64 downstream), so it is an error rather than a silent truncation.
+IntCheck IntRange(int64_t lo, int64_t hi) {
+  return [lo, hi](int64_t v) {
+    if (v < lo || v > hi) {
+      throw std::invalid_argument("must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                                  std::to_string(v));
+    }
+  };
+}
+
+// [lo, hi], or open at either end: (lo, hi] with lo_open, [lo, hi) with hi_open.
+FloatCheck FloatRange(double lo, double hi, bool lo_open = false, bool hi_open = false) {
   return [=](double v) {
-    if (v < lo || v > hi || (lo_open && v == lo)) {
-      throw std::invalid_argument("must be in " + std::string(lo_open ? "(" : "[") + FormatFloat(lo) +
-                                  ", " + FormatFloat(hi) + "], got " + FormatFloat(v));
+    if (v < lo || v > hi || (lo_open && v == lo) || (hi_open && v == hi)) {
+      throw std::invalid_argument("must be in " + std::string(lo_open ? "(" : "[") + FormatFloat(lo) + ", " +
+                                  FormatFloat(hi) + (hi_open ? ")" : "]") + ", got " + FormatFloat(v));
     }
   };
 }
 
 constexpr double kInf = 1e300;
+
+// Upper bounds of integer keys: far above any real run, low enough that the sizes
+// derived from them (parameters, bytes, tokens per step) stay countable in int64.
+constexpr int64_t kMaxThreads = 4096;
+constexpr int64_t kMaxLayers = 10000;                // GPT-3 175B: 96
+constexpr int64_t kMaxHeads = 10000;                 // GPT-3 175B: 96
+constexpr int64_t kMaxEmbd = 1000000;                // GPT-3 175B: 12288
+constexpr int64_t kMaxPositions = 10000000;          // also data.seq_len
+constexpr int64_t kMaxVocab = 10000000;              // Llama 3: 128256
+constexpr int64_t kMaxMicroBatch = 1000000;
+constexpr int64_t kMaxGlobalBatch = 1000000000;
+constexpr int64_t kMaxSteps = 1000000000000;         // steps, step intervals, micro-batches per evaluation
+constexpr int64_t kMaxTokens = 1000000000000;        // data.synthetic_tokens
+constexpr int64_t kMaxChunkNumel = 1000000000000;    // elements per chunk
+constexpr int64_t kMaxBytes = 1000000000000000000;   // byte budgets (1 EB)
 
 // Generic accessors: `access` is a lambda `[](auto& c) -> auto& { return c.x.y; }`,
 // usable with Config& and const Config&.
@@ -116,9 +143,9 @@ FieldSpec Int(std::string key, Access access, std::string help, IntCheck check =
           [=](const Config& c) { return std::to_string(access(c)); }};
 }
 
-// An int where the word "auto" stands for 0.
+// An int in [1, max] where the word "auto" stands for 0.
 template <typename Access>
-FieldSpec IntOrAuto(std::string key, Access access, std::string help) {
+FieldSpec IntOrAuto(std::string key, Access access, std::string help, int64_t max) {
   return {std::move(key), "int or auto", std::move(help),
           [=](Config& c, const YAML::Node& n) {
             if (n.IsScalar() && n.Scalar() == "auto") {
@@ -126,7 +153,10 @@ FieldSpec IntOrAuto(std::string key, Access access, std::string help) {
               return;
             }
             const int64_t v = ToInt(n);
-            if (v < 1) throw std::invalid_argument("must be >= 1 or auto, got " + std::to_string(v));
+            if (v < 1 || v > max) {
+              throw std::invalid_argument("must be in [1, " + std::to_string(max) + "] or auto, got " +
+                                          std::to_string(v));
+            }
             access(c) = v;
           },
           [=](const Config& c) { return access(c) == 0 ? std::string("auto") : std::to_string(access(c)); }};
@@ -228,19 +258,25 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Text("run.output_dir", PS_ACCESS(run.output_dir),
            "folder for metrics.jsonl and config.resolved.yaml (created)"),
       Int("run.seed", PS_ACCESS(run.seed), "seed of model init, data order and dropout"),
-      Int("run.threads", PS_ACCESS(run.threads), "CPU threads for LibTorch ops; 0 = all cores"),
+      Int("run.threads", PS_ACCESS(run.threads), "CPU threads for LibTorch ops; 0 = all cores",
+          IntRange(0, kMaxThreads)),
       Enum<DeviceKind>("run.device", PS_ACCESS(run.device),
                        "auto = CUDA when this build and machine have it, else CPU",
                        {{"auto", DeviceKind::kAuto}, {"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}}),
+      Bool("run.overwrite", PS_ACCESS(run.overwrite),
+           "start fresh in an output_dir that holds another run (deleting its metrics, config and checkpoints); "
+           "false = that is an error unless this run resumes it"),
       // model
       Text("model.preset", PS_ACCESS(model.preset),
            "named size (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, GPT2small, GPT2_1B, ... GPT_175B); "
-           "fills the shape keys this config leaves unset"),
-      Int("model.n_layer", PS_ACCESS(model.n_layer), "transformer blocks", MinInt(1)),
-      Int("model.n_head", PS_ACCESS(model.n_head), "attention heads (divides n_embd)", MinInt(1)),
-      Int("model.n_embd", PS_ACCESS(model.n_embd), "hidden width", MinInt(1)),
-      Int("model.n_positions", PS_ACCESS(model.n_positions), "position table length (>= data.seq_len)", MinInt(1)),
-      Int("model.vocab_size", PS_ACCESS(model.vocab_size), "vocabulary size; token ids must be below it", MinInt(1)),
+           "fills the shape keys this config leaves unset; shape keys set as well must equal the preset's"),
+      Int("model.n_layer", PS_ACCESS(model.n_layer), "transformer blocks", IntRange(1, kMaxLayers)),
+      Int("model.n_head", PS_ACCESS(model.n_head), "attention heads (divides n_embd)", IntRange(1, kMaxHeads)),
+      Int("model.n_embd", PS_ACCESS(model.n_embd), "hidden width", IntRange(1, kMaxEmbd)),
+      Int("model.n_positions", PS_ACCESS(model.n_positions), "position table length (>= data.seq_len)",
+          IntRange(1, kMaxPositions)),
+      Int("model.vocab_size", PS_ACCESS(model.vocab_size), "vocabulary size; token ids must be below it",
+          IntRange(1, kMaxVocab)),
       Float("model.dropout", PS_ACCESS(model.dropout), "dropout probability", FloatRange(0.0, 0.99)),
       Float("model.layer_norm_eps", PS_ACCESS(model.layer_norm_eps), "LayerNorm epsilon", FloatRange(0.0, 1.0, true)),
       Float("model.init_std", PS_ACCESS(model.init_std), "std of the N(0, std) init", FloatRange(0.0, 10.0, true)),
@@ -255,25 +291,29 @@ std::vector<FieldSpec> BuildConfigSchema() {
                         {"raw_u32", DataFormat::kRawU32}}),
       Text("data.train_path", PS_ACCESS(data.train_path), "training token file (not for synthetic)"),
       Text("data.valid_path", PS_ACCESS(data.valid_path), "evaluation token file; empty = no evaluation (synthetic: own stream)"),
-      Int("data.seq_len", PS_ACCESS(data.seq_len), "tokens per sample", MinInt(1)),
+      Int("data.seq_len", PS_ACCESS(data.seq_len), "tokens per sample", IntRange(1, kMaxPositions)),
       Bool("data.shuffle", PS_ACCESS(data.shuffle), "permute samples every epoch (seeded)"),
-      Int("data.synthetic_tokens", PS_ACCESS(data.synthetic_tokens), "length of the synthetic token stream", MinInt(2)),
+      Int("data.synthetic_tokens", PS_ACCESS(data.synthetic_tokens), "length of the synthetic token stream",
+          IntRange(2, kMaxTokens)),
       // train
-      Int("train.micro_batch_size", PS_ACCESS(train.micro_batch_size), "sequences per forward/backward per rank", MinInt(1)),
+      Int("train.micro_batch_size", PS_ACCESS(train.micro_batch_size), "sequences per forward/backward per rank",
+          IntRange(1, kMaxMicroBatch)),
       Int("train.global_batch_size", PS_ACCESS(train.global_batch_size),
-          "sequences per optimizer step; gradient accumulation = global / (micro x ranks)", MinInt(1)),
-      Int("train.max_steps", PS_ACCESS(train.max_steps), "optimizer steps to run", MinInt(1)),
+          "sequences per optimizer step; gradient accumulation = global / (micro x ranks)",
+          IntRange(1, kMaxGlobalBatch)),
+      Int("train.max_steps", PS_ACCESS(train.max_steps), "optimizer steps to run", IntRange(1, kMaxSteps)),
       Float("train.grad_clip", PS_ACCESS(train.grad_clip), "clip the global gradient L2 norm to this; 0 = off",
             FloatRange(0.0, kInf)),
-      Int("train.eval_every", PS_ACCESS(train.eval_every), "steps between evaluations; 0 = only after the last step"),
-      Int("train.eval_steps", PS_ACCESS(train.eval_steps), "micro-batches per evaluation", MinInt(1)),
+      Int("train.eval_every", PS_ACCESS(train.eval_every), "steps between evaluations; 0 = only after the last step",
+          IntRange(0, kMaxSteps)),
+      Int("train.eval_steps", PS_ACCESS(train.eval_steps), "micro-batches per evaluation", IntRange(1, kMaxSteps)),
       // optimizer
       Enum<OptimizerType>("optimizer.type", PS_ACCESS(optimizer.type),
                           "adamw (decoupled weight decay) or adam (L2 added to the gradient)",
                           {{"adamw", OptimizerType::kAdamW}, {"adam", OptimizerType::kAdam}}),
       Float("optimizer.lr", PS_ACCESS(optimizer.lr), "peak learning rate", FloatRange(0.0, 10.0)),
       FloatList("optimizer.betas", PS_ACCESS(optimizer.betas), "Adam betas [beta1, beta2]", 2,
-                FloatRange(0.0, 1.0)),
+                FloatRange(0.0, 1.0, /*lo_open=*/false, /*hi_open=*/true)),  // 1.0: 1 - beta^t = 0 divides
       Float("optimizer.eps", PS_ACCESS(optimizer.eps), "Adam epsilon", FloatRange(0.0, 1.0, true)),
       Float("optimizer.weight_decay", PS_ACCESS(optimizer.weight_decay),
             "decoupled (adamw) or L2 (adam) weight decay; applied to matrices only, never to biases and norm weights", FloatRange(0.0, 10.0)),
@@ -287,9 +327,11 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Enum<ScheduleType>("lr_schedule.type", PS_ACCESS(lr_schedule.type), "decay after warm-up",
                          {{"constant", ScheduleType::kConstant}, {"linear", ScheduleType::kLinear},
                           {"cosine", ScheduleType::kCosine}, {"wsd", ScheduleType::kWsd}}),
-      Int("lr_schedule.warmup_steps", PS_ACCESS(lr_schedule.warmup_steps), "linear warm-up steps"),
+      Int("lr_schedule.warmup_steps", PS_ACCESS(lr_schedule.warmup_steps), "linear warm-up steps",
+          IntRange(0, kMaxSteps)),
       Int("lr_schedule.decay_steps", PS_ACCESS(lr_schedule.decay_steps),
-          "decay length after warm-up; 0 = until train.max_steps (wsd: the final decay; 0 = the last 10% of steps)"),
+          "decay length after warm-up; 0 = until train.max_steps (wsd: the final decay; 0 = the last 10% of steps)",
+          IntRange(0, kMaxSteps)),
       Float("lr_schedule.min_lr", PS_ACCESS(lr_schedule.min_lr), "learning rate at the end of decay",
             FloatRange(0.0, 10.0)),
       // precision
@@ -299,29 +341,33 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Float("precision.loss_scale", PS_ACCESS(precision.loss_scale), "fp16: 0 = dynamic, > 0 = static scale",
             FloatRange(0.0, kInf)),
       Int("precision.initial_scale_power", PS_ACCESS(precision.initial_scale_power),
-          "fp16 dynamic: initial scale 2^power", MinInt(0)),
+          "fp16 dynamic: initial scale 2^power", IntRange(0, 64)),  // optim::LossScaler's range
       Int("precision.loss_scale_window", PS_ACCESS(precision.loss_scale_window),
-          "fp16 dynamic: overflow-free steps before the scale doubles", MinInt(1)),
+          "fp16 dynamic: overflow-free steps before the scale doubles", IntRange(1, kMaxSteps)),
       Int("precision.hysteresis", PS_ACCESS(precision.hysteresis),
           "fp16 dynamic: overflows before the scale halves, refilled after loss_scale_window clean steps "
-          "(DeepSpeed meaning)", MinInt(1)),
+          "(DeepSpeed meaning)", IntRange(1, kMaxSteps)),
       Bool("precision.consecutive_hysteresis", PS_ACCESS(precision.consecutive_hysteresis),
            "fp16 dynamic: refill the hysteresis at every clean step, so only consecutive overflows lower the scale"),
       Float("precision.min_loss_scale", PS_ACCESS(precision.min_loss_scale), "fp16 dynamic: scale floor",
             FloatRange(0.0, kInf, true)),
+      Int("precision.max_skips_at_min_scale", PS_ACCESS(precision.max_skips_at_min_scale),
+          "fp16 dynamic: stop with an error after this many consecutive overflowing steps at min_loss_scale "
+          "(the run has diverged); 0 = never"),
       // chunk
       Bool("chunk.enabled", PS_ACCESS(chunk.enabled), "manage parameters, gradients and Adam state in chunks (docs/chunkmem.md)"),
       IntOrAuto("chunk.size_elements", PS_ACCESS(chunk.size_elements),
-                "chunk capacity in elements; auto = least padding waste, >= the largest parameter"),
+                "chunk capacity in elements; auto = least padding waste, >= the largest parameter", kMaxChunkNumel),
       Enum<chunkmem::DeviceTierKind>("chunk.device_tier", PS_ACCESS(chunk.device_tier),
                                      "auto: CUDA when training on CUDA, else a simulated device (host memory, own budget)",
                                      {{"auto", chunkmem::DeviceTierKind::kAuto}, {"cuda", chunkmem::DeviceTierKind::kCuda},
                                       {"simulated", chunkmem::DeviceTierKind::kSimulated}}),
       Int("chunk.device_budget_bytes", PS_ACCESS(chunk.device_budget_bytes),
           "fixed chunk bytes allowed on the device; 0 = a traced budget from chunk.device_memory_bytes (CUDA: the "
-          "device's memory; simulated tier without device_memory_bytes: unlimited)"),
+          "device's memory; simulated tier without device_memory_bytes: unlimited)",
+          IntRange(0, kMaxBytes)),
       Int("chunk.host_budget_bytes", PS_ACCESS(chunk.host_budget_bytes),
-          "chunk bytes allowed on the host; 0 = host_mem_ratio x physical memory"),
+          "chunk bytes allowed on the host; 0 = host_mem_ratio x physical memory", IntRange(0, kMaxBytes)),
       Enum<chunkmem::PlacementKind>("chunk.placement", PS_ACCESS(chunk.placement),
                                     "with a traced budget: dynamic = each moment's chunk budget from the warm-up trace; "
                                     "static = the warm-up share (warmup_device_chunk_ratio) for good",
@@ -329,18 +375,21 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Enum<chunkmem::EvictionPolicyKind>("chunk.eviction", PS_ACCESS(chunk.eviction),
                                          "opt = Belady from the warm-up trace (LRU during warm-up); lru",
                                          {{"opt", chunkmem::EvictionPolicyKind::kOpt}, {"lru", chunkmem::EvictionPolicyKind::kLru}}),
-      Int("chunk.warmup_steps", PS_ACCESS(chunk.warmup_steps), "optimizer steps traced before Belady decides", MinInt(1)),
+      Int("chunk.warmup_steps", PS_ACCESS(chunk.warmup_steps), "optimizer steps traced before Belady decides",
+          IntRange(1, kMaxSteps)),
       Int("chunk.device_memory_bytes", PS_ACCESS(chunk.device_memory_bytes),
           "traced budget (when device_budget_bytes is 0): device bytes for chunks + activations, x device_mem_ratio; "
-          "0 = the CUDA device's memory (simulated tier: unlimited)", MinInt(0)),
+          "0 = the CUDA device's memory (simulated tier: unlimited)", IntRange(0, kMaxBytes)),
       Bool("chunk.device_arena", PS_ACCESS(chunk.device_arena),
            "with a fixed device_budget_bytes: reserve it once and carve chunks from it (else allocate per move; experimental)"),
       Bool("chunk.async_prefetch", PS_ACCESS(chunk.async_prefetch),
            "prefetch copies overlap compute (CUDA: a side stream; simulated: a worker thread); experimental"),
       Int("chunk.prefetch_depth", PS_ACCESS(chunk.prefetch_depth),
-          "after warm-up, moments ahead whose chunks are fetched early (from the trace); 0 = off"),
+          "after warm-up, moments ahead whose chunks are fetched early (from the trace); 0 = off",
+          IntRange(0, 100000)),  // counted in int by the runtime; a model has a few moments per block
       Int("chunk.timeline_steps", PS_ACCESS(chunk.timeline_steps),
-          "first steps whose chunk moves go to <run.output_dir>/chunk_timeline.json (Chrome trace); 0 = off"),
+          "first steps whose chunk moves go to <run.output_dir>/chunk_timeline.json (Chrome trace); 0 = off",
+          IntRange(0, kMaxSteps)),
       Bool("chunk.cpu_embedding", PS_ACCESS(chunk.cpu_embedding),
            "embeddings outside the chunks, computed and updated on the host in fp32 (position embedding "
            "only when the token embedding is tied to the LM head)"),
@@ -359,15 +408,29 @@ std::vector<FieldSpec> BuildConfigSchema() {
                            {{"auto", comm::Launcher::kAuto}, {"none", comm::Launcher::kNone},
                             {"torchrun", comm::Launcher::kTorchrun}, {"slurm", comm::Launcher::kSlurm}}),
       Text("distributed.master_addr", PS_ACCESS(distributed.master_addr), "rendezvous host; empty = from the environment"),
-      Int("distributed.master_port", PS_ACCESS(distributed.master_port), "rendezvous port; 0 = from the environment"),
-      Int("distributed.init_timeout_s", PS_ACCESS(distributed.init_timeout_s), "rendezvous timeout", MinInt(1)),
+      Int("distributed.master_port", PS_ACCESS(distributed.master_port), "rendezvous port; 0 = from the environment",
+          IntRange(0, 65535)),
+      Int("distributed.init_timeout_s", PS_ACCESS(distributed.init_timeout_s), "rendezvous timeout",
+          IntRange(1, 7 * 24 * 3600)),  // a week
       // logging
       Enum<std::string>("logging.level", PS_ACCESS(logging.level), "console verbosity",
                         {{"trace", "trace"}, {"debug", "debug"}, {"info", "info"}, {"warn", "warn"}, {"error", "error"}}),
-      Int("logging.log_every", PS_ACCESS(logging.log_every), "steps between log lines", MinInt(1)),
+      Int("logging.log_every", PS_ACCESS(logging.log_every), "steps between log lines", IntRange(1, kMaxSteps)),
       Bool("logging.jsonl", PS_ACCESS(logging.jsonl), "write <run.output_dir>/metrics.jsonl"),
       Bool("logging.step_breakdown", PS_ACCESS(logging.step_breakdown),
            "time forward, backward and optimizer apart into metrics.jsonl (CUDA: synchronises between them)"),
+      // checkpoint
+      Int("checkpoint.every_steps", PS_ACCESS(checkpoint.every_steps), "save every N optimizer steps; 0 = off"),
+      Float("checkpoint.every_minutes", PS_ACCESS(checkpoint.every_minutes),
+            "save when this many minutes passed since the last save; 0 = off", FloatRange(0.0, kInf)),
+      Int("checkpoint.keep", PS_ACCESS(checkpoint.keep),
+          "newest complete checkpoints kept; older ones are deleted once a newer one is complete", MinInt(1)),
+      Text("checkpoint.dir", PS_ACCESS(checkpoint.dir), "checkpoint folder; empty = <run.output_dir>/checkpoints"),
+      Bool("checkpoint.at_end", PS_ACCESS(checkpoint.at_end), "save after the last step"),
+      Text("checkpoint.resume", PS_ACCESS(checkpoint.resume),
+           "auto = from the newest valid checkpoint in checkpoint.dir, if any; never; or the path of a step_N folder"),
+      Bool("checkpoint.async", PS_ACCESS(checkpoint.async),
+           "write from a host copy in a background thread while training goes on (when the host has room)"),
   };
 }
 

@@ -1,6 +1,7 @@
 // ps_train: command-line entry point. Parses flags, loads the config, trains.
 // The only place that decides how the process ends: user errors print one line
-// "ps_train: error: ..." and exit 2; runtime failures exit 1.
+// "ps_train: error: ..." and exit 2; runtime failures exit 1; a run stopped by
+// SIGTERM/SIGINT/SIGUSR1 exits 42 after writing a checkpoint (stop_signals.h).
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
@@ -11,8 +12,10 @@
 #include <vector>
 
 #include "comm/nccl_info.h"
+#include "data/data_error.h"
 #include "trainer/chunk_setup.h"
 #include "trainer/config_loader.h"
+#include "trainer/stop_signals.h"
 #include "trainer/train_loop.h"
 
 namespace {
@@ -86,8 +89,11 @@ int Run(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(config.logging.level));
   spdlog::set_pattern("[%H:%M:%S] %v");
-  ps::trainer::Train(config);
-  return 0;
+  ps::trainer::StopSignals signals;  // SIGTERM/SIGINT/SIGUSR1: checkpoint, then exit 42
+  ps::trainer::TrainOptions train_options;
+  train_options.stop_requested = &signals.requested();
+  const auto result = ps::trainer::Train(config, train_options);
+  return result.stop_signal != 0 ? ps::trainer::kExitStoppedBySignal : 0;
 }
 
 }  // namespace
@@ -96,6 +102,9 @@ int main(int argc, char** argv) {
   try {
     return Run(argc, argv);
   } catch (const ps::trainer::ConfigError& e) {
+    std::cerr << "ps_train: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const ps::data::DataError& e) {  // a bad token file: a user error like a bad config
     std::cerr << "ps_train: error: " << e.what() << std::endl;
     return 2;
   } catch (const cxxopts::exceptions::exception& e) {

@@ -1,11 +1,13 @@
 // Metrics output: one JSON object per line (metrics.jsonl) and the FLOPs formula.
-// MetricsWriter owns its file and flushes every line, so a killed run keeps what it
-// logged. Not thread-safe; the training loop calls it from one thread.
+// MetricsWriter owns its file and writes every line with one checked write() (no
+// buffering), so a killed run keeps what it logged and a full disk stops the run with
+// an error instead of a cut line. Not thread-safe; the training loop calls it from one thread.
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <string>
+
+#include "trainer/file_io.h"
 
 namespace ps::trainer {
 
@@ -27,10 +29,11 @@ class MetricsWriter {
  public:
   // Opens `path` for appending; throws std::runtime_error naming it on failure.
   explicit MetricsWriter(const std::string& path);
+  // Throws std::runtime_error naming the file when the line cannot be written whole.
   void Write(const JsonLine& line);
 
  private:
-  std::ofstream out_;
+  CheckedFile out_;
 };
 
 // Training FLOPs per token (forward + backward): 6 N + 12 L C T (PaLM appendix B),

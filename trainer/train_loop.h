@@ -1,43 +1,32 @@
-// Train: the plain-LibTorch training loop (the baseline the chunk runtime must match).
-// Builds the model, data samplers and AdamW from a Config, runs train.max_steps
-// optimizer steps with gradient accumulation, LR schedule, global-norm clipping and
-// periodic evaluation, and writes <run.output_dir>/metrics.jsonl. Single-threaded
-// caller; LibTorch parallelises ops internally (run.threads).
+// Train: one training run. Opens the data, resolves the output folder and the
+// checkpoint to resume from (checkpoint.resume), builds the TrainingEngine (plain or
+// chunks, engine.h), then loops over optimizer steps: micro-batches with gradient
+// accumulation, LR schedule, clipping, metrics, evaluation, periodic checkpoints, and a
+// stop on a signal (checkpoint, then return). Writes <run.output_dir>/metrics.jsonl and
+// config.resolved.yaml. Single-threaded caller; LibTorch parallelises ops internally
+// (run.threads); a checkpoint may be written by the Checkpointer's thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <vector>
 
 #include "trainer/config.h"
+#include "trainer/train_result.h"
 
 namespace ps::trainer {
 
-struct TrainResult {
-  std::vector<double> losses;     // training loss of every step
-  std::vector<double> lrs;        // learning rate of every step
-  double final_eval_loss = 0.0;   // NaN when there is no evaluation data
-  double tokens_per_s = 0.0;      // mean over steps after the first
-  // Chunk runs only (chunk.enabled):
-  int64_t peak_device_chunk_bytes = 0;  // highest chunk bytes on the device tier
-  int64_t device_budget_bytes = 0;
-  int64_t compute_chunk_bytes = 0;      // all compute-dtype chunks (the kind that moves)
-  int64_t model_data_bytes = 0;         // every chunk of every kind (params, grads, master, m, v)
-  int64_t evictions = 0;
-  int64_t prefetch_hits = 0;
-  int64_t skipped_steps = 0;            // fp16 overflows
-  // Traced budget only (chunk.device_memory_bytes / CUDA without a fixed budget):
-  int64_t traced_capacity_bytes = 0;    // chunks + non-model memory must fit this
-  int64_t peak_non_model_bytes = 0;     // highest non-model bytes the probe saw
-  int64_t peak_device_total_bytes = 0;  // after warm-up: chunk + non-model peaks, added, per moment
-  int64_t min_chunk_budget_bytes = 0;   // lowest traced per-moment chunk budget
-  std::vector<double> loss_scales;      // the loss scale of every step (1 without fp16)
-  std::vector<bool> skipped;            // per step: skipped for a gradient overflow
-  int adam_device_chunks = 0;           // chunks updated on the device at the last step
-  int adam_host_chunks = 0;             // chunks updated by the CPU kernels at the last step
+
+struct TrainOptions {
+  // Set (to a signal number) by StopSignals; polled after every step. Null = none.
+  const std::atomic<int>* stop_requested = nullptr;
+  // Tests: return right after this step as a killed process would (no checkpoint, no
+  // summary). 0 = off.
+  int64_t abort_after_step = 0;
 };
 
-// Throws ConfigError for inconsistent settings, c10::Error for bad data files, and
-// std::runtime_error when the loss becomes non-finite.
-TrainResult Train(const Config& config);
+// Throws ConfigError for inconsistent settings (and a checkpoint of another model or
+// an output folder of another run), c10::Error for bad data files and checkpoints, and
+// std::runtime_error when the loss becomes non-finite, fp16 diverges, or a write fails.
+TrainResult Train(const Config& config, const TrainOptions& options = {});
 
 }  // namespace ps::trainer

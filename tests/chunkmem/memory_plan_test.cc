@@ -78,5 +78,21 @@ TEST_CASE("largest model: the budgets are exactly used at that size", "[plan]") 
   }
 }
 
+TEST_CASE("byte counts that overflow int64 are errors, not negative sizes that fit", "[plan][overflow]") {
+  PlanInput in;
+  in.params = {{"huge", int64_t{1} << 61, {0}}};  // 2^61 elements x 4 bytes = 2^63 bytes
+  in.chunk_numel = int64_t{1} << 61;
+  in.compute_element_bytes = 4;
+  in.device_budget_bytes = int64_t{1} << 40;
+  in.host_budget_bytes = int64_t{1} << 40;
+  CHECK_THROWS_WITH(PlanMemory(in), Catch::Contains("memory plan: 2305843009213693952 x 4 bytes overflows int64"));
+  in.compute_element_bytes = 2;  // the compute chunk fits (2^62) but grad + m + v + master (16 bytes) do not
+  CHECK_THROWS_WITH(PlanMemory(in), Catch::Contains("x 16 bytes overflows int64; the model is too large to plan"));
+  in.params = {{"w", 1000, {0}}};
+  in.chunk_numel = 1000;
+  in.host_param_numel = int64_t{1} << 60;  // 16 bytes each on the host
+  CHECK_THROWS_WITH(PlanMemory(in), Catch::Contains("16 x 1152921504606846976 bytes overflows int64"));
+}
+
 }  // namespace
 }  // namespace ps::chunkmem

@@ -55,12 +55,47 @@ TEST_CASE("paused allocations and chunk payloads are not non-model memory", "[pr
   CHECK(probe->NonModelBytes() - base < kMiB);
 }
 
-TEST_CASE("without a CUDA build the CUDA probe explains itself", "[probe]") {
-#ifndef PS_WITH_CUDA
+// PS_WITH_CUDA comes from this test's own local_defines (tests/chunkmem/BUILD): the
+// library's local_defines do not reach the files that include its header.
+TEST_CASE("the CUDA probe refuses what it cannot measure", "[probe]") {
   ChunkStore store(MakeHostAllocator(false), MakeDeviceAllocator(at::kCPU), kMiB, kMiB);
+#ifdef PS_WITH_CUDA
+  CHECK_THROWS_WITH(MakeCudaMemoryProbe(at::Device(at::kCPU), store), Catch::Contains("needs a CUDA device"));
+#else
   CHECK_THROWS_WITH(MakeCudaMemoryProbe(at::Device(at::kCUDA, 0), store), Catch::Contains("--config=cuda"));
+  CHECK_THROWS_WITH(CudaDeviceTotalBytes(at::Device(at::kCUDA, 0)), Catch::Contains("--config=cuda"));
 #endif
 }
+
+#ifdef PS_WITH_CUDA
+TEST_CASE("CUDA probe: reserved bytes minus the device chunks' bytes", "[probe][cuda]") {
+  if (!at::hasCUDA()) {
+    // A CUDA build on a machine without a GPU: asking for device memory is an error,
+    // never a made-up zero.
+    CHECK_THROWS_AS(CudaDeviceTotalBytes(at::Device(at::kCUDA, 0)), c10::Error);
+    return;
+  }
+  const at::Device cuda(at::kCUDA, 0);
+  CHECK(CudaDeviceTotalBytes(cuda) > 64 * kMiB);
+  ChunkStore store(MakeHostAllocator(true), MakeDeviceAllocator(cuda), 64 * kMiB, 64 * kMiB);
+  auto probe = MakeCudaMemoryProbe(cuda, store);
+  const int64_t base = probe->NonModelBytes();
+  probe->TakePeakNonModelBytes();
+  {
+    // 64 MiB: more than this fresh process's caching allocator can have cached.
+    at::Tensor activations = at::empty({16 * kMiB}, at::TensorOptions().device(cuda));
+    CHECK(probe->NonModelBytes() - base >= 64 * kMiB);
+  }
+  // Reserved, not allocated: the freed block stays in the cache and still counts.
+  CHECK(probe->NonModelBytes() - base >= 64 * kMiB);
+  CHECK(probe->TakePeakNonModelBytes() - base >= 64 * kMiB);
+  const int64_t before_chunk = probe->NonModelBytes();
+  const int id = store.Add(4 * kMiB, at::kFloat);  // 16 MiB: the cached 64 MiB block may serve it
+  store.Allocate(id, Tier::kDevice);
+  CHECK(store.BytesUsed(Tier::kDevice) == 16 * kMiB);
+  CHECK(probe->NonModelBytes() <= before_chunk);  // chunk bytes are subtracted, not added
+}
+#endif
 
 }  // namespace
 }  // namespace ps::chunkmem

@@ -1,13 +1,16 @@
 // Token sources (llm.c shards, raw, text, synthetic) on good and corrupt files, and
-// the batch sampler: determinism, epoch coverage, rank sharding, exact resume.
+// the batch sampler: determinism, epoch coverage, rank sharding, exact resume. Bad
+// data is a DataError naming the file (ps_train exits 2 on it).
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <vector>
 
 #include "data/batch_sampler.h"
+#include "data/data_error.h"
 #include "data/token_source.h"
 #include "tests/catch.h"
 
@@ -85,6 +88,43 @@ TEST_CASE("text files are byte tokens", "[data][text]") {
   CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, p, 100, 0, 0), Catch::Contains("needs model.vocab_size >= 256"));
 }
 
+TEST_CASE("paths that cannot be token files are DataErrors naming the path and its key", "[data][errors]") {
+  const std::string dir = TempPath("a_dir");
+  std::filesystem::create_directories(dir);
+  CHECK_THROWS_AS(OpenTokenSource(DataFormat::kText, dir, 256, 0, 0, "data.train_path"), DataError);
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, dir, 256, 0, 0, "data.train_path"),
+                    dir + ": is a directory, not a token file (data.train_path)");
+  const std::string empty = TempPath("empty.bin");
+  std::ofstream(empty, std::ios::trunc).flush();
+  for (DataFormat f : {DataFormat::kText, DataFormat::kLlmc, DataFormat::kRawU16, DataFormat::kRawU32}) {
+    INFO(ToString(f));
+    CHECK_THROWS_WITH(OpenTokenSource(f, empty, 256, 0, 0, "data.valid_path"),
+                      empty + ": is empty (0 bytes, no tokens) (data.valid_path)");
+  }
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, "/dev/null", 256, 0, 0, "data.train_path"),
+                    "/dev/null: is not a regular file (data.train_path)");
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, TempPath("nope.txt"), 256, 0, 0, "data.valid_path"),
+                    TempPath("nope.txt") + ": cannot open: No such file or directory (data.valid_path)");
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, "", 256, 0, 0, "data.train_path"),
+                    "data.train_path is required for data.format text");
+  // Without a key the message names the path alone.
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, dir, 256, 0, 0), dir + ": is a directory, not a token file");
+}
+
+TEST_CASE("bad file contents are DataErrors too", "[data][errors]") {
+  const std::string p = TempPath("contents.txt");
+  std::ofstream(p) << "hi!";
+  CHECK_THROWS_AS(OpenTokenSource(DataFormat::kText, p, 100, 0, 0), DataError);   // vocab < 256 for bytes
+  CHECK_THROWS_AS(OpenTokenSource(DataFormat::kRawU16, p, 100, 0, 0), DataError);  // 3 bytes, 2-byte tokens
+  CHECK_THROWS_AS(OpenTokenSource(DataFormat::kLlmc, p, 100, 0, 0), DataError);    // shorter than the header
+  CHECK_THROWS_AS(OpenTokenSource(DataFormat::kLlmc, WriteLlmc("m.bin", 7, 1, std::vector<uint16_t>{1}, 1), 100, 0, 0),
+                  DataError);
+  const std::string ids = TempPath("ids.bin");
+  const std::vector<uint16_t> t = {5, 6, 7};
+  std::ofstream(ids, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), 6);
+  CHECK_THROWS_AS(OpenTokenSource(DataFormat::kRawU16, ids, 6, 0, 0), DataError);  // id >= vocab
+}
+
 TEST_CASE("synthetic tokens are deterministic by seed and within the vocabulary", "[data][synthetic]") {
   auto a = ReadAll(*OpenTokenSource(DataFormat::kSynthetic, "", 37, 1, 1000));
   auto b = ReadAll(*OpenTokenSource(DataFormat::kSynthetic, "", 37, 1, 1000));
@@ -149,6 +189,15 @@ TEST_CASE("resuming from consumed_samples continues exactly", "[data][sampler]")
   b.set_consumed_samples(a.consumed_samples());
   for (int i = 0; i < 30; ++i) CHECK(at::equal(a.Next(4), b.Next(4)));
   CHECK_THROWS_WITH(BatchSampler(*Counting(4), 4, true, 0), Catch::Contains("4 tokens is fewer than data.seq_len + 1 = 5"));
+}
+
+TEST_CASE("a source shorter than one sample is a DataError naming the file", "[data][sampler][errors]") {
+  const std::string p = TempPath("short.txt");
+  std::ofstream(p, std::ios::trunc) << "abcd";
+  auto src = OpenTokenSource(DataFormat::kText, p, 256, 0, 0);
+  CHECK_THROWS_AS(BatchSampler(*src, 4, true, 0), DataError);
+  CHECK_THROWS_WITH(BatchSampler(*src, 4, true, 0), p + ": 4 tokens is fewer than data.seq_len + 1 = 5 (one sample)");
+  CHECK_NOTHROW(BatchSampler(*src, 3, true, 0));
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ std::string WriteCorpus() {
 // so there are 16 compute chunks of 80 kB.
 Config Tiny(const std::string& name, std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = {"data.train_path=" + WriteCorpus(), "data.valid_path=" + WriteCorpus(),
-                                        "run.output_dir=" + TempDir() + "/" + name, "run.threads=1"};
+                                        "run.output_dir=" + TempDir() + "/" + name, "run.threads=1",
+                                        "run.overwrite=true", "checkpoint.resume=never", "checkpoint.at_end=false"};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return LoadConfigText(
       "model: {n_layer: 5, n_head: 2, n_embd: 64, n_positions: 32, vocab_size: 256}\n"

@@ -1,6 +1,7 @@
 // Config loading: valid files, every class of error with its message and location,
 // --set overrides, ${VAR} interpolation, PatrickStar seed keys, presets, the
 // resolved-YAML round trip, and the README's config reference against the schema.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -45,10 +46,60 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-TEST_CASE("empty config gives the struct defaults", "[config]") {
+TEST_CASE("empty config text gives the struct defaults", "[config]") {
   const Config c = Load("");
   const Config defaults;
   CHECK(ConfigToYaml(c) == ConfigToYaml(defaults));
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+// The ConfigError message of loading the file at `path` (fails the test when it loads).
+std::string FileErrorOf(const std::string& path) {
+  try {
+    LoadConfigFile(path, {"train.max_steps=3"}, FakeEnv({}));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("config file loaded but an error was expected: " << path);
+  return "";
+}
+
+TEST_CASE("a config file without keys, or a directory, is an error naming the path", "[config][errors]") {
+  const std::string empty = TempPath("empty.yaml");
+  std::ofstream(empty, std::ios::trunc).flush();
+  CHECK(FileErrorOf(empty) == empty + ": config file is empty (no keys, only whitespace or comments)");
+  const std::string comments = TempPath("comments.yaml");
+  std::ofstream(comments, std::ios::trunc) << "# model:\n#   n_layer: 2\n\n";
+  CHECK(FileErrorOf(comments) == comments + ": config file is empty (no keys, only whitespace or comments)");
+  const std::string marker = TempPath("marker.yaml");
+  std::ofstream(marker, std::ios::trunc) << "---\n# nothing\n";
+  CHECK(FileErrorOf(marker) == marker + ": config file is empty (no keys, only whitespace or comments)");
+  CHECK(FileErrorOf("/dev/null") == "/dev/null: config file is empty (no keys, only whitespace or comments)");
+  const std::string dir = TempPath("config_dir");
+  std::filesystem::create_directories(dir);
+  CHECK(FileErrorOf(dir) == dir + ": is a directory, not a config file");
+  CHECK(FileErrorOf(TempPath("missing.yaml")) == TempPath("missing.yaml") + ": cannot open config file");
+  // One key is enough; an empty mapping says "defaults" on purpose.
+  const std::string one = TempPath("one.yaml");
+  std::ofstream(one, std::ios::trunc) << "run:\n  seed: 3\n";
+  CHECK(LoadConfigFile(one, {}, FakeEnv({})).run.seed == 3);
+  std::ofstream(one, std::ios::trunc) << "{}\n";
+  CHECK_NOTHROW(LoadConfigFile(one, {}, FakeEnv({})));
+}
+
+TEST_CASE("a second YAML document is an error naming its line", "[config][errors]") {
+  CHECK(ErrorOf("run:\n  seed: 1\n---\nrun:\n  seed: 2\n") ==
+        "test.yaml:3:1: a second YAML document starts here; a config is one document (remove the '---')");
+  CHECK(ErrorOf("run:\n  seed: 1\n\n---\n") ==
+        "test.yaml:4:1: a second YAML document starts here; a config is one document (remove the '---')");
+  CHECK(ErrorOf("run:\n  seed: 1\n...\n# after the end marker\ntrain:\n  max_steps: 2\n") ==
+        "test.yaml:5:1: a second YAML document starts here; a config is one document (remove the '---')");
+  // A leading '---' opens the one document.
+  CHECK(Load("---\nrun:\n  seed: 5\n").run.seed == 5);
 }
 
 TEST_CASE("every shipped config loads", "[config]") {
@@ -106,9 +157,86 @@ TEST_CASE("wrong types name the key, location and expected type", "[config][erro
 TEST_CASE("out-of-range values are rejected", "[config][errors]") {
   CHECK(ErrorOf("optimizer:\n  lr: -1\n") == "test.yaml:2:7: optimizer.lr: must be in [0.0, 10.0], got -1.0 (float)");
   CHECK(ErrorOf("train:\n  micro_batch_size: 0\n") ==
-        "test.yaml:2:21: train.micro_batch_size: must be >= 1, got 0 (int)");
+        "test.yaml:2:21: train.micro_batch_size: must be in [1, 1000000], got 0 (int)");
   CHECK(ErrorOf("optimizer:\n  betas: [0.9, 1.5]\n") ==
-        "test.yaml:2:10: optimizer.betas: must be in [0.0, 1.0], got 1.5 (list of 2 floats)");
+        "test.yaml:2:10: optimizer.betas: must be in [0.0, 1.0), got 1.5 (list of 2 floats)");
+}
+
+TEST_CASE("Adam hyper-parameters: betas in [0, 1), eps > 0, lr and weight decay >= 0", "[config][errors]") {
+  CHECK(ErrorOf("optimizer:\n  betas: [0.9, 1.0]\n") ==
+        "test.yaml:2:10: optimizer.betas: must be in [0.0, 1.0), got 1.0 (list of 2 floats)");
+  CHECK(ErrorOf("", {"optimizer.betas=[1.0,0.95]"}) ==
+        "--set optimizer.betas=[1.0,0.95]: optimizer.betas: must be in [0.0, 1.0), got 1.0 (list of 2 floats)");
+  CHECK(ErrorOf("", {"optimizer.params.betas=[0.9,1]"}).find("must be in [0.0, 1.0), got 1.0") != std::string::npos);
+  CHECK(Load("", {"optimizer.betas=[0.0,0.999999]"}).optimizer.betas == std::vector<double>{0.0, 0.999999});
+  CHECK(ErrorOf("", {"optimizer.eps=0"}) == "--set optimizer.eps=0: optimizer.eps: must be in (0.0, 1.0], got 0.0 (float)");
+  CHECK(ErrorOf("", {"optimizer.lr=-0.1"}).find("optimizer.lr: must be in [0.0, 10.0]") != std::string::npos);
+  CHECK(ErrorOf("", {"optimizer.weight_decay=-1"}).find("optimizer.weight_decay: must be in [0.0, 10.0]") !=
+        std::string::npos);
+}
+
+TEST_CASE("integer keys are bounded instead of truncated or passed on", "[config][errors]") {
+  // 2^32 + 1 used to become 1 thread in an int cast; 2^31 reached LibTorch as a negative count.
+  CHECK(ErrorOf("", {"run.threads=4294967297"}) ==
+        "--set run.threads=4294967297: run.threads: must be in [0, 4096], got 4294967297 (int)");
+  CHECK(ErrorOf("", {"run.threads=2147483648"}).find("run.threads: must be in [0, 4096]") != std::string::npos);
+  CHECK(ErrorOf("run:\n  threads: -1\n") == "test.yaml:2:12: run.threads: must be in [0, 4096], got -1 (int)");
+  CHECK(Load("", {"run.threads=4096"}).run.threads == 4096);
+  // Beyond int64 altogether.
+  CHECK(ErrorOf("", {"train.max_steps=9223372036854775808"}) ==
+        "--set train.max_steps=9223372036854775808: train.max_steps: expected an integer, got "
+        "'9223372036854775808' (int)");
+  const std::vector<std::pair<std::string, std::string>> too_big = {
+      {"model.n_layer=10001", "model.n_layer: must be in [1, 10000], got 10001"},
+      {"model.n_head=10001", "model.n_head: must be in [1, 10000], got 10001"},
+      {"model.n_embd=3000000000", "model.n_embd: must be in [1, 1000000], got 3000000000"},
+      {"model.n_positions=10000001", "model.n_positions: must be in [1, 10000000], got 10000001"},
+      {"model.vocab_size=10000001", "model.vocab_size: must be in [1, 10000000], got 10000001"},
+      {"data.seq_len=10000001", "data.seq_len: must be in [1, 10000000], got 10000001"},
+      {"data.synthetic_tokens=1000000000001", "data.synthetic_tokens: must be in [2, 1000000000000]"},
+      {"train.micro_batch_size=1000001", "train.micro_batch_size: must be in [1, 1000000], got 1000001"},
+      {"train.global_batch_size=1000000001", "train.global_batch_size: must be in [1, 1000000000]"},
+      {"train.max_steps=1000000000001", "train.max_steps: must be in [1, 1000000000000]"},
+      {"train.eval_every=-1", "train.eval_every: must be in [0, 1000000000000], got -1"},
+      {"train.eval_steps=1000000000001", "train.eval_steps: must be in [1, 1000000000000]"},
+      {"lr_schedule.warmup_steps=1000000000001", "lr_schedule.warmup_steps: must be in [0, 1000000000000]"},
+      {"lr_schedule.decay_steps=-5", "lr_schedule.decay_steps: must be in [0, 1000000000000], got -5"},
+      {"precision.initial_scale_power=65", "precision.initial_scale_power: must be in [0, 64], got 65"},
+      {"precision.loss_scale_window=1000000000001", "precision.loss_scale_window: must be in [1, 1000000000000]"},
+      {"chunk.size_elements=1000000000001", "chunk.size_elements: must be in [1, 1000000000000] or auto"},
+      {"chunk.device_budget_bytes=1000000000000000001", "chunk.device_budget_bytes: must be in [0, 1000000000000000000]"},
+      {"chunk.host_budget_bytes=-1", "chunk.host_budget_bytes: must be in [0, 1000000000000000000], got -1"},
+      {"chunk.device_memory_bytes=1000000000000000001", "chunk.device_memory_bytes: must be in [0, 1000000000000000000]"},
+      {"chunk.warmup_steps=0", "chunk.warmup_steps: must be in [1, 1000000000000], got 0"},
+      {"chunk.prefetch_depth=100001", "chunk.prefetch_depth: must be in [0, 100000], got 100001"},
+      {"chunk.timeline_steps=1000000000001", "chunk.timeline_steps: must be in [0, 1000000000000]"},
+      {"distributed.master_port=65536", "distributed.master_port: must be in [0, 65535], got 65536"},
+      {"distributed.init_timeout_s=604801", "distributed.init_timeout_s: must be in [1, 604800], got 604801"},
+      {"logging.log_every=1000000000001", "logging.log_every: must be in [1, 1000000000000]"},
+  };
+  for (const auto& [set, message] : too_big) {
+    INFO(set);
+    CHECK(ErrorOf("", {set}).find("--set " + set + ": " + message) == 0);
+  }
+}
+
+TEST_CASE("shapes whose activation bytes overflow int64 are errors naming the keys", "[config][errors]") {
+  // Every key within its bounds, but one micro-batch's activations would be ~7e24 bytes.
+  const std::string e = ErrorOf(
+      "model: {n_layer: 10000, n_head: 1, n_embd: 1000000, n_positions: 10000000}\n"
+      "data: {seq_len: 10000000}\n"
+      "train: {micro_batch_size: 1000000, global_batch_size: 1000000}\n");
+  CHECK(e == "test.yaml:3:27: train.micro_batch_size 1000000 x data.seq_len 10000000: model.n_layer 10000, "
+             "model.n_embd 1000000, model.n_positions 10000000, model.vocab_size 256: the activation estimate "
+             "(train.micro_batch_size x data.seq_len tokens) overflows int64");
+  // The largest shape keys with one short sequence are still counted (and planned).
+  CHECK_NOTHROW(Load("model: {n_layer: 10000, n_head: 1, n_embd: 1000000, n_positions: 10000000, "
+                     "vocab_size: 10000000}\ndata: {seq_len: 16}\ntrain: {micro_batch_size: 1, global_batch_size: 1}\n"));
+}
+
+TEST_CASE("byte-level text needs a vocabulary of 256", "[config][errors]") {
+  CHECK(ErrorOf("model:\n  vocab_size: 100\ndata:\n  format: text\n  train_path: t.txt\n") ==
+        "test.yaml:2:15: model.vocab_size 100 is below 256, the byte values of data.format text");
 }
 
 TEST_CASE("duplicate keys are an error naming both lines", "[config][errors]") {
@@ -194,14 +322,31 @@ TEST_CASE("alias rules: fp16.enabled false keeps the dtype; alias plus native ke
 }
 
 TEST_CASE("presets fill the shape keys the config leaves unset", "[config][presets]") {
-  const Config c = Load("model:\n  preset: gpt2-124m\n  n_layer: 2\n");
-  CHECK(c.model.n_layer == 2);  // explicit wins
+  const Config c = Load("model:\n  preset: gpt2-124m\n  n_layer: 12\n");
+  CHECK(c.model.n_layer == 12);  // explicit and equal to the preset's: accepted
   CHECK(c.model.n_embd == 768);
   CHECK(c.model.n_head == 12);
   CHECK(c.model.vocab_size == 50257);
   CHECK(c.model.n_positions == 1024);
   const std::string e = ErrorOf("model:\n  preset: gpt5\n");
   CHECK(e.rfind("test.yaml:2:11: model.preset: unknown preset 'gpt5'; known: gpt2-124m, ", 0) == 0);
+}
+
+TEST_CASE("a preset and shape keys that disagree are an error naming both", "[config][presets][errors]") {
+  // Used to train the file's 2-layer shape while the config said gpt2-1.5b.
+  CHECK(ErrorOf("model:\n  n_layer: 2\n  n_embd: 128\n", {"model.preset=gpt2-1.5b"}) ==
+        "test.yaml:2:12: model.n_layer 2 disagrees with model.preset 'gpt2-1.5b' (set at --set "
+        "model.preset=gpt2-1.5b), whose n_layer is 48; drop one of the two");
+  CHECK(ErrorOf("model:\n  preset: gpt2-124m\n  vocab_size: 256\n") ==
+        "test.yaml:3:15: model.vocab_size 256 disagrees with model.preset 'gpt2-124m' (set at test.yaml:2:11), "
+        "whose vocab_size is 50257; drop one of the two");
+  CHECK(ErrorOf("model:\n  preset: gpt2-124m\n", {"model.n_embd=1024"}) ==
+        "--set model.n_embd=1024: model.n_embd 1024 disagrees with model.preset 'gpt2-124m' (set at "
+        "test.yaml:2:11), whose n_embd is 768; drop one of the two");
+  // All five keys equal to the preset's pass.
+  const Config c = Load("model: {preset: gpt2-1.5b, n_layer: 48, n_head: 25, n_embd: 1600, n_positions: 1024, "
+                        "vocab_size: 50257}\n");
+  CHECK(c.model.n_layer == 48);
 }
 
 TEST_CASE("the resolved YAML loads back to the same config", "[config]") {

@@ -32,7 +32,8 @@ Config TinyRun(const std::string& name) {
       "optimizer: {lr: 1.0e-2, weight_decay: 0.0}\n"
       "lr_schedule: {type: cosine, warmup_steps: 5, min_lr: 1.0e-3}\n"
       "logging: {level: warn, log_every: 10}\n",
-      "test.yaml", {"data.train_path=" + WriteCorpus(), "run.output_dir=" + TempDir() + "/" + name, "run.threads=1"},
+      "test.yaml", {"data.train_path=" + WriteCorpus(), "run.output_dir=" + TempDir() + "/" + name, "run.threads=1",
+                    "run.overwrite=true", "checkpoint.resume=never", "checkpoint.at_end=false"},
       ProcessEnv());
   return c;
 }

@@ -1,4 +1,5 @@
-// CheckpointedCall: activation checkpointing (recompute) for one block.
+// RecomputedCall: activation recompute for one block (config key model.activation_checkpointing;
+// "checkpoint" elsewhere in this codebase means a saved training state, trainer/checkpoint.h).
 //
 // Forward runs `fn(x)` without recording a graph, keeping only `x`. Backward calls
 // `before_recompute()` (a layer hook: the chunk runtime counts the moment and makes
@@ -14,7 +15,7 @@
 
 namespace ps::models {
 
-at::Tensor CheckpointedCall(const at::Tensor& x, std::function<at::Tensor(const at::Tensor&)> fn,
+at::Tensor RecomputedCall(const at::Tensor& x, std::function<at::Tensor(const at::Tensor&)> fn,
                             std::function<void()> before_recompute);
 
 }  // namespace ps::models

@@ -1,4 +1,4 @@
-#include "models/checkpoint.h"
+#include "models/recompute.h"
 
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
@@ -63,7 +63,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
 
 }  // namespace
 
-at::Tensor CheckpointedCall(const at::Tensor& x, std::function<at::Tensor(const at::Tensor&)> fn,
+at::Tensor RecomputedCall(const at::Tensor& x, std::function<at::Tensor(const at::Tensor&)> fn,
                             std::function<void()> before_recompute) {
   auto state = c10::make_intrusive<RecomputeState>();
   state->fn = std::move(fn);

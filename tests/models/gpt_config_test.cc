@@ -1,0 +1,54 @@
+// Sizes derived from a GPT shape without building it: a shape too large for int64
+// counts is an error naming the shape, never a wrapped (negative) size.
+#include <c10/util/Exception.h>
+
+#include "models/gpt_config.h"
+#include "tests/catch.h"
+
+namespace ps::models {
+namespace {
+
+TEST_CASE("parameter counts that overflow int64 are errors naming the shape", "[gpt][overflow]") {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_embd = 3000000000;  // n_embd^2 alone is 9e18, and 12 of them per block
+  c.n_head = 1;
+  CHECK_THROWS_AS(GptParameterCount(c), c10::Error);
+  CHECK_THROWS_WITH(GptParameterCount(c), Catch::Contains("model.n_layer 2, model.n_embd 3000000000, "
+                                                          "model.n_positions 256, model.vocab_size 256: "
+                                                          "the parameter count overflows int64"));
+  CHECK_THROWS_WITH(GptParameterShapes(c), Catch::Contains("the parameter count overflows int64"));
+  // Each matrix fits, but the layers together do not.
+  c.n_embd = 100000;
+  c.n_layer = int64_t{1} << 40;
+  CHECK_THROWS_WITH(GptParameterCount(c), Catch::Contains("the parameter count overflows int64"));
+}
+
+TEST_CASE("the activation estimate overflowing int64 is an error", "[gpt][overflow]") {
+  GptConfig c;
+  c.n_layer = 10000;
+  c.n_embd = 1000000;
+  CHECK(EstimateActivationBytes(c, 1, 4) > 0);
+  CHECK_THROWS_WITH(EstimateActivationBytes(c, int64_t{1} << 40, 4),
+                    Catch::Contains("the activation estimate (train.micro_batch_size x data.seq_len tokens) "
+                                    "overflows int64"));
+}
+
+TEST_CASE("sizes near the limits are still counted exactly", "[gpt][overflow]") {
+  GptConfig c;  // GPT-2 124M shape
+  c.n_layer = 12;
+  c.n_head = 12;
+  c.n_embd = 768;
+  c.n_positions = 1024;
+  c.vocab_size = 50257;
+  CHECK(GptParameterCount(c) == 124439808);
+  c.n_layer = 10000;
+  c.n_embd = 1000000;
+  c.n_positions = 10000000;
+  c.vocab_size = 10000000;
+  // 10000 x (12e12 + 13e6) + 1e13 + 1e13 + 2e6: far above any real model, still exact.
+  CHECK(GptParameterCount(c) == int64_t{120000130000000000} + 20000000000000 + 2000000);
+}
+
+}  // namespace
+}  // namespace ps::models

@@ -1,0 +1,218 @@
+#include "trainer/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "trainer/file_io.h"
+
+namespace ps::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kModelFile[] = "model.safetensors";
+constexpr char kOptimizerFile[] = "optimizer.safetensors";
+constexpr char kRngFile[] = "rng.safetensors";
+constexpr char kStateFile[] = "state.json";
+constexpr char kExpAvg[] = "optimizer.exp_avg.";
+constexpr char kExpAvgSq[] = "optimizer.exp_avg_sq.";
+
+struct FileEntry {
+  int64_t bytes = 0;
+  std::string sha256;
+};
+
+// One safetensors file, streamed tensor by tensor (one host copy at a time), hashed as
+// it is written, fsynced.
+FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tensors) {
+  CheckedFile out(path, CheckedFile::Mode::kTruncate);
+  Sha256 hash;
+  auto put = [&](const void* data, size_t bytes) {
+    out.Write(data, bytes);
+    hash.Update(data, bytes);
+  };
+  const std::string header = models::SafetensorsHeader(tensors);
+  const uint64_t header_bytes = header.size();
+  put(&header_bytes, 8);
+  put(header.data(), header.size());
+  for (const auto& [name, tensor] : tensors) {
+    const at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
+    put(host.data_ptr(), static_cast<size_t>(host.numel()) * host.element_size());
+  }
+  out.Sync();
+  out.Close();
+  return {out.bytes_written(), hash.HexDigest()};
+}
+
+models::TensorMap Prefixed(const models::TensorMap& tensors, const std::string& prefix) {
+  models::TensorMap out;
+  for (const auto& [name, t] : tensors) out.emplace(prefix + name, t);
+  return out;
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  TORCH_CHECK(in.good(), path, ": missing (not a complete checkpoint)");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, path, ": not valid JSON (", e.what(), ")");
+  }
+}
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointContents& c) {
+  const auto start = std::chrono::steady_clock::now();
+  CheckpointWriteReport report;
+  const std::string name = "step_" + std::to_string(c.step);
+  const fs::path final_path = fs::path(dir) / name;
+  report.path = final_path.string();
+  fs::create_directories(dir);
+  if (fs::exists(final_path / kStateFile)) return report;  // this step is saved already
+  const fs::path tmp = fs::path(dir) / (".tmp_" + name);
+  std::error_code ignored;
+  fs::remove_all(tmp, ignored);
+  fs::remove_all(final_path, ignored);  // an incomplete folder of this step (no state.json)
+  try {
+    fs::create_directories(tmp);
+    nlohmann::json files = nlohmann::json::object();
+    auto write = [&](const char* file, const models::TensorMap& tensors) {
+      const FileEntry e = WriteTensorFile((tmp / file).string(), tensors);
+      files[file] = {{"bytes", e.bytes}, {"sha256", e.sha256}};
+      report.bytes += e.bytes;
+    };
+    write(kModelFile, c.engine.params);
+    models::TensorMap optimizer = Prefixed(c.engine.exp_avg, kExpAvg);
+    optimizer.merge(Prefixed(c.engine.exp_avg_sq, kExpAvgSq));
+    write(kOptimizerFile, optimizer);
+    write(kRngFile, c.rng);
+    const nlohmann::json state = {{"format", "ps_train checkpoint"},
+                                  {"format_version", kCheckpointFormatVersion},
+                                  {"version", c.version},
+                                  {"step", c.step},
+                                  {"consumed_samples", c.consumed_samples},
+                                  {"tokens_seen", c.tokens_seen},
+                                  {"adam_steps", c.engine.adam_steps},
+                                  {"engine", c.engine.extra},
+                                  {"fingerprint", c.fingerprint},
+                                  {"config", c.config_yaml},
+                                  {"files", files}};
+    CheckedFile out((tmp / kStateFile).string(), CheckedFile::Mode::kTruncate);
+    out.Write(state.dump(2) + "\n");
+    out.Sync();
+    out.Close();
+    report.bytes += out.bytes_written();
+    SyncDirectory(tmp.string());
+    fs::rename(tmp, final_path);
+    SyncDirectory(dir);
+  } catch (...) {
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+  WriteFileAtomically((fs::path(dir) / "latest").string(), name + "\n");
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+CheckpointContents ReadCheckpoint(const std::string& path) {
+  const std::string state_path = (fs::path(path) / kStateFile).string();
+  TORCH_CHECK(fs::is_directory(path), path, ": not a checkpoint folder (it ", fs::exists(path) ? "is a file" : "does not exist",
+              ")");
+  const nlohmann::json state = ReadJson(state_path);
+  CheckpointContents c;
+  try {
+    TORCH_CHECK(state.at("format").get<std::string>() == "ps_train checkpoint", state_path, ": not a ps_train checkpoint");
+    const int version = state.at("format_version").get<int>();
+    TORCH_CHECK(version == kCheckpointFormatVersion, state_path, ": format version ", version, "; this ps_train reads ",
+                kCheckpointFormatVersion);
+    c.step = state.at("step").get<int64_t>();
+    c.consumed_samples = state.at("consumed_samples").get<int64_t>();
+    c.tokens_seen = state.at("tokens_seen").get<int64_t>();
+    c.engine.adam_steps = state.at("adam_steps").get<std::map<std::string, int64_t>>();
+    c.engine.extra = state.at("engine");
+    c.fingerprint = state.at("fingerprint");
+    c.config_yaml = state.at("config").get<std::string>();
+    c.version = state.at("version").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK(false, state_path, ": malformed (", e.what(), ")");
+  }
+  const auto files = state.find("files");
+  TORCH_CHECK(files != state.end() && files->is_object() && !files->empty(), state_path, ": lists no files");
+  for (auto it = files->begin(); it != files->end(); ++it) {
+    const std::string file = (fs::path(path) / it.key()).string();
+    TORCH_CHECK(it.key().find('/') == std::string::npos, state_path, ": file name '", it.key(), "' has a '/'");
+    TORCH_CHECK(fs::is_regular_file(file), file, ": missing (listed in ", state_path, ")");
+    int64_t bytes = 0;
+    const std::string sha = Sha256OfFile(file, &bytes);
+    const int64_t expected_bytes = it.value().at("bytes").get<int64_t>();
+    TORCH_CHECK(bytes == expected_bytes, file, ": ", bytes, " bytes, ", state_path, " says ", expected_bytes,
+                " (truncated or replaced)");
+    TORCH_CHECK(sha == it.value().at("sha256").get<std::string>(), file, ": SHA-256 ", sha, " does not match ",
+                state_path, " (the file is corrupt)");
+    for (auto& [name, tensor] : models::LoadSafetensors(file)) {
+      models::TensorMap* target = &c.engine.params;
+      std::string key = name;
+      if (StartsWith(name, kExpAvgSq)) {
+        target = &c.engine.exp_avg_sq;
+        key = name.substr(sizeof(kExpAvgSq) - 1);
+      } else if (StartsWith(name, kExpAvg)) {
+        target = &c.engine.exp_avg;
+        key = name.substr(sizeof(kExpAvg) - 1);
+      } else if (StartsWith(name, "rng.")) {
+        target = &c.rng;
+      }
+      TORCH_CHECK(target->emplace(key, tensor).second, file, ": tensor '", name, "' is also in another file");
+    }
+  }
+  c.engine.params_file = (fs::path(path) / kModelFile).string();
+  c.engine.optimizer_file = (fs::path(path) / kOptimizerFile).string();
+  return c;
+}
+
+std::vector<std::string> ListCheckpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  static const std::regex kName("step_([0-9]{1,18})");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, kName) || !fs::exists(entry.path() / kStateFile)) continue;
+    found.emplace_back(std::stoll(m[1].str()), entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep) {
+  std::vector<std::string> deleted;
+  const auto complete = ListCheckpoints(dir);
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < complete.size(); ++i) {
+    fs::remove_all(complete[i]);
+    deleted.push_back(complete[i]);
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (StartsWith(entry.path().filename().string(), ".tmp_step_")) {
+      fs::remove_all(entry.path(), ec);
+      deleted.push_back(entry.path().string());
+    }
+  }
+  return deleted;
+}
+
+}  // namespace ps::trainer

@@ -1,0 +1,63 @@
+// Checkpoint folders: the on-disk format of a saved training state, written atomically
+// and verified on load. A checkpoint is <dir>/step_<N>/ holding
+//   model.safetensors      fp32 parameters by name ("h.3.mlp.c_fc.weight"; tied ones once)
+//   optimizer.safetensors  "optimizer.exp_avg.<name>", "optimizer.exp_avg_sq.<name>"
+//   rng.safetensors        random generator states ("rng.cpu", "rng.cuda")
+//   state.json             scalar state, fingerprint, resolved config, version, and the
+//                          size and SHA-256 of every file above
+// plus <dir>/latest naming the newest. Tensors are stored by parameter name, never by
+// chunk, so any chunk layout, plain runs, and (later) any rank count read the same
+// files: ranks add their own files to the manifest, a reader takes the union by name.
+// Writing: into <dir>/.tmp_step_<N>/, every file fsynced, then renamed to step_<N>/, the
+// folder fsynced, then latest replaced atomically. A crash leaves the old checkpoint or
+// the new one complete; leftover .tmp_ folders are never read. docs/checkpoints.md.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/safetensors.h"
+#include "trainer/engine.h"
+
+namespace ps::trainer {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointContents {
+  int64_t step = 0;              // optimizer steps done
+  int64_t consumed_samples = 0;  // the data sampler's position
+  int64_t tokens_seen = 0;
+  EngineState engine;
+  models::TensorMap rng;         // SaveRngStates
+  // What must match on resume (model shape, dtype, vocabulary, sequence length).
+  nlohmann::json fingerprint = nlohmann::json::object();
+  std::string config_yaml;       // the resolved config of the saving run
+  std::string version;           // ps_train version that wrote it
+};
+
+struct CheckpointWriteReport {
+  std::string path;    // the step_<N> folder
+  int64_t bytes = 0;   // all files
+  double seconds = 0;  // writing, fsync and rename
+};
+
+// Writes `contents` (tensors may live on any device; one at a time is copied to the
+// host) as <dir>/step_<step>/. If that folder exists already it is left as it is.
+// Throws std::runtime_error naming the file on any failed write; the temporary folder
+// is removed and nothing complete is touched.
+CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointContents& contents);
+
+// Reads the checkpoint folder `path`, verifying every file's presence, size and
+// SHA-256 and every tensor's header. Throws c10::Error naming the file (and tensor).
+CheckpointContents ReadCheckpoint(const std::string& path);
+
+// The step_<N> folders of `dir` that have a state.json, newest (largest N) first.
+std::vector<std::string> ListCheckpoints(const std::string& dir);
+
+// Deletes all but the newest `keep` complete checkpoints, and .tmp_ leftovers older
+// than the newest complete one. Returns the folders deleted.
+std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep);
+
+}  // namespace ps::trainer

@@ -1,0 +1,135 @@
+#include "trainer/checkpointer.h"
+
+#include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <utility>
+
+namespace ps::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int64_t TensorBytes(const models::TensorMap& map) {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : map) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  return bytes;
+}
+
+// Host copies of every tensor, so training can go on while they are written.
+void Snapshot(models::TensorMap& map) {
+  for (auto& [name, t] : map) t = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+}
+
+// Whether the host has room for a snapshot of `bytes` (with a quarter to spare).
+bool HostHasRoomFor(int64_t bytes) {
+  const double available = static_cast<double>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  return static_cast<double>(bytes) * 1.25 < available;
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const CheckpointConfig& config, std::string dir)
+    : config_(config), dir_(std::move(dir)), last_save_time_(Clock::now()) {}
+
+Checkpointer::~Checkpointer() {
+  try {
+    Wait();
+  } catch (const std::exception& e) {
+    spdlog::error("checkpoint save failed: {}", e.what());
+  }
+}
+
+bool Checkpointer::Due(int64_t step) const {
+  if (config_.every_steps > 0 && step % config_.every_steps == 0) return true;
+  return config_.every_minutes > 0 && SecondsSince(last_save_time_) >= 60.0 * config_.every_minutes;
+}
+
+void Checkpointer::Finish(SaveRecord record) {
+  for (const auto& gone : PruneCheckpoints(dir_, config_.keep)) spdlog::info("checkpoint deleted: {}", gone);
+  finished_.push_back(std::move(record));
+}
+
+void Checkpointer::Save(CheckpointContents contents) {
+  Wait();
+  last_save_time_ = Clock::now();
+  last_saved_step_ = contents.step;
+  const auto& e = contents.engine;
+  const int64_t bytes = TensorBytes(e.params) + TensorBytes(e.exp_avg) + TensorBytes(e.exp_avg_sq);
+  SaveRecord record;
+  record.step = contents.step;
+  record.background = config_.async && HostHasRoomFor(bytes);
+  if (!record.background) {
+    const CheckpointWriteReport r = WriteCheckpoint(dir_, contents);
+    record.path = r.path;
+    record.bytes = r.bytes;
+    record.write_s = r.seconds;
+    spdlog::info("checkpoint step {}: {} ({:.1f} MB in {:.2f} s)", record.step, r.path, r.bytes / 1e6, r.seconds);
+    Finish(std::move(record));
+    return;
+  }
+  const auto t0 = Clock::now();
+  Snapshot(contents.engine.params);
+  Snapshot(contents.engine.exp_avg);
+  Snapshot(contents.engine.exp_avg_sq);
+  record.snapshot_s = SecondsSince(t0);
+  in_flight_ = record;
+  writer_done_ = false;
+  writer_ = std::thread([this, contents = std::move(contents)]() {
+    try {
+      const CheckpointWriteReport r = WriteCheckpoint(dir_, contents);
+      in_flight_->path = r.path;
+      in_flight_->bytes = r.bytes;
+      in_flight_->write_s = r.seconds;
+    } catch (...) {
+      writer_error_ = std::current_exception();
+    }
+    writer_done_ = true;
+  });
+}
+
+void Checkpointer::Wait() {
+  if (!writer_.joinable()) return;
+  writer_.join();
+  SaveRecord record = *in_flight_;
+  in_flight_.reset();
+  if (writer_error_) {
+    auto error = writer_error_;
+    writer_error_ = nullptr;
+    std::rethrow_exception(error);
+  }
+  spdlog::info("checkpoint step {}: {} ({:.1f} MB; {:.2f} s snapshot, {:.2f} s writing in the background)", record.step,
+               record.path, record.bytes / 1e6, record.snapshot_s, record.write_s);
+  Finish(std::move(record));
+}
+
+std::vector<SaveRecord> Checkpointer::TakeFinished() {
+  if (writer_.joinable() && writer_done_) Wait();  // finished: collect it
+  std::vector<SaveRecord> out;
+  out.swap(finished_);
+  return out;
+}
+
+std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
+                                                       std::string* path) {
+  if (config.resume == "never") return std::nullopt;
+  if (config.resume != "auto") {
+    *path = config.resume;
+    return ReadCheckpoint(config.resume);
+  }
+  for (const auto& candidate : ListCheckpoints(dir)) {
+    try {
+      CheckpointContents c = ReadCheckpoint(candidate);
+      *path = candidate;
+      return c;
+    } catch (const c10::Error& e) {
+      spdlog::error("checkpoint {} is unusable, trying an older one: {}", candidate, e.what_without_backtrace());
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace ps::trainer

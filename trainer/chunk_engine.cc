@@ -1,0 +1,273 @@
+#include "trainer/chunk_engine.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include "trainer/autocast_scope.h"
+#include "trainer/engine_state_io.h"
+#include "trainer/train_result.h"
+
+namespace ps::trainer {
+namespace {
+
+using chunkmem::ChunkKind;
+
+void LogSetup(const ChunkSetup& s, const Config& c) {
+  spdlog::info("chunks: {}", s.runtime->layout().Summary());
+  if (s.runtime->layout().utilization_ratio() < 0.5) {
+    spdlog::warn("chunks are {:.0f}% padding: chunk.size_elements {} is large for this model; "
+                 "chunk.size_elements: auto picks the size with the least padding",
+                 100.0 * (1.0 - s.runtime->layout().utilization_ratio()), c.chunk.size_elements);
+  }
+  if (c.chunk.cpu_embedding) {
+    std::string names;
+    for (const auto& n : s.host_param_names) names += (names.empty() ? "" : ", ") + n;
+    spdlog::info("chunk.cpu_embedding: {} on the host in fp32, updated by the CPU Adam kernels{}", names,
+                 c.model.tie_word_embeddings ? " (wte is tied to the LM head on the device, so it stays in chunks)" : "");
+  }
+  if (s.probe) {
+    spdlog::info("traced device budget: chunks + non-model memory within {} bytes; warm-up chunk share {}",
+                 s.store->Budget(chunkmem::Tier::kDevice), c.chunk.warmup_device_chunk_ratio);
+  }
+  spdlog::info("optimizer: hybrid {} (device chunks after warm-up: {}), CPU kernels: {}, loss scale: {}",
+               optim::ToString(c.optimizer.type), c.optimizer.hybrid_adam ? "by margin" : "none (all on the CPU)",
+               optim::ToString(s.adam->cpu_isa()),
+               s.scaler->enabled() ? fmt::format("{:g}", s.scaler->scale()) : std::string("none"));
+}
+
+nlohmann::json WarmupToJson(const chunkmem::WarmupState& w) {
+  return {{"iterations", w.iterations},
+          {"total_moments", w.total_moments},
+          {"chunk_moments", w.chunk_moments},
+          {"non_model_peak_bytes", w.non_model_peak_bytes}};
+}
+
+chunkmem::WarmupState WarmupFromJson(const nlohmann::json& j) {
+  chunkmem::WarmupState w;
+  w.iterations = j.at("iterations").get<int64_t>();
+  w.total_moments = j.at("total_moments").get<int>();
+  w.chunk_moments = j.at("chunk_moments").get<std::vector<std::vector<int>>>();
+  w.non_model_peak_bytes = j.at("non_model_peak_bytes").get<std::vector<int64_t>>();
+  return w;
+}
+
+}  // namespace
+
+ChunkEngine::ChunkEngine(models::Gpt model, const Config& config, at::Device device)
+    : model_(std::move(model)), config_(config), device_(device) {
+  // The model stays on the host: the runtime copies each parameter into the (host)
+  // chunks and releases it, so a model larger than the device never has to fit there.
+  model_->train();
+  chunks_ = MakeChunkSetup(model_, config_, device_);
+  LogSetup(chunks_, config_);
+}
+
+void ChunkEngine::BeginStep() {
+  move_ms_at_step_start_ = chunks_.runtime->stats().move_ms;
+  chunks_.runtime->ZeroGrads();
+}
+
+at::Tensor ChunkEngine::Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) {
+  // The chunks hold the compute dtype already: no autocast.
+  return model_->Loss(x, y, chunks_.hooks.get()) / static_cast<double>(accum_steps);
+}
+
+void ChunkEngine::Backward(const at::Tensor& loss) {
+  if (chunks_.scaler->enabled()) {
+    (loss * chunks_.scaler->scale()).backward();  // fp16: the optimizer divides it out
+  } else {
+    loss.backward();
+  }
+  chunks_.runtime->AfterBackward();
+}
+
+StepOutcome ChunkEngine::OptimizerStep(double lr, double max_norm) {
+  last_report_ = chunks_.adam->Step(lr, max_norm, *chunks_.scaler);
+  chunks_.runtime->EndIteration();
+  StepOutcome out;
+  out.grad_norm = last_report_.grad_norm;
+  out.skipped = last_report_.skipped;
+  out.overflow_tolerated = last_report_.skipped && chunks_.scaler->enabled();
+  out.loss_scale = last_report_.loss_scale;
+  out.at_min_loss_scale = chunks_.scaler->mode() == optim::LossScaler::Mode::kDynamic &&
+                          last_report_.loss_scale <= config_.precision.min_loss_scale;
+  if (out.overflow_tolerated) {
+    spdlog::warn("gradient overflow at loss scale {}; step skipped, scale now {}", last_report_.loss_scale,
+                 chunks_.scaler->scale());
+  }
+  return out;
+}
+
+void ChunkEngine::EndStep(int64_t step) {
+  if (chunks_.timeline && step == std::min(config_.chunk.timeline_steps, config_.train.max_steps)) {
+    const auto path = std::filesystem::path(config_.run.output_dir) / "chunk_timeline.json";
+    chunks_.timeline->WriteChromeTrace(path.string());
+    chunks_.runtime->set_timeline(nullptr);
+    chunks_.timeline.reset();
+    spdlog::info("chunk timeline of the first {} steps: {}", step, path.string());
+  }
+}
+
+// Evaluation neither advances nor records moments (EndEval always un-pauses).
+void ChunkEngine::BeginEval() {
+  model_->eval();
+  chunks_.runtime->set_trace_paused(true);
+}
+
+at::Tensor ChunkEngine::EvalLoss(const at::Tensor& x, const at::Tensor& y) {
+  at::NoGradGuard no_grad;
+  AutocastScope autocast(device_, config_.precision.dtype);
+  return model_->Loss(x, y, chunks_.hooks.get());
+}
+
+void ChunkEngine::EndEval() {
+  chunks_.runtime->set_trace_paused(false);
+  model_->train();
+}
+
+void ChunkEngine::AddStepMetrics(JsonLine& line, const StepOutcome& /*outcome*/) {
+  const auto& ss = chunks_.store->stats();
+  const auto& rs = chunks_.runtime->stats();
+  line.Add("device_chunk_bytes", ss.device_bytes)
+      .Add("host_chunk_bytes", ss.host_bytes)
+      .Add("peak_device_chunk_bytes", ss.peak_device_bytes)
+      .Add("h2d_bytes", ss.h2d_bytes)
+      .Add("d2h_bytes", ss.d2h_bytes)
+      .Add("evictions", rs.evictions)
+      .Add("fetches", rs.fetches)
+      .Add("prefetches", rs.prefetches)
+      .Add("prefetch_hits", rs.prefetch_hits)
+      .Add("chunk_budget_bytes", chunks_.runtime->MinChunkBudgetBytes())
+      .Add("non_model_peak_bytes", rs.peak_non_model_bytes)
+      .Add("peak_device_total_bytes", rs.peak_device_total_bytes)
+      .Add("budget_overruns", rs.budget_overruns)
+      .Add("loss_scale", last_report_.loss_scale)
+      .Add("skipped_steps", chunks_.scaler->state().overflows)
+      .Add("adam_device_chunks", static_cast<int64_t>(last_report_.device_chunks))
+      .Add("adam_host_chunks", static_cast<int64_t>(last_report_.host_chunks))
+      .Add("adam_host_ms", last_report_.host_ms)
+      .Add("adam_device_ms", last_report_.device_ms)
+      .Add("chunk_move_ms", rs.move_ms - move_ms_at_step_start_);
+  peak_device_chunk_bytes_ = std::max(peak_device_chunk_bytes_, ss.peak_device_bytes);
+  chunks_.store->ResetPeaks();
+}
+
+void ChunkEngine::FillResult(TrainResult& result) const {
+  const auto& store = *chunks_.store;
+  const auto& rt = *chunks_.runtime;
+  result.peak_device_chunk_bytes = std::max(peak_device_chunk_bytes_, store.stats().peak_device_bytes);
+  result.device_budget_bytes = store.Budget(chunkmem::Tier::kDevice);
+  result.evictions = rt.stats().evictions;
+  result.prefetch_hits = rt.stats().prefetch_hits;
+  result.skipped_steps = chunks_.scaler->state().overflows;
+  result.adam_device_chunks = last_report_.device_chunks;
+  result.adam_host_chunks = last_report_.host_chunks;
+  if (chunks_.probe) {
+    result.traced_capacity_bytes = store.Budget(chunkmem::Tier::kDevice);
+    result.peak_non_model_bytes = rt.stats().peak_non_model_bytes;
+    result.peak_device_total_bytes = rt.stats().peak_device_total_bytes;
+    result.min_chunk_budget_bytes = rt.MinChunkBudgetBytes();
+  }
+  for (int chunk = 0; chunk < rt.layout().num_chunks(); ++chunk) {
+    result.compute_chunk_bytes += store.chunk_bytes(rt.chunk_id(ChunkKind::kCompute, chunk));
+  }
+  for (int id = 0; id < store.num_chunks(); ++id) result.model_data_bytes += store.chunk_bytes(id);
+}
+
+std::string ChunkEngine::WarmupKey() const {
+  const auto& layout = chunks_.runtime->layout();
+  // FNV-1a over the chunk capacities and every parameter's chunk and offset.
+  uint64_t hash = 1469598103934665603ULL;
+  auto mix = [&](int64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      hash ^= static_cast<uint64_t>(v >> (8 * b)) & 0xff;
+      hash *= 1099511628211ULL;
+    }
+  };
+  for (const auto& chunk : layout.chunks()) mix(chunk.capacity_numel);
+  for (const auto& p : layout.placements()) {
+    mix(p.chunk_id);
+    mix(p.offset_numel);
+  }
+  const auto& c = config_;
+  return fmt::format("layout {:016x}, {} chunks; micro-batch {} x {} tokens; {}; recompute {}; {}; warm-up steps {}",
+                     hash, layout.num_chunks(), c.train.micro_batch_size, c.data.seq_len,
+                     optim::ToString(c.precision.dtype), c.model.activation_checkpointing, device_.str(),
+                     c.chunk.warmup_steps);
+}
+
+EngineState ChunkEngine::Save() const {
+  const auto& rt = *chunks_.runtime;
+  EngineState out;
+  for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
+    const std::string& name = rt.params()[i].name;
+    out.params[name] = rt.View(ChunkKind::kMaster, i);
+    out.exp_avg[name] = rt.View(ChunkKind::kAdamM, i);
+    out.exp_avg_sq[name] = rt.View(ChunkKind::kAdamV, i);
+    out.adam_steps[name] = chunks_.adam->param_steps(i);
+  }
+  for (const auto& hp : chunks_.adam->host_param_states()) {  // chunk.cpu_embedding
+    out.params[hp.name] = hp.param.detach();
+    out.exp_avg[hp.name] = hp.m;
+    out.exp_avg_sq[hp.name] = hp.v;
+    out.adam_steps[hp.name] = hp.steps;
+  }
+  out.extra["loss_scaler"] = optim::LossScaler::Serialize(chunks_.scaler->state());
+  out.extra["warmup_key"] = WarmupKey();
+  out.extra["warmup"] = WarmupToJson(rt.SaveWarmup());
+  return out;
+}
+
+void ChunkEngine::Load(const EngineState& state) {
+  at::NoGradGuard no_grad;
+  auto& rt = *chunks_.runtime;
+  std::vector<std::string> names;
+  for (const auto& p : rt.params()) names.push_back(p.name);
+  for (const auto& hp : chunks_.adam->host_param_states()) names.push_back(hp.name);
+  CheckNoUnknownParams(state, names);
+  const bool separate_master = rt.compute_dtype() != at::kFloat;
+  for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
+    const std::string& name = rt.params()[i].name;
+    const at::Tensor master = rt.View(ChunkKind::kMaster, i);
+    master.copy_(StateTensor(state.params, name, master.sizes(), "parameter", state.params_file));
+    if (separate_master) rt.View(ChunkKind::kCompute, i).copy_(master);  // the compute copy is derived
+    const int64_t steps = StateSteps(state, name);
+    chunks_.adam->set_param_steps(i, steps);
+    if (steps == 0 && !state.exp_avg.count(name)) {
+      rt.View(ChunkKind::kAdamM, i).zero_();
+      rt.View(ChunkKind::kAdamV, i).zero_();
+      continue;
+    }
+    rt.View(ChunkKind::kAdamM, i).copy_(StateTensor(state.exp_avg, name, master.sizes(), "optimizer.exp_avg", state.optimizer_file));
+    rt.View(ChunkKind::kAdamV, i).copy_(StateTensor(state.exp_avg_sq, name, master.sizes(), "optimizer.exp_avg_sq", state.optimizer_file));
+  }
+  for (const auto& hp : chunks_.adam->host_param_states()) {
+    hp.param.copy_(StateTensor(state.params, hp.name, hp.param.sizes(), "parameter", state.params_file));
+    const int64_t steps = StateSteps(state, hp.name);
+    chunks_.adam->set_host_param_steps(hp.name, steps);
+    if (steps == 0 && !state.exp_avg.count(hp.name)) continue;
+    hp.m.copy_(StateTensor(state.exp_avg, hp.name, hp.param.sizes(), "optimizer.exp_avg", state.optimizer_file));
+    hp.v.copy_(StateTensor(state.exp_avg_sq, hp.name, hp.param.sizes(), "optimizer.exp_avg_sq", state.optimizer_file));
+  }
+  if (state.extra.contains("loss_scaler")) {
+    chunks_.scaler->Restore(optim::LossScaler::Parse(state.extra.at("loss_scaler").get<std::string>()));
+  }
+  if (state.extra.contains("warmup")) {
+    const std::string saved_key = state.extra.value("warmup_key", std::string());
+    if (saved_key == WarmupKey()) {
+      rt.RestoreWarmup(WarmupFromJson(state.extra.at("warmup")));
+      chunks_.adam->RestorePlacement();
+    } else {
+      spdlog::warn("the checkpoint's chunk warm-up trace is for another setup ({}; now {}): this run traces its own "
+                   "warm-up; its losses match the saving run's to kernel rounding, not bitwise",
+                   saved_key, WarmupKey());
+    }
+  }
+}
+
+}  // namespace ps::trainer

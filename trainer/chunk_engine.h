@@ -1,0 +1,51 @@
+// ChunkEngine: the training state of a chunk run. Parameters, gradients, fp32 masters
+// and Adam moments live in chunks (ChunkSetup: store, runtime, hybrid Adam, loss
+// scaler); the model's blocks bind their parameters through layer hooks. Its checkpoint
+// state is by parameter name (fp32 masters; the compute-dtype copies are derived), plus
+// the loss scaler and, for the same chunk layout and activation shape, the warm-up
+// trace, so a resumed run places and updates every chunk as the saving run did.
+// See engine.h for the step order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "trainer/chunk_setup.h"
+#include "trainer/engine.h"
+
+namespace ps::trainer {
+
+class ChunkEngine final : public TrainingEngine {
+ public:
+  // Takes `model` (on the host) into chunks; logs the layout and the optimizer.
+  ChunkEngine(models::Gpt model, const Config& config, at::Device device);
+
+  void BeginStep() override;
+  at::Tensor Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) override;
+  void Backward(const at::Tensor& loss) override;
+  StepOutcome OptimizerStep(double lr, double max_norm) override;
+  void EndStep(int64_t step) override;
+  void BeginEval() override;
+  at::Tensor EvalLoss(const at::Tensor& x, const at::Tensor& y) override;
+  void EndEval() override;
+  void AddStepMetrics(JsonLine& line, const StepOutcome& outcome) override;
+  void FillResult(TrainResult& result) const override;
+  EngineState Save() const override;
+  void Load(const EngineState& state) override;
+  at::Device device() const override { return device_; }
+
+ private:
+  // What a saved warm-up trace is valid for: the chunk layout and what shapes the
+  // activations (a trace from another layout or micro-batch is not reused).
+  std::string WarmupKey() const;
+
+  models::Gpt model_;
+  const Config& config_;
+  at::Device device_;
+  ChunkSetup chunks_;
+  optim::StepReport last_report_;
+  double move_ms_at_step_start_ = 0.0;
+  int64_t peak_device_chunk_bytes_ = 0;  // over the whole run (the store's peak is reset per log line)
+};
+
+}  // namespace ps::trainer

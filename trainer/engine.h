@@ -1,0 +1,87 @@
+// TrainingEngine: the one owner of a run's training state (model parameters, optimizer
+// state, loss scaler, and for chunk runs the chunk placement), behind the step
+// interface the training loop drives. Implementations: PlainEngine (LibTorch AdamW over
+// the model's own parameters, plain_engine.h) and ChunkEngine (parameters, gradients and
+// Adam state in chunks, the hybrid Adam; chunk_engine.h). A multi-rank ZeRO engine is
+// the third: SyncGradients is its reduce-scatter point, and Save/Load exchange the
+// parameters a rank owns by name, so any rank count resumes any checkpoint.
+//
+// One optimizer step, as Train() calls it:
+//   BeginStep()  ->  { loss = Forward(x, y, k); Backward(loss) } x k micro-batches
+//                ->  SyncGradients()  ->  OptimizerStep(lr, max_norm)  ->  EndStep(step)
+// Evaluation: EvalLoss(x, y) between steps, under BeginEval()/EndEval().
+// Checkpoints: Save() between steps (after EndStep), Load() before the first step.
+// Training thread only.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/gpt.h"
+#include "models/safetensors.h"
+#include "trainer/config.h"
+#include "trainer/metrics.h"
+
+namespace ps::trainer {
+
+struct TrainResult;
+
+struct StepOutcome {
+  double grad_norm = 0.0;       // before clipping, loss scale removed
+  bool skipped = false;         // gradient overflow: nothing was updated
+  bool overflow_tolerated = false;  // skipped by the fp16 loss scaler (not a divergence)
+  double loss_scale = 1.0;      // the scale this step's gradients carried
+  bool at_min_loss_scale = false;   // the scaler cannot lower the scale any more
+};
+
+// The training state by parameter name, independent of the chunk layout (checkpoints).
+// Tensors are fp32 values; they may be views of live state (Save) until copied.
+struct EngineState {
+  models::TensorMap params;                   // name -> fp32 value (masters in chunk runs)
+  models::TensorMap exp_avg, exp_avg_sq;      // name -> Adam moments (absent: never updated)
+  std::map<std::string, int64_t> adam_steps;  // name -> updates applied (bias correction)
+  nlohmann::json extra = nlohmann::json::object();  // engine-specific: loss scaler, chunk warm-up
+  // Where the tensors came from, for error messages (empty: in memory).
+  std::string params_file, optimizer_file;
+};
+
+class TrainingEngine {
+ public:
+  virtual ~TrainingEngine() = default;
+
+  virtual void BeginStep() = 0;  // gradients to zero
+  // Forward of one micro-batch; the loss is divided by `accum_steps` (detached value
+  // for logging: loss.detach()).
+  virtual at::Tensor Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) = 0;
+  virtual void Backward(const at::Tensor& loss) = 0;
+  // Where gradients of all micro-batches are complete (ranks reduce them here).
+  virtual void SyncGradients() {}
+  // Throws std::runtime_error when the gradient norm is non-finite and no loss scaler
+  // can skip the step.
+  virtual StepOutcome OptimizerStep(double lr, double max_norm) = 0;
+  virtual void EndStep(int64_t step) {}  // `step`: optimizer steps done, counted from 1
+
+  virtual void BeginEval() = 0;
+  virtual at::Tensor EvalLoss(const at::Tensor& x, const at::Tensor& y) = 0;
+  virtual void EndEval() = 0;
+
+  // Engine fields of the metrics line of a logged step (chunk counters), and of the result.
+  virtual void AddStepMetrics(JsonLine& line, const StepOutcome& outcome) {}
+  virtual void FillResult(TrainResult& result) const {}
+
+  virtual EngineState Save() const = 0;
+  // Throws c10::Error naming the tensor when a name or shape does not match the model.
+  virtual void Load(const EngineState& state) = 0;
+
+  virtual at::Device device() const = 0;
+};
+
+// The engine `config` asks for, taking `model` (freshly initialised, on the host).
+std::unique_ptr<TrainingEngine> MakeEngine(models::Gpt model, const Config& config, at::Device device);
+
+}  // namespace ps::trainer

@@ -1,0 +1,36 @@
+#include "trainer/engine_state_io.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+namespace ps::trainer {
+
+at::Tensor StateTensor(const models::TensorMap& map, const std::string& name, c10::IntArrayRef sizes,
+                       const std::string& what, const std::string& file) {
+  const std::string where = file.empty() ? std::string("the saved state") : file;
+  const auto it = map.find(name);
+  TORCH_CHECK(it != map.end(), where, ": ", what, " '", name, "' is missing");
+  const at::Tensor& t = it->second;
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()), where, ": ", what, " '", name, "' is ", t.scalar_type(),
+              ", not floating point");
+  TORCH_CHECK(t.sizes() == sizes, where, ": ", what, " '", name, "' has shape ", t.sizes(), ", the model needs ",
+              sizes);
+  return t.to(at::kFloat);
+}
+
+int64_t StateSteps(const EngineState& state, const std::string& name) {
+  const auto it = state.adam_steps.find(name);
+  return it == state.adam_steps.end() ? 0 : it->second;
+}
+
+void CheckNoUnknownParams(const EngineState& state, const std::vector<std::string>& known) {
+  for (const auto& [name, tensor] : state.params) {
+    TORCH_CHECK(std::find(known.begin(), known.end(), name) != known.end(),
+                state.params_file.empty() ? std::string("the saved state") : state.params_file, ": parameter '",
+                name, "' is not in this model (a checkpoint of another model?)");
+  }
+}
+
+}  // namespace ps::trainer

@@ -1,0 +1,26 @@
+// Lookups into an EngineState for the engines' Load(): a named tensor with the shape the
+// model needs, or an error naming the file and the tensor.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+#include <string>
+
+#include "trainer/engine.h"
+
+namespace ps::trainer {
+
+// `map[name]` as fp32; throws c10::Error naming `file` (or "the saved state"), `what`
+// and `name` when it is missing, not floating point, or not shaped `sizes`.
+at::Tensor StateTensor(const models::TensorMap& map, const std::string& name, c10::IntArrayRef sizes,
+                       const std::string& what, const std::string& file);
+
+// Updates applied to `name` (0 when the state has none).
+int64_t StateSteps(const EngineState& state, const std::string& name);
+
+// Throws c10::Error naming the first parameter of `state.params` that is not in `known`
+// (a checkpoint of another model).
+void CheckNoUnknownParams(const EngineState& state, const std::vector<std::string>& known);
+
+}  // namespace ps::trainer

@@ -1,0 +1,110 @@
+#include "trainer/run_folder.h"
+
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "trainer/checkpoint.h"
+#include "trainer/config_loader.h"
+
+namespace ps::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Flattens a YAML mapping into dotted keys -> values as text.
+void Flatten(const YAML::Node& node, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      Flatten(kv.second, prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>(), out);
+    }
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << node;
+  out[prefix] = e.c_str();
+}
+
+}  // namespace
+
+std::string CheckpointDir(const Config& c) {
+  return c.checkpoint.dir.empty() ? (fs::path(c.run.output_dir) / "checkpoints").string() : c.checkpoint.dir;
+}
+
+nlohmann::json RunFingerprint(const Config& c) {
+  const auto& m = c.model;
+  return {{"model.n_layer", m.n_layer},
+          {"model.n_head", m.n_head},
+          {"model.n_embd", m.n_embd},
+          {"model.n_positions", m.n_positions},
+          {"model.vocab_size", m.vocab_size},
+          {"model.tie_word_embeddings", m.tie_word_embeddings},
+          {"precision.dtype", optim::ToString(c.precision.dtype)},
+          {"data.seq_len", c.data.seq_len}};
+}
+
+void CheckFingerprint(const nlohmann::json& saved, const nlohmann::json& now, const std::string& checkpoint) {
+  std::string diffs;
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    const auto s = saved.find(it.key());
+    const std::string was = s == saved.end() ? "(absent)" : s->dump();
+    if (was != it.value().dump()) diffs += "\n  " + it.key() + ": checkpoint " + was + ", this config " + it.value().dump();
+  }
+  if (!diffs.empty()) {
+    throw ConfigError(checkpoint + ": this checkpoint was saved by a run that differs in what must match to resume:" +
+                      diffs + "\n(use another run.output_dir / checkpoint.dir, or checkpoint.resume: never)");
+  }
+}
+
+void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml) {
+  std::map<std::string, std::string> was, now;
+  try {
+    Flatten(YAML::Load(saved_yaml), "", was);
+  } catch (const YAML::Exception&) {
+    return;  // a hand-edited manifest: nothing to compare
+  }
+  Flatten(YAML::Load(now_yaml), "", now);
+  for (const auto& [key, value] : now) {
+    const auto it = was.find(key);
+    if (it != was.end() && it->second != value) spdlog::info("config change on resume: {}: {} -> {}", key, it->second, value);
+  }
+}
+
+void ClaimOutputDir(const Config& c, bool resuming) {
+  const fs::path out = c.run.output_dir;
+  const fs::path metrics = out / "metrics.jsonl";
+  const std::string ckpt_dir = CheckpointDir(c);
+  std::error_code ec;
+  const bool has_metrics = fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0;
+  const auto checkpoints = ListCheckpoints(ckpt_dir);
+  if (resuming || (!has_metrics && checkpoints.empty())) return;
+  if (!c.run.overwrite) {
+    std::string what = has_metrics ? metrics.string() : "";
+    if (!checkpoints.empty()) what += (what.empty() ? "" : " and ") + std::to_string(checkpoints.size()) + " checkpoint(s) in " + ckpt_dir;
+    throw ConfigError("run.output_dir " + out.string() + " holds another run (" + what + ") that this run does not resume" +
+                      (c.checkpoint.resume == "never" ? " (checkpoint.resume: never)" : "") +
+                      "; choose another run.output_dir, or set run.overwrite: true to replace it");
+  }
+  spdlog::warn("run.overwrite: deleting the earlier run's files in {}", out.string());
+  for (const char* name : {"metrics.jsonl", "config.resolved.yaml", "chunk_timeline.json"}) fs::remove(out / name, ec);
+  for (const auto& dir : checkpoints) fs::remove_all(dir);
+  fs::remove(fs::path(ckpt_dir) / "latest", ec);
+}
+
+void DropPartialLastLine(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec || size == 0) return;
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.back() == '\n') return;
+  const auto last = text.find_last_of('\n');
+  fs::resize_file(path, last == std::string::npos ? 0 : last + 1);
+  spdlog::warn("{}: dropped a partial last line (the previous process was killed while writing it)", path);
+}
+
+}  // namespace ps::trainer
