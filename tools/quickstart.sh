@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 tools/setup.sh
 [ -f data_cache/quickstart/train.txt ] || python3 tools/make_corpus.py data_cache/quickstart
 bazel build //trainer:ps_train
-bazel-bin/trainer/ps_train --config configs/quickstart.yaml "$@"
+# run.overwrite: a second quick start trains afresh instead of resuming the first.
+bazel-bin/trainer/ps_train --config configs/quickstart.yaml --set run.overwrite=true "$@"

@@ -24,9 +24,9 @@ struct RunConfig {
   int64_t seed = 1234;                      // model init, data order, dropout
   int64_t threads = 0;                      // CPU intra-op threads; 0 = all cores
   DeviceKind device = DeviceKind::kAuto;    // auto: CUDA when available, else CPU
-  // Start in an output_dir that holds another run's files (metrics.jsonl) without
-  // resuming it: true deletes that run's metrics, config and checkpoints first;
-  // false (default) makes it an error.
+  // true: start afresh, never resuming; an earlier run's metrics, config and
+  // checkpoints in output_dir are deleted first. false (default): an output_dir that
+  // holds another run is an error unless this run resumes it (checkpoint.resume).
   bool overwrite = false;
 };
 

@@ -116,11 +116,12 @@ FloatCheck FloatRange(double lo, double hi, bool lo_open = false, bool hi_open =
 constexpr double kInf = 1e300;
 
 // Upper bounds of integer keys: far above any real run, low enough that the sizes
-// derived from them (parameters, bytes, tokens per step) stay countable in int64.
+// derived from them stay countable in int64 (the largest shape has 1.2e15 parameters,
+// 2.2e16 bytes of model data; the activation estimate is checked in the loader).
 constexpr int64_t kMaxThreads = 4096;
 constexpr int64_t kMaxLayers = 10000;                // GPT-3 175B: 96
 constexpr int64_t kMaxHeads = 10000;                 // GPT-3 175B: 96
-constexpr int64_t kMaxEmbd = 1000000;                // GPT-3 175B: 12288
+constexpr int64_t kMaxEmbd = 100000;                 // GPT-3 175B: 12288
 constexpr int64_t kMaxPositions = 10000000;          // also data.seq_len
 constexpr int64_t kMaxVocab = 10000000;              // Llama 3: 128256
 constexpr int64_t kMaxMicroBatch = 1000000;
@@ -264,8 +265,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
                        "auto = CUDA when this build and machine have it, else CPU",
                        {{"auto", DeviceKind::kAuto}, {"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}}),
       Bool("run.overwrite", PS_ACCESS(run.overwrite),
-           "start fresh in an output_dir that holds another run (deleting its metrics, config and checkpoints); "
-           "false = that is an error unless this run resumes it"),
+           "start afresh, never resuming: an earlier run's metrics, config and checkpoints in output_dir are "
+           "deleted first; false = an output_dir holding another run is an error unless this run resumes it"),
       // model
       Text("model.preset", PS_ACCESS(model.preset),
            "named size (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, GPT2small, GPT2_1B, ... GPT_175B); "

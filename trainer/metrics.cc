@@ -1,5 +1,6 @@
 #include "trainer/metrics.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -16,9 +17,10 @@ JsonLine& JsonLine::Add(const std::string& key, double value) {
   if (!std::isfinite(value)) {
     body_ += "null";
   } else {
+    // The shortest text that reads back as the same double: losses compare bitwise.
     char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.6g", value);
-    body_ += buf;
+    const auto r = std::to_chars(buf, buf + sizeof(buf), value);
+    body_.append(buf, r.ptr);
   }
   return *this;
 }

@@ -11,7 +11,8 @@
 
 namespace ps::trainer {
 
-// A flat JSON object built key by key. Non-finite numbers are written as null.
+// A flat JSON object built key by key. Doubles are written in their shortest exact form
+// (they read back bitwise); non-finite numbers as null.
 class JsonLine {
  public:
   JsonLine& Add(const std::string& key, double value);

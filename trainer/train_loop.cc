@@ -154,12 +154,13 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   RunData data = OpenData(c);
   const std::string ckpt_dir = CheckpointDir(c);
   std::string resume_path;
-  std::optional<CheckpointContents> resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, &resume_path);
-  if (resume) CheckFingerprint(resume->fingerprint, RunFingerprint(c), resume_path);
-  if (resume && c.run.overwrite) {
-    throw ConfigError("run.overwrite: true starts afresh, but checkpoint.resume found " + resume_path +
-                      " (set checkpoint.resume: never to overwrite, or run.overwrite: false to resume)");
+  std::optional<CheckpointContents> resume;
+  if (c.run.overwrite && c.checkpoint.resume != "auto" && c.checkpoint.resume != "never") {
+    throw ConfigError("run.overwrite: true starts afresh, but checkpoint.resume names " + c.checkpoint.resume +
+                      " (drop one of them)");
   }
+  if (!c.run.overwrite) resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, &resume_path);
+  if (resume) CheckFingerprint(resume->fingerprint, RunFingerprint(c), resume_path);
   ClaimOutputDir(c, resume.has_value());
 
   std::filesystem::create_directories(c.run.output_dir);

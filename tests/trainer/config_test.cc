@@ -189,7 +189,7 @@ TEST_CASE("integer keys are bounded instead of truncated or passed on", "[config
   const std::vector<std::pair<std::string, std::string>> too_big = {
       {"model.n_layer=10001", "model.n_layer: must be in [1, 10000], got 10001"},
       {"model.n_head=10001", "model.n_head: must be in [1, 10000], got 10001"},
-      {"model.n_embd=3000000000", "model.n_embd: must be in [1, 1000000], got 3000000000"},
+      {"model.n_embd=3000000000", "model.n_embd: must be in [1, 100000], got 3000000000"},
       {"model.n_positions=10000001", "model.n_positions: must be in [1, 10000000], got 10000001"},
       {"model.vocab_size=10000001", "model.vocab_size: must be in [1, 10000000], got 10000001"},
       {"data.seq_len=10000001", "data.seq_len: must be in [1, 10000000], got 10000001"},
@@ -221,16 +221,16 @@ TEST_CASE("integer keys are bounded instead of truncated or passed on", "[config
 }
 
 TEST_CASE("shapes whose activation bytes overflow int64 are errors naming the keys", "[config][errors]") {
-  // Every key within its bounds, but one micro-batch's activations would be ~7e24 bytes.
+  // Every key within its bounds, but one micro-batch's activations would be ~7e23 bytes.
   const std::string e = ErrorOf(
-      "model: {n_layer: 10000, n_head: 1, n_embd: 1000000, n_positions: 10000000}\n"
+      "model: {n_layer: 10000, n_head: 1, n_embd: 100000, n_positions: 10000000}\n"
       "data: {seq_len: 10000000}\n"
       "train: {micro_batch_size: 1000000, global_batch_size: 1000000}\n");
   CHECK(e == "test.yaml:3:27: train.micro_batch_size 1000000 x data.seq_len 10000000: model.n_layer 10000, "
-             "model.n_embd 1000000, model.n_positions 10000000, model.vocab_size 256: the activation estimate "
+             "model.n_embd 100000, model.n_positions 10000000, model.vocab_size 256: the activation estimate "
              "(train.micro_batch_size x data.seq_len tokens) overflows int64");
   // The largest shape keys with one short sequence are still counted (and planned).
-  CHECK_NOTHROW(Load("model: {n_layer: 10000, n_head: 1, n_embd: 1000000, n_positions: 10000000, "
+  CHECK_NOTHROW(Load("model: {n_layer: 10000, n_head: 1, n_embd: 100000, n_positions: 10000000, "
                      "vocab_size: 10000000}\ndata: {seq_len: 16}\ntrain: {micro_batch_size: 1, global_batch_size: 1}\n"));
 }
 

@@ -1,0 +1,236 @@
+// Checkpoint and resume, end to end through Train(): a run interrupted after a
+// checkpoint (TrainOptions::abort_after_step: returns as a killed process would, losing
+// the steps after its last checkpoint) and resumed logs bitwise the losses of an
+// uninterrupted run, for plain runs, chunk runs evicting on the simulated tier, fp16
+// with the dynamic scaler mid-hysteresis, gradient accumulation, CPU embeddings and
+// bf16 with gradients in the compute slots. Checkpoints are layout independent (plain
+// <-> chunks, another chunk size), pruned to checkpoint.keep, a corrupt newest one is
+// skipped by resume: auto, and a stop signal leaves a checkpoint.
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "trainer/checkpoint.h"
+#include "trainer/config_loader.h"
+#include "trainer/train_loop.h"
+// Last: c10 headers define a glog-style CHECK that Catch must override.
+#include "tests/catch.h"
+
+namespace ps::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir ? dir : "/tmp";
+}
+
+std::string WriteCorpus() {
+  const std::string path = TempDir() + "/resume_corpus.txt";
+  std::ofstream out(path);
+  for (int i = 0; i < 300; ++i) out << "the cat sat on the mat. the dog ran to the log. " << i << " ";
+  return path;
+}
+
+// 3 blocks of n_embd 64, dropout on (the RNG state must be restored too), 16 steps.
+Config Tiny(const std::string& name, std::vector<std::string> extra = {}) {
+  const std::string dir = TempDir() + "/" + name;
+  std::vector<std::string> overrides = {"data.train_path=" + WriteCorpus(), "run.output_dir=" + dir, "run.threads=1"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return LoadConfigText(
+      "model: {n_layer: 3, n_head: 2, n_embd: 64, n_positions: 32, vocab_size: 256, dropout: 0.1}\n"
+      "data: {format: text, seq_len: 32, shuffle: true}\n"
+      "train: {micro_batch_size: 4, global_batch_size: 4, max_steps: 16, grad_clip: 1.0}\n"
+      "optimizer: {lr: 3.0e-3, weight_decay: 0.1}\n"
+      "lr_schedule: {type: cosine, warmup_steps: 3, min_lr: 3.0e-4}\n"
+      "logging: {level: warn}\n"
+      "checkpoint: {at_end: false}\n",
+      "test.yaml", overrides, ProcessEnv());
+}
+
+// Runs `extra` uninterrupted, then interrupted after `kill_at` (checkpoints every
+// `every` steps) and resumed; the resumed steps must log the very same losses.
+void CheckExactResume(const std::string& name, std::vector<std::string> extra, int64_t every = 4, int64_t kill_at = 10) {
+  const TrainResult whole = Train(Tiny(name + "_whole", extra));
+  std::vector<std::string> interrupted = extra;
+  interrupted.push_back("checkpoint.every_steps=" + std::to_string(every));
+  const Config c = Tiny(name + "_cut", interrupted);
+  TrainOptions kill;
+  kill.abort_after_step = kill_at;
+  const TrainResult first = Train(c, kill);
+  REQUIRE(first.losses.size() == static_cast<size_t>(kill_at));
+  const TrainResult resumed = Train(c);
+  const int64_t saved = kill_at / every * every;
+  REQUIRE(resumed.start_step == saved);
+  REQUIRE(resumed.losses.size() == whole.losses.size() - saved);
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    INFO(name << ": step " << saved + 1 + i);
+    CHECK(resumed.losses[i] == whole.losses[saved + i]);  // bitwise
+    CHECK(resumed.lrs[i] == whole.lrs[saved + i]);
+    CHECK(resumed.loss_scales[i] == whole.loss_scales[saved + i]);
+  }
+  // The resume is on record in metrics.jsonl.
+  std::ifstream in(c.run.output_dir + "/metrics.jsonl");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("\"resumed_from_step\": " + std::to_string(saved)) != std::string::npos);
+}
+
+TEST_CASE("plain fp32: killed and resumed, the same losses bitwise", "[resume][plain]") {
+  CheckExactResume("plain", {});
+}
+
+TEST_CASE("plain bf16 with gradient accumulation: the same losses bitwise", "[resume][plain][accum]") {
+  CheckExactResume("plain_accum", {"precision.dtype=bf16", "train.micro_batch_size=2"});
+}
+
+TEST_CASE("chunks evicting on the simulated tier (fp32): the same losses bitwise", "[resume][chunk]") {
+  CheckExactResume("chunk_evict", {"chunk.enabled=true", "chunk.size_elements=20000", "chunk.device_budget_bytes=320000"});
+}
+
+TEST_CASE("chunks, every chunk resident (hybrid Adam on the device path): the same losses bitwise", "[resume][chunk]") {
+  CheckExactResume("chunk_resident", {"chunk.enabled=true", "chunk.size_elements=20000"});
+}
+
+TEST_CASE("chunks with gradient accumulation: the same losses bitwise", "[resume][chunk][accum]") {
+  CheckExactResume("chunk_accum", {"chunk.enabled=true", "chunk.size_elements=20000", "train.micro_batch_size=2",
+                                   "chunk.device_budget_bytes=320000"});
+}
+
+TEST_CASE("bf16 chunks, gradients in the compute slots: the same losses bitwise", "[resume][chunk][bf16]") {
+  CheckExactResume("chunk_bf16", {"chunk.enabled=true", "chunk.size_elements=20000", "precision.dtype=bf16",
+                                  "chunk.device_budget_bytes=160000"});
+}
+
+TEST_CASE("chunks with CPU embeddings (untied): the same losses bitwise", "[resume][chunk][cpu_embedding]") {
+  CheckExactResume("chunk_cpu_emb", {"chunk.enabled=true", "chunk.size_elements=20000", "chunk.cpu_embedding=true",
+                                     "model.tie_word_embeddings=false"});
+}
+
+TEST_CASE("fp16 chunks, dynamic scaler saved mid-hysteresis: the same losses and scales bitwise", "[resume][fp16]") {
+  const std::vector<std::string> fp16 = {"chunk.enabled=true", "chunk.size_elements=20000", "precision.dtype=fp16",
+                                         "precision.initial_scale_power=24", "precision.hysteresis=3",
+                                         "chunk.device_budget_bytes=320000", "checkpoint.keep=10"};
+  CheckExactResume("fp16", fp16, /*every=*/5, /*kill_at=*/7);
+  // The checkpoint at step 5 was taken while overflows were being tolerated.
+  std::ifstream in(TempDir() + "/fp16_cut/checkpoints/step_5/state.json");
+  const std::string state((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(state.substr(state.find("loss_scaler"), 120));
+  CHECK(state.find("hysteresis_left=3") == std::string::npos);  // some of the hysteresis was used
+  CHECK(state.find("overflows=0") == std::string::npos);
+}
+
+TEST_CASE("checkpoints are layout independent: chunks <-> plain, another chunk size", "[resume][layout]") {
+  const std::vector<std::string> chunked = {"chunk.enabled=true", "chunk.size_elements=20000", "checkpoint.every_steps=8"};
+  const Config source = Tiny("layout_src", chunked);
+  TrainOptions kill;
+  kill.abort_after_step = 9;  // killed after step 9: step 8's checkpoint is the last
+  const TrainResult src = Train(source, kill);
+  const TrainResult whole = Train(Tiny("layout_whole", {"chunk.enabled=true", "chunk.size_elements=20000"}));
+  const std::string ckpt = source.run.output_dir + "/checkpoints/step_8";
+  for (const auto& target : std::vector<std::vector<std::string>>{
+           {},                                                            // plain
+           {"chunk.enabled=true", "chunk.size_elements=30000"},           // another layout
+           {"chunk.enabled=true", "chunk.size_elements=20000"}}) {        // the same layout
+    std::vector<std::string> s = target;
+    s.push_back("checkpoint.resume=" + ckpt);
+    const std::string name = "layout_dst_" + std::to_string(target.size()) + (target.empty() ? "" : target[1].substr(20));
+    const TrainResult r = Train(Tiny(name, s));
+    INFO(name);
+    REQUIRE(r.start_step == 8);
+    REQUIRE(r.losses.size() == 8);
+    for (size_t i = 0; i < r.losses.size(); ++i) {
+      INFO("step " << 9 + i);
+      CHECK(r.losses[i] == Approx(whole.losses[8 + i]).epsilon(1e-5));  // to kernel rounding
+    }
+  }
+  CHECK(src.losses.size() == 9);
+}
+
+TEST_CASE("checkpoint.keep prunes old checkpoints; latest names the newest", "[resume][keep]") {
+  const Config c = Tiny("keep", {"checkpoint.every_steps=3", "checkpoint.keep=2", "checkpoint.at_end=true"});
+  Train(c);
+  const auto kept = ListCheckpoints(c.run.output_dir + "/checkpoints");
+  REQUIRE(kept.size() == 2);
+  CHECK(fs::path(kept[0]).filename() == "step_16");
+  CHECK(fs::path(kept[1]).filename() == "step_15");
+  std::ifstream latest(c.run.output_dir + "/checkpoints/latest");
+  std::string line;
+  std::getline(latest, line);
+  CHECK(line == "step_16");
+}
+
+TEST_CASE("resume: auto skips a corrupt newest checkpoint for the next older valid one", "[resume][corrupt]") {
+  const Config c = Tiny("corrupt", {"checkpoint.every_steps=4", "checkpoint.keep=3"});
+  TrainOptions kill;
+  kill.abort_after_step = 13;  // checkpoints at 4, 8, 12
+  Train(c, kill);
+  {  // flip one byte in the newest checkpoint's optimizer state
+    std::fstream f(c.run.output_dir + "/checkpoints/step_12/optimizer.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  CHECK_THROWS_WITH(ReadCheckpoint(c.run.output_dir + "/checkpoints/step_12"),
+                    Catch::Contains("optimizer.safetensors: SHA-256") && Catch::Contains("corrupt"));
+  const TrainResult r = Train(c);
+  CHECK(r.start_step == 8);
+  // An explicit path to the corrupt one is an error, not a silent fallback.
+  Config explicit_path = c;
+  explicit_path.checkpoint.resume = c.run.output_dir + "/checkpoints/step_12";
+  CHECK_THROWS_WITH(Train(explicit_path), Catch::Contains("corrupt"));
+}
+
+TEST_CASE("a checkpoint of another model is refused, naming what differs", "[resume][fingerprint]") {
+  const Config a = Tiny("fp_a", {"checkpoint.at_end=true", "train.max_steps=2"});
+  Train(a);
+  Config b = Tiny("fp_b", {"model.n_embd=32", "checkpoint.resume=" + a.run.output_dir + "/checkpoints/step_2"});
+  CHECK_THROWS_WITH(Train(b), Catch::Contains("model.n_embd: checkpoint 64, this config 32"));
+}
+
+TEST_CASE("an output folder of another run is not overwritten silently", "[resume][output_dir]") {
+  const Config first = Tiny("claimed", {"train.max_steps=2"});
+  Train(first);
+  const auto metrics = first.run.output_dir + "/metrics.jsonl";
+  const auto size_before = fs::file_size(metrics);
+  // No checkpoint to resume: starting again in that folder is an error, and the
+  // earlier run's metrics are untouched.
+  CHECK_THROWS_WITH(Train(first), Catch::Contains("holds another run") && Catch::Contains("run.overwrite"));
+  CHECK(fs::file_size(metrics) == size_before);
+  // A run that fails at data loading does not touch them either.
+  Config bad_data = first;
+  bad_data.data.train_path = TempDir() + "/no_such_file.txt";
+  CHECK_THROWS(Train(bad_data));
+  CHECK(fs::file_size(metrics) == size_before);
+  Config overwrite = first;
+  overwrite.run.overwrite = true;
+  CHECK(Train(overwrite).losses.size() == 2);
+}
+
+TEST_CASE("a stop signal finishes the step, writes a checkpoint and reports the signal", "[resume][signal]") {
+  const Config c = Tiny("signal", {"checkpoint.every_steps=100"});
+  std::atomic<int> flag{SIGTERM};
+  TrainOptions options;
+  options.stop_requested = &flag;
+  const TrainResult r = Train(c, options);
+  CHECK(r.stop_signal == SIGTERM);
+  CHECK(r.losses.size() == 1);
+  const auto saved = ListCheckpoints(c.run.output_dir + "/checkpoints");
+  REQUIRE(saved.size() == 1);
+  CHECK(fs::path(saved[0]).filename() == "step_1");
+  flag = 0;
+  CHECK(Train(c, options).start_step == 1);  // and a requeued run picks up there
+}
+
+TEST_CASE("fp16 that only overflows at the minimum scale stops with an error", "[resume][fp16][diverge]") {
+  // A static-size model whose fp16 gradients always overflow: with the scale floor at its
+  // start, every step is skipped at the minimum scale.
+  const Config c = Tiny("diverge", {"chunk.enabled=true", "chunk.size_elements=20000", "precision.dtype=fp16",
+                                    "precision.initial_scale_power=64", "precision.min_loss_scale=1e19",
+                                    "precision.max_skips_at_min_scale=3", "run.overwrite=true"});
+  CHECK_THROWS_WITH(Train(c), Catch::Contains("diverged") && Catch::Contains("the last 3 steps"));
+}
+
+}  // namespace
+}  // namespace ps::trainer
