@@ -85,11 +85,17 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
 }
 
 ChunkRuntime::~ChunkRuntime() {
-  // Hand the values back to plain parameters so the model outlives the runtime.
+  alive_.reset();  // graphs still holding pre-backward nodes now fail cleanly
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i].tensor, nullptr);
-    params_[i].tensor.set_data(View(ChunkKind::kMaster, static_cast<int>(i)).clone());
+    // View waits for copies in flight, which can throw; a destructor must not (it may
+    // run while an exception unwinds, and a second one terminates the process).
+    try {
+      params_[i].tensor.set_data(View(ChunkKind::kMaster, static_cast<int>(i)).clone());
+    } catch (const std::exception&) {
+      params_[i].tensor.set_data(at::empty({0}, params_[i].tensor.options()));
+    }
   }
 }
 

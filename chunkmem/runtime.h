@@ -100,6 +100,9 @@ class ChunkRuntime {
   // master when the compute dtype is lower), places compute chunks on the host tier and
   // releases the parameters' own storage. `store` must outlive the runtime.
   ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, const RuntimeOptions& options);
+  // Hands the values back to plain parameters (on the host tier's device) so the model
+  // outlives the runtime; never throws (if a payload cannot be read, e.g. a failed copy,
+  // the parameters are left empty).
   ~ChunkRuntime();
   ChunkRuntime(const ChunkRuntime&) = delete;
   ChunkRuntime& operator=(const ChunkRuntime&) = delete;
@@ -165,6 +168,9 @@ class ChunkRuntime {
   const ChunkLayout& layout() const { return layout_; }
   const std::vector<ManagedParam>& params() const { return params_; }
   const AccessTrace& trace() const { return trace_; }  // the warm-up's (complete once warmed_up())
+  // Expires when the runtime is destroyed: autograd nodes that call back into it
+  // (pre_backward.h) check it first.
+  std::weak_ptr<const int> lifetime() const { return alive_; }
   // Read-only: payloads and tiers. Moves go through the runtime (the placement owner).
   const ChunkStore& store() const { return store_; }
   // Store id of layout chunk `chunk` of `kind`. kMaster is the compute chunk in fp32;
@@ -229,6 +235,7 @@ class ChunkRuntime {
   std::vector<int64_t> budget_at_;       // [moment] chunk budget after warm-up
   int64_t min_budget_at_ = 0;            // the lowest of budget_at_ (set with it)
   int64_t interval_chunk_peak_ = 0;      // device chunk bytes peak since the last moment
+  std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // see lifetime()
 };
 
 }  // namespace ps::chunkmem

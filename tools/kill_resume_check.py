@@ -43,7 +43,7 @@ def main():
     ap.add_argument("--config", default="configs/quickstart.yaml")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--kills", type=int, default=20)
-    ap.add_argument("--every", type=int, default=10, help="checkpoint.every_steps")
+    ap.add_argument("--every", type=int, default=5, help="checkpoint.every_steps")
     ap.add_argument("--out", default="runs/kill_resume_check")
     ap.add_argument("--seed", type=int, default=1, help="of the kill moments")
     ap.add_argument("--set", action="append", default=[], help="extra --set key=value for both runs")
@@ -60,34 +60,34 @@ def main():
     t0 = time.time()
     subprocess.run(common + ["--set", f"run.output_dir={ref_dir}"], check=True)
     ref_s = time.time() - t0
-    print(f"reference: {args.steps} steps in {ref_s:.1f} s")
+    print(f"reference: {args.steps} steps in {ref_s:.1f} s", flush=True)
 
     rng = random.Random(args.seed)
     kills, starts = 0, 0
     cmd = common + ["--set", f"run.output_dir={kill_dir}"]
+    kill_metrics = os.path.join(kill_dir, "metrics.jsonl")
+    # Kill moments spread so that each attempt usually gets past a checkpoint or two:
+    # up to 2.5 times the time of --every steps, plus start-up.
+    longest = max(0.6, 2.5 * ref_s * args.every / args.steps + 0.5)
     while True:
         starts += 1
         proc = subprocess.Popen(cmd)
-        if kills < args.kills:
-            # A random moment within the run's expected length (start-up included).
-            deadline = rng.uniform(0.3, max(0.6, ref_s * 0.8))
-            try:
-                rc = proc.wait(timeout=deadline)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                kills += 1
-                print(f"kill {kills}/{args.kills} after {deadline:.2f} s")
-                continue
-        else:
-            rc = proc.wait()
-        if rc != 0:
-            print(f"ps_train exited with status {rc}", file=sys.stderr)
-            return 1
         if kills >= args.kills:
+            rc = proc.wait()
             break
-        # It finished before the kill: nothing left to kill; stop.
-        break
+        deadline = rng.uniform(0.2, longest)
+        try:
+            rc = proc.wait(timeout=deadline)
+            break  # finished before its kill moment
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+            done = max(losses(kill_metrics)) if os.path.exists(kill_metrics) and losses(kill_metrics) else 0
+            print(f"kill {kills}/{args.kills} after {deadline:.2f} s (last logged step {done})", flush=True)
+    if rc != 0:
+        print(f"ps_train exited with status {rc}", file=sys.stderr)
+        return 1
 
     ref = losses(os.path.join(ref_dir, "metrics.jsonl"))
     got = losses(os.path.join(kill_dir, "metrics.jsonl"))
@@ -97,7 +97,9 @@ def main():
         print(f"step {s}: reference {ref[s]!r}, killed+resumed {got[s]!r}")
     print(f"{kills} kills, {starts} starts; steps compared: {len(ref)}; missing: {len(missing)}; "
           f"mismatches: {len(mismatches)}")
-    return 1 if mismatches or missing or len(ref) != args.steps else 0
+    if kills < args.kills:
+        print(f"the run finished after {kills} of {args.kills} kills", file=sys.stderr)
+    return 1 if mismatches or missing or len(ref) != args.steps or kills < args.kills else 0
 
 
 if __name__ == "__main__":

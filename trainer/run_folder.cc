@@ -74,14 +74,24 @@ void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml
   }
 }
 
-void ClaimOutputDir(const Config& c, bool resuming) {
+bool ClaimOutputDir(const Config& c, bool resuming) {
   const fs::path out = c.run.output_dir;
   const fs::path metrics = out / "metrics.jsonl";
   const std::string ckpt_dir = CheckpointDir(c);
   std::error_code ec;
   const bool has_metrics = fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0;
   const auto checkpoints = ListCheckpoints(ckpt_dir);
-  if (resuming || (!has_metrics && checkpoints.empty())) return;
+  if (resuming) return true;
+  if (!has_metrics && checkpoints.empty()) return false;
+  if (!c.run.overwrite && checkpoints.empty()) {
+    std::ifstream in(out / "config.resolved.yaml");
+    const std::string saved((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (saved == ConfigToYaml(c)) {
+      spdlog::warn("{}: an earlier attempt of this run stopped before its first checkpoint; starting again from step 0 "
+                   "(metrics.jsonl continues)", out.string());
+      return true;
+    }
+  }
   if (!c.run.overwrite) {
     std::string what = has_metrics ? metrics.string() : "";
     if (!checkpoints.empty()) what += (what.empty() ? "" : " and ") + std::to_string(checkpoints.size()) + " checkpoint(s) in " + ckpt_dir;
@@ -93,6 +103,7 @@ void ClaimOutputDir(const Config& c, bool resuming) {
   for (const char* name : {"metrics.jsonl", "config.resolved.yaml", "chunk_timeline.json"}) fs::remove(out / name, ec);
   for (const auto& dir : checkpoints) fs::remove_all(dir);
   fs::remove(fs::path(ckpt_dir) / "latest", ec);
+  return false;
 }
 
 void DropPartialLastLine(const std::string& path) {

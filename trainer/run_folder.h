@@ -23,10 +23,14 @@ void CheckFingerprint(const nlohmann::json& saved, const nlohmann::json& now, co
 // Logs (info) every resolved-config key whose value differs from the saving run's.
 void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml);
 
-// Before anything is written: when run.output_dir holds another run's files
-// (metrics.jsonl with content, or checkpoints) and this run does not resume: with
-// run.overwrite, deletes them; otherwise throws ConfigError saying what to do.
-void ClaimOutputDir(const Config& config, bool resuming);
+// Before anything is written: when run.output_dir holds a run's files (metrics.jsonl
+// with content, or checkpoints) and this run does not resume from a checkpoint:
+// - the same run (config.resolved.yaml equal to this config: an attempt killed before
+//   its first checkpoint) restarts from step 0, appending to its metrics;
+// - with run.overwrite, the files are deleted;
+// - otherwise it is another run: throws ConfigError saying what to do.
+// Returns whether metrics.jsonl is continued (appended to) rather than started anew.
+bool ClaimOutputDir(const Config& config, bool resuming);
 
 // A metrics.jsonl cut mid-line by a kill: drops the partial last line, so appended
 // lines start on their own line.

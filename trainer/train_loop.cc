@@ -60,11 +60,12 @@ struct RunData {
 RunData OpenData(const Config& c) {
   RunData d;
   const auto seed = static_cast<uint64_t>(c.run.seed);
-  d.train = data::OpenTokenSource(c.data.format, c.data.train_path, c.model.vocab_size, seed, c.data.synthetic_tokens);
+  d.train = data::OpenTokenSource(c.data.format, c.data.train_path, c.model.vocab_size, seed, c.data.synthetic_tokens,
+                                  "data.train_path");
   if (c.data.format == data::DataFormat::kSynthetic) {
     d.valid = data::OpenTokenSource(c.data.format, "", c.model.vocab_size, seed + 1, c.data.synthetic_tokens);
   } else if (!c.data.valid_path.empty()) {
-    d.valid = data::OpenTokenSource(c.data.format, c.data.valid_path, c.model.vocab_size, 0, 0);
+    d.valid = data::OpenTokenSource(c.data.format, c.data.valid_path, c.model.vocab_size, 0, 0, "data.valid_path");
   }
   d.sampler = std::make_unique<data::BatchSampler>(*d.train, c.data.seq_len, c.data.shuffle, seed);
   if (d.valid) data::BatchSampler check(*d.valid, c.data.seq_len, /*shuffle=*/false, 0);
@@ -161,14 +162,14 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   }
   if (!c.run.overwrite) resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, &resume_path);
   if (resume) CheckFingerprint(resume->fingerprint, RunFingerprint(c), resume_path);
-  ClaimOutputDir(c, resume.has_value());
+  const bool continue_metrics = ClaimOutputDir(c, resume.has_value());
 
   std::filesystem::create_directories(c.run.output_dir);
   WriteFileAtomically((std::filesystem::path(c.run.output_dir) / "config.resolved.yaml").string(), ConfigToYaml(c));
   std::unique_ptr<MetricsWriter> metrics;
   if (c.logging.jsonl) {
     const auto path = (std::filesystem::path(c.run.output_dir) / "metrics.jsonl").string();
-    if (resume) {
+    if (continue_metrics) {
       DropPartialLastLine(path);
     } else {
       std::filesystem::remove(path);  // one run per file

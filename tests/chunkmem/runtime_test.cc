@@ -198,3 +198,25 @@ TEST_CASE("bf16 compute chunks keep an fp32 master", "[runtime]") {
 
 }  // namespace
 }  // namespace ps::chunkmem
+
+namespace ps::chunkmem {
+namespace {
+
+TEST_CASE("a graph that outlives its runtime fails cleanly in backward", "[runtime][teardown]") {
+  at::manual_seed(0);
+  Toy m;
+  const at::Tensor x = at::randn({3, 8});
+  auto store = Store(1 << 20);
+  at::Tensor loss;
+  {
+    ChunkRuntime rt({{"shared", m.shared, {0, 2}}, {"unused", m.unused, {1}}, {"middle", m.middle, {1}},
+                     {"tail", m.tail, {3}}},
+                    *store, RuntimeOptions{64, at::kFloat, EvictionKind::kLru, 1});
+    loss = Forward(m, x, &rt);
+  }  // the runtime is gone; the graph in `loss` still has its pre-backward nodes
+  CHECK_THROWS_WITH(loss.backward(), Catch::Contains("chunk runtime is gone"));
+  CHECK(m.middle.numel() == 64);  // the model got its values back at teardown
+}
+
+}  // namespace
+}  // namespace ps::chunkmem

@@ -119,7 +119,8 @@ AdamSpan SpanOf(Inputs& in, ElemType grad_type, at::Tensor* out, ElemType out_ty
 }
 
 bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+  // Empty tensors have null data: memcmp must not see them, even for 0 bytes (UBSan).
+  return a.numel() == b.numel() && (a.nbytes() == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0);
 }
 
 TEST_CASE("every variant is bitwise equal to the scalar reference", "[cpu_adam][variants]") {

@@ -194,18 +194,24 @@ TEST_CASE("an output folder of another run is not overwritten silently", "[resum
   Train(first);
   const auto metrics = first.run.output_dir + "/metrics.jsonl";
   const auto size_before = fs::file_size(metrics);
-  // No checkpoint to resume: starting again in that folder is an error, and the
-  // earlier run's metrics are untouched.
-  CHECK_THROWS_WITH(Train(first), Catch::Contains("holds another run") && Catch::Contains("run.overwrite"));
+  // Another config and no checkpoint to resume: starting in that folder is an error,
+  // and the earlier run's metrics are untouched.
+  Config other = first;
+  other.optimizer.lr = 1e-3;
+  CHECK_THROWS_WITH(Train(other), Catch::Contains("holds another run") && Catch::Contains("run.overwrite"));
   CHECK(fs::file_size(metrics) == size_before);
   // A run that fails at data loading does not touch them either.
-  Config bad_data = first;
+  Config bad_data = other;
   bad_data.data.train_path = TempDir() + "/no_such_file.txt";
   CHECK_THROWS(Train(bad_data));
   CHECK(fs::file_size(metrics) == size_before);
-  Config overwrite = first;
-  overwrite.run.overwrite = true;
-  CHECK(Train(overwrite).losses.size() == 2);
+  // The same config again (an attempt killed before its first checkpoint) starts over
+  // and appends to the metrics.
+  CHECK(Train(first).losses.size() == 2);
+  CHECK(fs::file_size(metrics) > size_before);
+  other.run.overwrite = true;
+  CHECK(Train(other).losses.size() == 2);
+  CHECK(fs::file_size(metrics) < size_before + 10);  // replaced, not appended
 }
 
 TEST_CASE("a stop signal finishes the step, writes a checkpoint and reports the signal", "[resume][signal]") {
