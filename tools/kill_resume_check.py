@@ -66,25 +66,46 @@ def main():
     kills, starts = 0, 0
     cmd = common + ["--set", f"run.output_dir={kill_dir}"]
     kill_metrics = os.path.join(kill_dir, "metrics.jsonl")
-    # Kill moments spread so that each attempt usually gets past a checkpoint or two:
-    # up to 2.5 times the time of --every steps, plus start-up.
-    longest = max(0.6, 2.5 * ref_s * args.every / args.steps + 0.5)
+
+    def last_step():
+        try:
+            return max(losses(kill_metrics), default=0)
+        except (OSError, ValueError):
+            return 0
+
+    step_s = ref_s / args.steps
     while True:
         starts += 1
         proc = subprocess.Popen(cmd)
         if kills >= args.kills:
             rc = proc.wait()
             break
-        deadline = rng.uniform(0.2, longest)
-        try:
-            rc = proc.wait(timeout=deadline)
+        # Most kills land mid-training: after a random number of new steps (so before,
+        # during or after a checkpoint write), at a random moment within a step; one in
+        # five lands during start-up or the resume itself.
+        before = last_step()
+        during_startup = rng.random() < 0.2
+        target = before + rng.randint(1, 2 * args.every + 2)
+        t_start = time.time()
+        finished = False
+        while not finished:
+            if proc.poll() is not None:
+                finished = True
+                break
+            if during_startup and time.time() - t_start > rng.uniform(0.05, 1.0):
+                break
+            if not during_startup and last_step() >= target:
+                time.sleep(rng.uniform(0.0, step_s))
+                break
+            time.sleep(0.005)
+        if finished or proc.poll() is not None:
+            rc = proc.wait()
             break  # finished before its kill moment
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            kills += 1
-            done = max(losses(kill_metrics)) if os.path.exists(kill_metrics) and losses(kill_metrics) else 0
-            print(f"kill {kills}/{args.kills} after {deadline:.2f} s (last logged step {done})", flush=True)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        where = "during start-up" if during_startup else f"after step {last_step()}"
+        print(f"kill {kills}/{args.kills} {where} (this attempt began at step {before})", flush=True)
     if rc != 0:
         print(f"ps_train exited with status {rc}", file=sys.stderr)
         return 1
