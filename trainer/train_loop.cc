@@ -138,6 +138,124 @@ void WriteSaveRecords(Checkpointer& checkpointer, MetricsWriter* metrics) {
   }
 }
 
+// The checkpoint to resume (if any) and the output folder, resolved before anything is
+// written; then config.resolved.yaml and metrics.jsonl opened.
+struct RunStart {
+  std::optional<CheckpointContents> resume;
+  std::string resume_path;
+  std::unique_ptr<MetricsWriter> metrics;
+};
+
+RunStart StartRun(const Config& c) {
+  RunStart s;
+  if (c.run.overwrite && c.checkpoint.resume != "auto" && c.checkpoint.resume != "never") {
+    throw ConfigError("run.overwrite: true starts afresh, but checkpoint.resume names " + c.checkpoint.resume +
+                      " (drop one of them)");
+  }
+  if (!c.run.overwrite) s.resume = FindResumeCheckpoint(c.checkpoint, CheckpointDir(c), &s.resume_path);
+  if (s.resume) CheckFingerprint(s.resume->fingerprint, RunFingerprint(c), s.resume_path);
+  const bool continue_metrics = ClaimOutputDir(c, s.resume.has_value());
+  std::filesystem::create_directories(c.run.output_dir);
+  WriteFileAtomically((std::filesystem::path(c.run.output_dir) / "config.resolved.yaml").string(), ConfigToYaml(c));
+  if (c.logging.jsonl) {
+    const auto path = (std::filesystem::path(c.run.output_dir) / "metrics.jsonl").string();
+    if (continue_metrics) {
+      DropPartialLastLine(path);
+    } else {
+      std::filesystem::remove(path);  // one run per file
+    }
+    s.metrics = std::make_unique<MetricsWriter>(path);
+  }
+  return s;
+}
+
+// One optimizer step's figures.
+struct StepRecord {
+  double loss = 0, lr = 0;
+  StepOutcome outcome;
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, step_s = 0;
+};
+
+// Runs optimizer step `step` (from 1): micro-batches with accumulation, then the update.
+StepRecord RunStep(TrainingEngine& engine, data::BatchSampler& sampler, const Config& c, int64_t accum, double lr,
+                   int64_t step) {
+  const at::Device device = engine.device();
+  // logging.step_breakdown: phase boundaries wait for the device so each phase's time is its own.
+  auto phase_end = [&]() {
+    if (c.logging.step_breakdown && device.is_cuda()) torch::cuda::synchronize(device.index());
+    return Clock::now();
+  };
+  const auto t0 = Clock::now();
+  StepRecord r;
+  r.lr = lr;
+  engine.BeginStep();
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    auto batch = sampler.Next(c.train.micro_batch_size).to(device);
+    const auto forward_start = phase_end();
+    at::Tensor loss = engine.Forward(batch.narrow(1, 0, c.data.seq_len), batch.narrow(1, 1, c.data.seq_len), accum);
+    const auto backward_start = phase_end();
+    r.forward_ms += MsBetween(forward_start, backward_start);
+    engine.Backward(loss);
+    r.backward_ms += MsBetween(backward_start, phase_end());
+    loss_sum += loss.detach();
+  }
+  engine.SyncGradients();
+  const double max_norm = c.train.grad_clip > 0 ? c.train.grad_clip : std::numeric_limits<double>::infinity();
+  const auto optimizer_start = phase_end();
+  r.outcome = engine.OptimizerStep(lr, max_norm);
+  r.optimizer_ms = MsBetween(optimizer_start, phase_end());
+  if (r.outcome.skipped && !r.outcome.overflow_tolerated) {
+    throw std::runtime_error("gradient norm became " + std::to_string(r.outcome.grad_norm) + " at step " +
+                             std::to_string(step) + " (lower optimizer.lr or set train.grad_clip)");
+  }
+  engine.EndStep(step);
+  r.loss = loss_sum.item<double>();  // host sync: the step is done
+  r.step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!std::isfinite(r.loss) && !r.outcome.overflow_tolerated) {
+    throw std::runtime_error("training loss became " + std::to_string(r.loss) + " at step " + std::to_string(step) +
+                             " (lower optimizer.lr or set train.grad_clip)");
+  }
+  return r;
+}
+
+void LogStep(const StepRecord& r, int64_t step, int64_t tokens_seen, double tokens_per_s, double tflops,
+             const Config& c, TrainingEngine& engine, MetricsWriter* metrics) {
+  spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | {:.3f} TFLOPS", step,
+               c.train.max_steps, r.loss, r.lr, r.outcome.grad_norm, r.step_s * 1e3, tokens_per_s, tflops);
+  JsonLine line;
+  line.Add("step", step)
+      .Add("loss", r.loss)
+      .Add("lr", r.lr)
+      .Add("grad_norm", r.outcome.grad_norm)
+      .Add("step_ms", r.step_s * 1e3)
+      .Add("tokens_per_s", tokens_per_s)
+      .Add("tflops", tflops)
+      .Add("tokens", tokens_seen);
+  if (c.logging.step_breakdown) {
+    line.Add("forward_ms", r.forward_ms).Add("backward_ms", r.backward_ms).Add("optimizer_ms", r.optimizer_ms);
+  }
+  engine.AddStepMetrics(line, r.outcome);
+  if (metrics) metrics->Write(line);
+}
+
+void WriteSummary(MetricsWriter& metrics, const TrainResult& result, const Config& c, double elapsed_s,
+                  double flops_per_token, int64_t params, at::Device device, int threads) {
+  metrics.Write(JsonLine()
+                    .Add("summary", true)
+                    .Add("steps", c.train.max_steps)
+                    .Add("start_step", result.start_step)
+                    .Add("first_loss", result.losses.front())
+                    .Add("final_loss", result.losses.back())
+                    .Add("final_eval_loss", result.final_eval_loss)
+                    .Add("tokens_per_s", result.tokens_per_s)
+                    .Add("tflops", flops_per_token * result.tokens_per_s / 1e12)
+                    .Add("elapsed_s", elapsed_s)
+                    .Add("params", params)
+                    .Add("device", device.str())
+                    .Add("threads", static_cast<int64_t>(threads)));
+}
+
 }  // namespace
 
 TrainResult Train(const Config& c, const TrainOptions& options) {
@@ -150,58 +268,32 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   at::set_num_threads(threads);
   const at::Device device = ChooseDevice(c.run.device);
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
-
-  // Everything that can be wrong with the input is checked before a file is written.
-  RunData data = OpenData(c);
-  const std::string ckpt_dir = CheckpointDir(c);
-  std::string resume_path;
-  std::optional<CheckpointContents> resume;
-  if (c.run.overwrite && c.checkpoint.resume != "auto" && c.checkpoint.resume != "never") {
-    throw ConfigError("run.overwrite: true starts afresh, but checkpoint.resume names " + c.checkpoint.resume +
-                      " (drop one of them)");
-  }
-  if (!c.run.overwrite) resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, &resume_path);
-  if (resume) CheckFingerprint(resume->fingerprint, RunFingerprint(c), resume_path);
-  const bool continue_metrics = ClaimOutputDir(c, resume.has_value());
-
-  std::filesystem::create_directories(c.run.output_dir);
-  WriteFileAtomically((std::filesystem::path(c.run.output_dir) / "config.resolved.yaml").string(), ConfigToYaml(c));
-  std::unique_ptr<MetricsWriter> metrics;
-  if (c.logging.jsonl) {
-    const auto path = (std::filesystem::path(c.run.output_dir) / "metrics.jsonl").string();
-    if (continue_metrics) {
-      DropPartialLastLine(path);
-    } else {
-      std::filesystem::remove(path);  // one run per file
-    }
-    metrics = std::make_unique<MetricsWriter>(path);
-  }
+  RunData data = OpenData(c);  // every input is checked before a file is written
+  RunStart start = StartRun(c);
+  MetricsWriter* metrics = start.metrics.get();
 
   models::Gpt model(c.model);
   const auto counts = model->CountParameters();  // before an engine takes the storage
   std::unique_ptr<TrainingEngine> engine = MakeEngine(model, c, device);
-  optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
-  Checkpointer checkpointer(c.checkpoint, ckpt_dir);
-
+  const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
+  Checkpointer checkpointer(c.checkpoint, CheckpointDir(c));
   TrainResult result;
   result.final_eval_loss = std::numeric_limits<double>::quiet_NaN();
   const int64_t tokens_per_step = c.train.global_batch_size * c.data.seq_len;
   int64_t tokens_seen = 0;
-  if (resume) {
-    LogConfigChanges(resume->config_yaml, ConfigToYaml(c));
-    engine->Load(resume->engine);
-    data.sampler->set_consumed_samples(resume->consumed_samples);
-    RestoreRngStates(resume->rng, device);
-    result.start_step = resume->step;
-    tokens_seen = resume->tokens_seen;
-    spdlog::info("resumed from {} (step {}, {} samples consumed, written by {})", resume_path, resume->step,
-                 resume->consumed_samples, resume->version);
-    if (metrics) {
-      metrics->Write(JsonLine().Add("resumed_from_step", resume->step).Add("checkpoint_path", resume_path));
-    }
-    resume.reset();  // frees the loaded tensors
+  if (start.resume) {
+    const CheckpointContents& r = *start.resume;
+    LogConfigChanges(r.config_yaml, ConfigToYaml(c));
+    engine->Load(r.engine);
+    data.sampler->set_consumed_samples(r.consumed_samples);
+    RestoreRngStates(r.rng, device);
+    result.start_step = r.step;
+    tokens_seen = r.tokens_seen;
+    spdlog::info("resumed from {} (step {}, {} samples consumed, written by {})", start.resume_path, r.step,
+                 r.consumed_samples, r.version);
+    if (metrics) metrics->Write(JsonLine().Add("resumed_from_step", r.step).Add("checkpoint_path", start.resume_path));
+    start.resume.reset();  // frees the loaded tensors
   }
-
   const double flops_per_token = TrainingFlopsPerToken(counts.total_numel, c.model.n_layer, c.model.n_embd, c.data.seq_len);
   spdlog::info("run '{}': GPT {} layers x {} wide, {} heads; {:.2f}M parameters ({:.2f}M non-embedding)", c.run.name,
                c.model.n_layer, c.model.n_embd, c.model.n_head, counts.total_numel / 1e6, counts.non_embedding_numel / 1e6);
@@ -216,77 +308,25 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   double timed_s = 0.0;
   int64_t timed_tokens = 0;
   const auto run_start = Clock::now();
-  // logging.step_breakdown: phase boundaries wait for the device so each phase's time is its own.
-  auto phase_end = [&]() {
-    if (c.logging.step_breakdown && device.is_cuda()) torch::cuda::synchronize(device.index());
-    return Clock::now();
-  };
   for (int64_t step = result.start_step + 1; step <= c.train.max_steps; ++step) {
-    const auto t0 = Clock::now();
-    double forward_ms = 0, backward_ms = 0;
-    const double lr = schedule.LrAt(step - 1);
-    engine->BeginStep();
-    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      auto batch = data.sampler->Next(c.train.micro_batch_size).to(device);
-      const auto forward_start = phase_end();
-      at::Tensor loss = engine->Forward(batch.narrow(1, 0, c.data.seq_len), batch.narrow(1, 1, c.data.seq_len), accum);
-      const auto backward_start = phase_end();
-      forward_ms += MsBetween(forward_start, backward_start);
-      engine->Backward(loss);
-      backward_ms += MsBetween(backward_start, phase_end());
-      loss_sum += loss.detach();
-    }
-    engine->SyncGradients();
-    const double max_norm = c.train.grad_clip > 0 ? c.train.grad_clip : std::numeric_limits<double>::infinity();
-    const auto optimizer_start = phase_end();
-    const StepOutcome outcome = engine->OptimizerStep(lr, max_norm);
-    const double optimizer_ms = MsBetween(optimizer_start, phase_end());
-    if (outcome.skipped && !outcome.overflow_tolerated) {
-      throw std::runtime_error("gradient norm became " + std::to_string(outcome.grad_norm) + " at step " +
-                               std::to_string(step) + " (lower optimizer.lr or set train.grad_clip)");
-    }
-    engine->EndStep(step);
-    const double loss = loss_sum.item<double>();  // host sync: the step is done
-    const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (!std::isfinite(loss) && !outcome.overflow_tolerated) {
-      throw std::runtime_error("training loss became " + std::to_string(loss) + " at step " + std::to_string(step) +
-                               " (lower optimizer.lr or set train.grad_clip)");
-    }
-    divergence.Check(outcome, step);
+    const StepRecord r = RunStep(*engine, *data.sampler, c, accum, schedule.LrAt(step - 1), step);
+    divergence.Check(r.outcome, step);
     tokens_seen += tokens_per_step;
-    result.losses.push_back(loss);
-    result.lrs.push_back(lr);
-    result.loss_scales.push_back(outcome.loss_scale);
-    result.skipped.push_back(outcome.skipped);
-    if (step > result.start_step + 1 || c.train.max_steps == result.start_step + 1) {
-      timed_s += step_s;
+    result.losses.push_back(r.loss);
+    result.lrs.push_back(r.lr);
+    result.loss_scales.push_back(r.outcome.loss_scale);
+    result.skipped.push_back(r.outcome.skipped);
+    const bool first = step == result.start_step + 1, last = step == c.train.max_steps;
+    if (!first || last) {  // the first step (warm-up, allocations) is not timed unless it is the only one
+      timed_s += r.step_s;
       timed_tokens += tokens_per_step;
     }
-    const double tokens_per_s = tokens_per_step / step_s;
-    const double tflops = flops_per_token * tokens_per_s / 1e12;
-    const bool last = step == c.train.max_steps;
-    if (step % c.logging.log_every == 0 || step == result.start_step + 1 || last) {
-      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | {:.3f} TFLOPS", step,
-                   c.train.max_steps, loss, lr, outcome.grad_norm, step_s * 1e3, tokens_per_s, tflops);
-      JsonLine line;
-      line.Add("step", step)
-          .Add("loss", loss)
-          .Add("lr", lr)
-          .Add("grad_norm", outcome.grad_norm)
-          .Add("step_ms", step_s * 1e3)
-          .Add("tokens_per_s", tokens_per_s)
-          .Add("tflops", tflops)
-          .Add("tokens", tokens_seen);
-      if (c.logging.step_breakdown) {
-        line.Add("forward_ms", forward_ms).Add("backward_ms", backward_ms).Add("optimizer_ms", optimizer_ms);
-      }
-      engine->AddStepMetrics(line, outcome);
-      if (metrics) metrics->Write(line);
+    if (step % c.logging.log_every == 0 || first || last) {
+      const double tokens_per_s = tokens_per_step / r.step_s;
+      LogStep(r, step, tokens_seen, tokens_per_s, flops_per_token * tokens_per_s / 1e12, c, *engine, metrics);
     }
     if (options.abort_after_step == step) return result;  // tests: as if killed here
-    const bool eval_now = data.valid && (last || (c.train.eval_every > 0 && step % c.train.eval_every == 0));
-    if (eval_now) {
+    if (data.valid && (last || (c.train.eval_every > 0 && step % c.train.eval_every == 0))) {
       result.final_eval_loss = Evaluate(*engine, *data.valid, c);
       spdlog::info("eval  {:>5} | loss {:.4f}", step, result.final_eval_loss);
       if (metrics) metrics->Write(JsonLine().Add("step", step).Add("eval_loss", result.final_eval_loss));
@@ -296,17 +336,16 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
       if (signal != 0) spdlog::warn("signal {} received: saving a checkpoint at step {} and stopping", signal, step);
       checkpointer.Save(Contents(*engine, c, step, data.sampler->consumed_samples(), tokens_seen, device));
     }
-    WriteSaveRecords(checkpointer, metrics.get());
+    if (signal != 0) checkpointer.Wait();
+    WriteSaveRecords(checkpointer, metrics);
     if (signal != 0) {
-      checkpointer.Wait();
-      WriteSaveRecords(checkpointer, metrics.get());
       if (metrics) metrics->Write(JsonLine().Add("stopped_by_signal", static_cast<int64_t>(signal)).Add("step", step));
       result.stop_signal = signal;
       return result;
     }
   }
   checkpointer.Wait();
-  WriteSaveRecords(checkpointer, metrics.get());
+  WriteSaveRecords(checkpointer, metrics);
   result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0.0;
   engine->FillResult(result);
   const double elapsed_s = std::chrono::duration<double>(Clock::now() - run_start).count();
@@ -317,21 +356,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   spdlog::info("done: steps {} to {} in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} | {:.0f} tok/s | {:.3f} TFLOPS",
                result.start_step + 1, c.train.max_steps, elapsed_s, result.losses.front(), result.losses.back(),
                result.final_eval_loss, result.tokens_per_s, flops_per_token * result.tokens_per_s / 1e12);
-  if (metrics) {
-    metrics->Write(JsonLine()
-                       .Add("summary", true)
-                       .Add("steps", c.train.max_steps)
-                       .Add("start_step", result.start_step)
-                       .Add("first_loss", result.losses.front())
-                       .Add("final_loss", result.losses.back())
-                       .Add("final_eval_loss", result.final_eval_loss)
-                       .Add("tokens_per_s", result.tokens_per_s)
-                       .Add("tflops", flops_per_token * result.tokens_per_s / 1e12)
-                       .Add("elapsed_s", elapsed_s)
-                       .Add("params", counts.total_numel)
-                       .Add("device", device.str())
-                       .Add("threads", static_cast<int64_t>(threads)));
-  }
+  if (metrics) WriteSummary(*metrics, result, c, elapsed_s, flops_per_token, counts.total_numel, device, threads);
   return result;
 }
 
