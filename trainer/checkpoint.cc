@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <sstream>
 
@@ -32,13 +33,26 @@ struct FileEntry {
 };
 
 // One safetensors file, streamed tensor by tensor (one host copy at a time), hashed as
-// it is written, fsynced.
+// it is written, fsynced. Hashing a tensor runs on a second thread while its bytes are
+// written, so a save costs max(disk, SHA-256) rather than their sum (SHA-256 with the
+// CPU's SHA extensions: ~1.5 GB/s a core, slower than an NVMe disk).
 FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tensors) {
   CheckedFile out(path, CheckedFile::Mode::kTruncate);
   Sha256 hash;
   auto put = [&](const void* data, size_t bytes) {
-    out.Write(data, bytes);
-    hash.Update(data, bytes);
+    if (bytes < (size_t{1} << 20)) {
+      out.Write(data, bytes);
+      hash.Update(data, bytes);
+      return;
+    }
+    auto hashed = std::async(std::launch::async, [&] { hash.Update(data, bytes); });
+    try {
+      out.Write(data, bytes);
+    } catch (...) {
+      hashed.wait();  // the hasher reads `data`: let it finish before unwinding
+      throw;
+    }
+    hashed.get();
   };
   const std::string header = models::SafetensorsHeader(tensors);
   const uint64_t header_bytes = header.size();
