@@ -125,8 +125,9 @@ class Loader {
   void Walk(const YAML::Node& map, const std::string& prefix, const std::string& source) {
     std::map<std::string, YAML::Mark> seen;
     for (auto it = map.begin(); it != map.end(); ++it) {
-      const YAML::Node& key_node = it->first;
-      const YAML::Node& value = it->second;
+      // Copies: yaml-cpp iterators hand out a temporary proxy, so a reference would dangle.
+      const YAML::Node key_node = it->first;
+      const YAML::Node value = it->second;
       if (!key_node.IsScalar()) {
         throw ConfigError(Where(source, key_node.Mark()) + ": keys must be plain names");
       }

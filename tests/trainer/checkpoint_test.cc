@@ -10,6 +10,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/config_loader.h"
 #include "trainer/train_loop.h"
+#include "tests/temp_dir.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 
@@ -18,10 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir ? dir : "/tmp";
-}
+using testing::TempDir;
 
 CheckpointContents Sample() {
   CheckpointContents c;

@@ -13,16 +13,14 @@
 #include "trainer/chunk_setup.h"
 #include "trainer/config_loader.h"
 #include "trainer/train_loop.h"
+#include "tests/temp_dir.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 
 namespace ps::trainer {
 namespace {
 
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir ? dir : "/tmp";
-}
+using testing::TempDir;
 
 std::string WriteCorpus() {
   const std::string path = TempDir() + "/corpus.txt";

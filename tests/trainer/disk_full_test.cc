@@ -15,6 +15,7 @@
 #include "trainer/config_loader.h"
 #include "trainer/metrics.h"
 #include "trainer/train_loop.h"
+#include "tests/temp_dir.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 
@@ -23,10 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir ? dir : "/tmp";
-}
+using testing::TempDir;
 
 TEST_CASE("metrics.jsonl on a full disk: the write throws, naming the file", "[disk_full]") {
   MetricsWriter metrics("/dev/full");

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "optim/lr_schedule.h"
+#include "tests/temp_dir.h"
 #include "tests/catch.h"
 #include "trainer/config_loader.h"
 #include "trainer/train_loop.h"
@@ -12,10 +13,7 @@
 namespace ps::trainer {
 namespace {
 
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir ? dir : "/tmp";
-}
+using testing::TempDir;
 
 std::string WriteCorpus() {
   const std::string path = TempDir() + "/corpus.txt";
