@@ -94,11 +94,10 @@ CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointCo
   const fs::path final_path = fs::path(dir) / name;
   report.path = final_path.string();
   fs::create_directories(dir);
-  if (fs::exists(final_path / kStateFile)) return report;  // this step is saved already
   const fs::path tmp = fs::path(dir) / (".tmp_" + name);
+  const fs::path old = fs::path(dir) / (".old_" + name);
   std::error_code ignored;
   fs::remove_all(tmp, ignored);
-  fs::remove_all(final_path, ignored);  // an incomplete folder of this step (no state.json)
   try {
     fs::create_directories(tmp);
     nlohmann::json files = nlohmann::json::object();
@@ -129,8 +128,16 @@ CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointCo
     out.Close();
     report.bytes += out.bytes_written();
     SyncDirectory(tmp.string());
+    // A folder of this step already (a run resumed from an earlier step saves it again;
+    // it may be the corrupt one resume skipped): moved aside only now that the new one
+    // is complete, and deleted after the new one is in place.
+    if (fs::exists(final_path)) {
+      fs::remove_all(old, ignored);
+      fs::rename(final_path, old);
+    }
     fs::rename(tmp, final_path);
     SyncDirectory(dir);
+    fs::remove_all(old, ignored);
   } catch (...) {
     fs::remove_all(tmp, ignored);
     throw;
@@ -221,7 +228,8 @@ std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep) 
   }
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (StartsWith(entry.path().filename().string(), ".tmp_step_")) {
+    const std::string name = entry.path().filename().string();
+    if (StartsWith(name, ".tmp_step_") || StartsWith(name, ".old_step_")) {
       fs::remove_all(entry.path(), ec);
       deleted.push_back(entry.path().string());
     }

@@ -44,7 +44,8 @@ struct CheckpointWriteReport {
 };
 
 // Writes `contents` (tensors may live on any device; one at a time is copied to the
-// host) as <dir>/step_<step>/. If that folder exists already it is left as it is.
+// host) as <dir>/step_<step>/. A folder of that step already there is replaced once
+// the new one is complete.
 // Throws std::runtime_error naming the file on any failed write; the temporary folder
 // is removed and nothing complete is touched.
 CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointContents& contents);
@@ -56,8 +57,8 @@ CheckpointContents ReadCheckpoint(const std::string& path);
 // The step_<N> folders of `dir` that have a state.json, newest (largest N) first.
 std::vector<std::string> ListCheckpoints(const std::string& dir);
 
-// Deletes all but the newest `keep` complete checkpoints, and .tmp_ leftovers older
-// than the newest complete one. Returns the folders deleted.
+// Deletes all but the newest `keep` complete checkpoints, and .tmp_/.old_ leftovers of
+// interrupted saves. Returns the folders deleted.
 std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep);
 
 }  // namespace ps::trainer

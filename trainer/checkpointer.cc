@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <utility>
 
 namespace ps::trainer {
@@ -116,11 +117,18 @@ std::vector<SaveRecord> Checkpointer::TakeFinished() {
 std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
                                                        std::string* path) {
   if (config.resume == "never") return std::nullopt;
+  std::string search = dir;
   if (config.resume != "auto") {
-    *path = config.resume;
-    return ReadCheckpoint(config.resume);
+    // A step_N folder; or a checkpoint.dir (no state.json, step_N folders inside): its newest.
+    const bool folder_of_checkpoints = !std::filesystem::exists(std::filesystem::path(config.resume) / "state.json") &&
+                                       !ListCheckpoints(config.resume).empty();
+    if (!folder_of_checkpoints) {
+      *path = config.resume;
+      return ReadCheckpoint(config.resume);
+    }
+    search = config.resume;
   }
-  for (const auto& candidate : ListCheckpoints(dir)) {
+  for (const auto& candidate : ListCheckpoints(search)) {
     try {
       CheckpointContents c = ReadCheckpoint(candidate);
       *path = candidate;

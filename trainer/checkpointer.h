@@ -64,9 +64,10 @@ class Checkpointer {
   std::vector<SaveRecord> finished_;
 };
 
-// The checkpoint a run resumes from: checkpoint.resume = never -> none; a path -> that
-// checkpoint (any error is thrown); auto -> the newest complete one in `dir` that
-// verifies, reporting (and skipping) corrupt newer ones; none if there is none.
+// The checkpoint a run resumes from: checkpoint.resume = never -> none; the path of a
+// step_N folder -> that checkpoint (any error is thrown); auto -> the newest complete
+// one in `dir` that verifies, reporting (and skipping) corrupt newer ones, none if
+// there is none; the path of a folder of checkpoints -> as auto, in that folder.
 std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
                                                        std::string* path);
 

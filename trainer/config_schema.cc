@@ -429,7 +429,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Text("checkpoint.dir", PS_ACCESS(checkpoint.dir), "checkpoint folder; empty = <run.output_dir>/checkpoints"),
       Bool("checkpoint.at_end", PS_ACCESS(checkpoint.at_end), "save after the last step"),
       Text("checkpoint.resume", PS_ACCESS(checkpoint.resume),
-           "auto = from the newest valid checkpoint in checkpoint.dir, if any; never; or the path of a step_N folder"),
+           "auto = from the newest valid checkpoint in checkpoint.dir, if any; never; or a path: a step_N folder, "
+           "or a folder of them (its newest valid one)"),
       Bool("checkpoint.async", PS_ACCESS(checkpoint.async),
            "write from a host copy in a background thread while training goes on (when the host has room)"),
   };

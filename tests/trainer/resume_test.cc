@@ -172,12 +172,17 @@ TEST_CASE("resume: auto skips a corrupt newest checkpoint for the next older val
   }
   CHECK_THROWS_WITH(ReadCheckpoint(c.run.output_dir + "/checkpoints/step_12"),
                     Catch::Contains("optimizer.safetensors: SHA-256") && Catch::Contains("corrupt"));
-  const TrainResult r = Train(c);
-  CHECK(r.start_step == 8);
   // An explicit path to the corrupt one is an error, not a silent fallback.
   Config explicit_path = c;
   explicit_path.checkpoint.resume = c.run.output_dir + "/checkpoints/step_12";
   CHECK_THROWS_WITH(Train(explicit_path), Catch::Contains("corrupt"));
+  const TrainResult r = Train(c);
+  CHECK(r.start_step == 8);
+  // A folder of checkpoints as the path: its newest valid one, as auto does.
+  Config folder = Tiny("corrupt_folder", {"checkpoint.resume=" + c.run.output_dir + "/checkpoints"});
+  CHECK(Train(folder).start_step == 16);
+  // The resumed run saved step 12 again, replacing the corrupt one.
+  CHECK(ReadCheckpoint(c.run.output_dir + "/checkpoints/step_12").step == 12);
 }
 
 TEST_CASE("a checkpoint of another model is refused, naming what differs", "[resume][fingerprint]") {

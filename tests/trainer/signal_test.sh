@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stop signals through the real binary (trainer/stop_signals.h): SIGUSR1 (Slurm's
-# --signal=USR1@90) during a run finishes the step, writes a checkpoint and exits 42;
+# --signal=USR1@90) or SIGTERM during a run finishes the step, writes a checkpoint and exits 42;
 # the requeued command resumes from that step. A second signal exits at once (128 + 15).
 set -euo pipefail
 bin="$TEST_SRCDIR/ps_train/trainer/ps_train"
@@ -39,6 +39,18 @@ step=$(sed -n 's/.*"stopped_by_signal": 10, "step": \([0-9]*\).*/\1/p' "$out/met
 "$bin" --config "$work/run.yaml" --set run.output_dir="$out" --set train.max_steps=$((step + 2))
 grep -q "\"resumed_from_step\": $step" "$out/metrics.jsonl" || { echo "the rerun did not resume from $step" >&2; exit 1; }
 grep -q "\"step\": $((step + 2))," "$out/metrics.jsonl" || { echo "the resumed run did not train on" >&2; exit 1; }
+
+# SIGTERM (Slurm's time limit, `kill`): the same.
+out="$work/term"
+"$bin" --config "$work/run.yaml" --set run.output_dir="$out" &
+pid=$!
+wait_for_step "$out"
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 42 ] || { echo "SIGTERM: exit status $rc, expected 42" >&2; exit 1; }
+grep -q '"stopped_by_signal": 15' "$out/metrics.jsonl" || { echo "no stopped_by_signal 15 line" >&2; exit 1; }
+ls "$out"/checkpoints/step_*/state.json > /dev/null || { echo "SIGTERM: no checkpoint" >&2; exit 1; }
 
 # Two SIGTERMs: the second one ends the process at once, without waiting for the step
 # (steps of ~1 s here; the signals are 0.2 s apart so they are not merged).
