@@ -25,7 +25,7 @@ import tempfile
 
 
 def run(ps_train, config, overrides, out_dir):
-    args = [ps_train, "--config", config, "--set", f"run.output_dir={out_dir}"]
+    args = [ps_train, "--config", config, "--set", f"run.output_dir={out_dir}", "--set", "checkpoint.at_end=false"]
     for o in overrides:
         args += ["--set", o]
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

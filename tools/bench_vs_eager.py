@@ -110,7 +110,7 @@ def run_eager(m, batch, steps):
 def run_ps(exe, m, batch, steps, threads):
     out = tempfile.mkdtemp(prefix="bench_vs_eager_")
     sets = {"data.format": "synthetic", "run.device": "cpu", "run.threads": threads,
-            "run.output_dir": out, "train.max_steps": steps, "train.eval_steps": 1,
+            "run.output_dir": out, "train.max_steps": steps, "train.eval_steps": 1, "checkpoint.at_end": "false",
             "train.micro_batch_size": batch, "train.global_batch_size": batch,
             "data.seq_len": m["seq_len"], "model.n_layer": m["n_layer"], "model.n_head": m["n_head"],
             "model.n_embd": m["n_embd"], "model.n_positions": m["n_positions"],
