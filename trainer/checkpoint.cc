@@ -93,7 +93,11 @@ CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointCo
   const std::string name = "step_" + std::to_string(c.step);
   const fs::path final_path = fs::path(dir) / name;
   report.path = final_path.string();
-  fs::create_directories(dir);
+  if (!fs::exists(dir)) {
+    fs::create_directories(dir);
+    const fs::path parent = fs::absolute(dir).parent_path();
+    SyncDirectory(parent.string());  // the new folder itself survives a power loss
+  }
   const fs::path tmp = fs::path(dir) / (".tmp_" + name);
   const fs::path old = fs::path(dir) / (".old_" + name);
   std::error_code ignored;
@@ -117,6 +121,7 @@ CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointCo
                                   {"step", c.step},
                                   {"consumed_samples", c.consumed_samples},
                                   {"tokens_seen", c.tokens_seen},
+                                  {"min_scale_skips", c.min_scale_skips},
                                   {"adam_steps", c.engine.adam_steps},
                                   {"engine", c.engine.extra},
                                   {"fingerprint", c.fingerprint},
@@ -140,6 +145,7 @@ CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointCo
     fs::remove_all(old, ignored);
   } catch (...) {
     fs::remove_all(tmp, ignored);
+    if (!fs::exists(final_path) && fs::exists(old)) fs::rename(old, final_path, ignored);  // put the old one back
     throw;
   }
   WriteFileAtomically((fs::path(dir) / "latest").string(), name + "\n");
@@ -161,6 +167,7 @@ CheckpointContents ReadCheckpoint(const std::string& path) {
     c.step = state.at("step").get<int64_t>();
     c.consumed_samples = state.at("consumed_samples").get<int64_t>();
     c.tokens_seen = state.at("tokens_seen").get<int64_t>();
+    c.min_scale_skips = state.value("min_scale_skips", int64_t{0});
     c.engine.adam_steps = state.at("adam_steps").get<std::map<std::string, int64_t>>();
     c.engine.extra = state.at("engine");
     c.fingerprint = state.at("fingerprint");
@@ -175,13 +182,24 @@ CheckpointContents ReadCheckpoint(const std::string& path) {
     const std::string file = (fs::path(path) / it.key()).string();
     TORCH_CHECK(it.key().find('/') == std::string::npos, state_path, ": file name '", it.key(), "' has a '/'");
     TORCH_CHECK(fs::is_regular_file(file), file, ": missing (listed in ", state_path, ")");
+    int64_t expected_bytes = 0;
+    std::string expected_sha;
+    try {
+      expected_bytes = it.value().at("bytes").get<int64_t>();
+      expected_sha = it.value().at("sha256").get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      TORCH_CHECK(false, state_path, ": the entry of ", it.key(), " is malformed (", e.what(), ")");
+    }
     int64_t bytes = 0;
-    const std::string sha = Sha256OfFile(file, &bytes);
-    const int64_t expected_bytes = it.value().at("bytes").get<int64_t>();
+    std::string sha;
+    try {
+      sha = Sha256OfFile(file, &bytes);
+    } catch (const std::runtime_error& e) {
+      TORCH_CHECK(false, e.what());  // a read error: reported like any other bad file
+    }
     TORCH_CHECK(bytes == expected_bytes, file, ": ", bytes, " bytes, ", state_path, " says ", expected_bytes,
                 " (truncated or replaced)");
-    TORCH_CHECK(sha == it.value().at("sha256").get<std::string>(), file, ": SHA-256 ", sha, " does not match ",
-                state_path, " (the file is corrupt)");
+    TORCH_CHECK(sha == expected_sha, file, ": SHA-256 ", sha, " does not match ", state_path, " (the file is corrupt)");
     for (auto& [name, tensor] : models::LoadSafetensors(file)) {
       models::TensorMap* target = &c.engine.params;
       std::string key = name;
@@ -219,20 +237,31 @@ std::vector<std::string> ListCheckpoints(const std::string& dir) {
   return out;
 }
 
-std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep) {
+std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep, const std::string& written) {
   std::vector<std::string> deleted;
-  const auto complete = ListCheckpoints(dir);
-  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < complete.size(); ++i) {
-    fs::remove_all(complete[i]);
-    deleted.push_back(complete[i]);
-  }
   std::error_code ec;
+  // Leftovers of interrupted saves first: a .old_step_N whose new step_N never landed is
+  // the complete old checkpoint, put back; other .old_ and .tmp_ folders go.
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (StartsWith(name, ".tmp_step_") || StartsWith(name, ".old_step_")) {
+    if (StartsWith(name, ".old_step_")) {
+      const fs::path back = fs::path(dir) / name.substr(5);
+      if (!fs::exists(back)) {
+        fs::rename(entry.path(), back, ec);
+        continue;
+      }
+    }
+    if (StartsWith(name, ".tmp_step_") || StartsWith(name, ".old_step_") || name == "latest.tmp") {
       fs::remove_all(entry.path(), ec);
       deleted.push_back(entry.path().string());
     }
+  }
+  const auto complete = ListCheckpoints(dir);
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < complete.size(); ++i) {
+    if (complete[i] == written) continue;  // never the checkpoint just written
+    fs::remove_all(complete[i], ec);
+    if (ec) throw std::runtime_error(complete[i] + ": could not delete (" + ec.message() + ")");
+    deleted.push_back(complete[i]);
   }
   return deleted;
 }

@@ -29,6 +29,7 @@ struct CheckpointContents {
   int64_t step = 0;              // optimizer steps done
   int64_t consumed_samples = 0;  // the data sampler's position
   int64_t tokens_seen = 0;
+  int64_t min_scale_skips = 0;   // fp16: consecutive steps skipped at the minimum loss scale
   EngineState engine;
   models::TensorMap rng;         // SaveRngStates
   // What must match on resume (model shape, dtype, vocabulary, sequence length).
@@ -57,8 +58,10 @@ CheckpointContents ReadCheckpoint(const std::string& path);
 // The step_<N> folders of `dir` that have a state.json, newest (largest N) first.
 std::vector<std::string> ListCheckpoints(const std::string& dir);
 
-// Deletes all but the newest `keep` complete checkpoints, and .tmp_/.old_ leftovers of
-// interrupted saves. Returns the folders deleted.
-std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep);
+// Deletes all but the newest `keep` complete checkpoints, never `written` (the one just
+// saved), and the leftovers of interrupted saves (a complete .old_step_N whose
+// replacement never landed is put back as step_N). Returns the folders deleted; throws
+// std::runtime_error naming a checkpoint that cannot be deleted.
+std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep, const std::string& written = "");
 
 }  // namespace ps::trainer

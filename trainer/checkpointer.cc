@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <algorithm>
 #include <utility>
 
 namespace ps::trainer {
@@ -25,11 +27,38 @@ void Snapshot(models::TensorMap& map) {
   for (auto& [name, t] : map) t = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
 
-// Whether the host has room for a snapshot of `bytes` (with a quarter to spare).
-bool HostHasRoomFor(int64_t bytes) {
-  const double available = static_cast<double>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  return static_cast<double>(bytes) * 1.25 < available;
+// First number in `path` (a /proc or cgroup file), or -1.
+int64_t ReadNumber(const std::string& path, const std::string& key = "") {
+  std::ifstream in(path);
+  std::string word;
+  while (in >> word) {
+    if (!key.empty() && word != key) continue;
+    if (!key.empty() && !(in >> word)) return -1;
+    try {
+      return std::stoll(word);
+    } catch (const std::exception&) {
+      return -1;  // "max": no limit
+    }
+  }
+  return -1;
 }
+
+// Host memory a snapshot may take: the kernel's MemAvailable (free plus reclaimable page
+// cache), capped by this process's cgroup limit (Slurm --mem; v2, else v1) minus its use.
+int64_t AvailableHostBytes() {
+  int64_t available = ReadNumber("/proc/meminfo", "MemAvailable:");
+  available = available < 0 ? 0 : available * 1024;
+  int64_t limit = ReadNumber("/sys/fs/cgroup/memory.max"), used = ReadNumber("/sys/fs/cgroup/memory.current");
+  if (limit < 0) {
+    limit = ReadNumber("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    used = ReadNumber("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+  }
+  if (limit > 0 && used >= 0 && limit < (int64_t{1} << 60)) available = std::min(available, std::max<int64_t>(0, limit - used));
+  return available;
+}
+
+// Whether the host has room for a snapshot of `bytes` (with a quarter to spare).
+bool HostHasRoomFor(int64_t bytes) { return static_cast<double>(bytes) * 1.25 < static_cast<double>(AvailableHostBytes()); }
 
 }  // namespace
 
@@ -50,8 +79,13 @@ bool Checkpointer::Due(int64_t step) const {
 }
 
 void Checkpointer::Finish(SaveRecord record) {
-  for (const auto& gone : PruneCheckpoints(dir_, config_.keep)) spdlog::info("checkpoint deleted: {}", gone);
+  const std::string written = record.path;
   finished_.push_back(std::move(record));
+  try {  // the checkpoint is complete: failing to delete an old one must not stop the run
+    for (const auto& gone : PruneCheckpoints(dir_, config_.keep, written)) spdlog::info("checkpoint deleted: {}", gone);
+  } catch (const std::exception& e) {
+    spdlog::warn("checkpoint.keep: {}", e.what());
+  }
 }
 
 void Checkpointer::Save(CheckpointContents contents) {
@@ -115,10 +149,12 @@ std::vector<SaveRecord> Checkpointer::TakeFinished() {
 }
 
 std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
-                                                       std::string* path) {
+                                                       std::string* path, int* unusable) {
+  *unusable = 0;
   if (config.resume == "never") return std::nullopt;
   std::string search = dir;
-  if (config.resume != "auto") {
+  const bool explicit_path = config.resume != "auto";
+  if (explicit_path) {
     // A step_N folder; or a checkpoint.dir (no state.json, step_N folders inside): its newest.
     const bool folder_of_checkpoints = !std::filesystem::exists(std::filesystem::path(config.resume) / "state.json") &&
                                        !ListCheckpoints(config.resume).empty();
@@ -128,14 +164,22 @@ std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& c
     }
     search = config.resume;
   }
+  std::string errors;
   for (const auto& candidate : ListCheckpoints(search)) {
     try {
       CheckpointContents c = ReadCheckpoint(candidate);
       *path = candidate;
       return c;
-    } catch (const c10::Error& e) {
-      spdlog::error("checkpoint {} is unusable, trying an older one: {}", candidate, e.what_without_backtrace());
+    } catch (const std::exception& e) {  // c10::Error, I/O errors, malformed JSON: try the next older one
+      const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+      const std::string what = c10 ? c10->what_without_backtrace() : e.what();
+      spdlog::error("checkpoint {} is unusable, trying an older one: {}", candidate, what);
+      errors += "\n  " + what;
+      ++*unusable;
     }
+  }
+  if (explicit_path) {
+    throw std::runtime_error("checkpoint.resume " + config.resume + ": no checkpoint in it verifies:" + errors);
   }
   return std::nullopt;
 }

@@ -67,8 +67,9 @@ class Checkpointer {
 // The checkpoint a run resumes from: checkpoint.resume = never -> none; the path of a
 // step_N folder -> that checkpoint (any error is thrown); auto -> the newest complete
 // one in `dir` that verifies, reporting (and skipping) corrupt newer ones, none if
-// there is none; the path of a folder of checkpoints -> as auto, in that folder.
+// there is none; the path of a folder of checkpoints -> as auto, in that folder, but
+// an error when none verifies. `unusable`: how many checkpoints failed verification.
 std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
-                                                       std::string* path);
+                                                       std::string* path, int* unusable);
 
 }  // namespace ps::trainer

@@ -194,11 +194,17 @@ std::string ChunkEngine::WarmupKey() const {
     mix(p.chunk_id);
     mix(p.offset_numel);
   }
+  // And what the trace's activations and the optimizer's placement depend on.
   const auto& c = config_;
-  return fmt::format("layout {:016x}, {} chunks; micro-batch {} x {} tokens; {}; recompute {}; {}; warm-up steps {}",
-                     hash, layout.num_chunks(), c.train.micro_batch_size, c.data.seq_len,
-                     optim::ToString(c.precision.dtype), c.model.activation_checkpointing, device_.str(),
-                     c.chunk.warmup_steps);
+  const auto& k = c.chunk;
+  return fmt::format(
+      "layout {:016x}, {} chunks; micro-batch {} x {} tokens; {}; recompute {}; {}; warm-up steps {}; device budget "
+      "{}, memory {} x {}, warm-up share {}, {} placement, {} eviction, prefetch {}, margin {}, hybrid {}",
+      hash, layout.num_chunks(), c.train.micro_batch_size, c.data.seq_len, optim::ToString(c.precision.dtype),
+      c.model.activation_checkpointing, device_.str(), k.warmup_steps, k.device_budget_bytes, k.device_memory_bytes,
+      k.device_mem_ratio, k.warmup_device_chunk_ratio, k.placement == chunkmem::PlacementKind::kStatic ? "static" : "dynamic",
+      k.eviction == chunkmem::EvictionPolicyKind::kOpt ? "opt" : "lru", k.prefetch_depth, k.margin_use_ratio,
+      c.optimizer.hybrid_adam);
 }
 
 EngineState ChunkEngine::Save() const {

@@ -74,7 +74,25 @@ void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml
   }
 }
 
-bool ClaimOutputDir(const Config& c, bool resuming) {
+bool CheckpointIsIn(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  return fs::weakly_canonical(fs::path(path), ec).parent_path() == fs::weakly_canonical(fs::path(dir), ec);
+}
+
+void SetAsideNewerCheckpoints(const std::string& dir, int64_t step, bool resume_auto) {
+  for (const auto& path : ListCheckpoints(dir)) {
+    const std::string name = fs::path(path).filename().string();
+    if (std::stoll(name.substr(5)) <= step) continue;
+    if (!resume_auto) {
+      throw ConfigError(dir + " holds " + name + ", newer than the resumed step " + std::to_string(step) +
+                        ": this run would save over it and prune it; move it away or set another checkpoint.dir");
+    }
+    fs::rename(path, path + ".unusable");
+    spdlog::warn("{}: fails verification; renamed to {}.unusable (kept for inspection, never read)", path, name);
+  }
+}
+
+bool ClaimOutputDir(const Config& c, bool resuming, int unusable) {
   const fs::path out = c.run.output_dir;
   const fs::path metrics = out / "metrics.jsonl";
   const std::string ckpt_dir = CheckpointDir(c);
@@ -91,6 +109,10 @@ bool ClaimOutputDir(const Config& c, bool resuming) {
                    "(metrics.jsonl continues)", out.string());
       return true;
     }
+  }
+  if (!c.run.overwrite && unusable > 0 && unusable == static_cast<int>(checkpoints.size())) {
+    throw ConfigError(ckpt_dir + " holds " + std::to_string(unusable) + " checkpoint(s), none of which verifies (see "
+                      "the errors above): repair or move them away (run.overwrite: true would delete them)");
   }
   if (!c.run.overwrite) {
     std::string what = has_metrics ? metrics.string() : "";

@@ -24,13 +24,24 @@ void CheckFingerprint(const nlohmann::json& saved, const nlohmann::json& now, co
 void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml);
 
 // Before anything is written: when run.output_dir holds a run's files (metrics.jsonl
-// with content, or checkpoints) and this run does not resume from a checkpoint:
+// with content, or checkpoints) and this run does not resume from a checkpoint of its
+// own checkpoint.dir (`resuming_here`):
 // - the same run (config.resolved.yaml equal to this config: an attempt killed before
 //   its first checkpoint) restarts from step 0, appending to its metrics;
 // - with run.overwrite, the files are deleted;
-// - otherwise it is another run: throws ConfigError saying what to do.
+// - otherwise it is another run: throws ConfigError saying what to do (`unusable`:
+//   checkpoints that failed verification, named as such in the message).
 // Returns whether metrics.jsonl is continued (appended to) rather than started anew.
-bool ClaimOutputDir(const Config& config, bool resuming);
+bool ClaimOutputDir(const Config& config, bool resuming_here, int unusable);
+
+// Whether checkpoint folder `path` lies in `dir`.
+bool CheckpointIsIn(const std::string& path, const std::string& dir);
+
+// Checkpoints in `dir` newer than `step` (the resumed one, 0 when starting afresh) would
+// outrank this run's own when pruning. Under checkpoint.resume: auto they are the ones
+// that failed verification: renamed to step_N.unusable (kept, never read or pruned).
+// After an explicit resume path they are a later timeline: throws ConfigError.
+void SetAsideNewerCheckpoints(const std::string& dir, int64_t step, bool resume_auto);
 
 // A metrics.jsonl cut mid-line by a kill: drops the partial last line, so appended
 // lines start on their own line.

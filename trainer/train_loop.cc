@@ -94,6 +94,8 @@ double Evaluate(TrainingEngine& engine, const data::TokenSource& source, const C
 class DivergenceGuard {
  public:
   explicit DivergenceGuard(const optim::PrecisionConfig& p) : limit_(p.max_skips_at_min_scale), min_(p.min_loss_scale) {}
+  int64_t run() const { return run_; }  // consecutive skips at the minimum so far (checkpointed)
+  void set_run(int64_t n) { run_ = n; }
   void Check(const StepOutcome& o, int64_t step) {
     run_ = o.skipped && o.at_min_loss_scale ? run_ + 1 : 0;
     if (limit_ > 0 && run_ >= limit_) {
@@ -112,9 +114,10 @@ class DivergenceGuard {
 };
 
 CheckpointContents Contents(const TrainingEngine& engine, const Config& c, int64_t step, int64_t consumed,
-                            int64_t tokens, at::Device device) {
+                            int64_t tokens, int64_t min_scale_skips, at::Device device) {
   CheckpointContents out;
   out.step = step;
+  out.min_scale_skips = min_scale_skips;
   out.consumed_samples = consumed;
   out.tokens_seen = tokens;
   out.engine = engine.Save();
@@ -148,13 +151,19 @@ struct RunStart {
 
 RunStart StartRun(const Config& c) {
   RunStart s;
-  if (c.run.overwrite && c.checkpoint.resume != "auto" && c.checkpoint.resume != "never") {
-    throw ConfigError("run.overwrite: true starts afresh, but checkpoint.resume names " + c.checkpoint.resume +
-                      " (drop one of them)");
+  const std::string ckpt_dir = CheckpointDir(c);
+  const bool resume_auto = c.checkpoint.resume == "auto";
+  const bool explicit_path = !resume_auto && c.checkpoint.resume != "never";
+  if (c.run.overwrite && explicit_path && CheckpointIsIn(c.checkpoint.resume, ckpt_dir)) {
+    throw ConfigError("run.overwrite: true deletes " + ckpt_dir + ", which holds checkpoint.resume " +
+                      c.checkpoint.resume + " (drop one of them)");
   }
-  if (!c.run.overwrite) s.resume = FindResumeCheckpoint(c.checkpoint, CheckpointDir(c), &s.resume_path);
+  int unusable = 0;
+  if (!c.run.overwrite || explicit_path) s.resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, &s.resume_path, &unusable);
   if (s.resume) CheckFingerprint(s.resume->fingerprint, RunFingerprint(c), s.resume_path);
-  const bool continue_metrics = ClaimOutputDir(c, s.resume.has_value());
+  const bool resume_here = s.resume && CheckpointIsIn(s.resume_path, ckpt_dir);
+  const bool continue_metrics = ClaimOutputDir(c, resume_here, resume_auto ? unusable : 0);
+  if (resume_here) SetAsideNewerCheckpoints(ckpt_dir, s.resume->step, resume_auto);
   std::filesystem::create_directories(c.run.output_dir);
   WriteFileAtomically((std::filesystem::path(c.run.output_dir) / "config.resolved.yaml").string(), ConfigToYaml(c));
   if (c.logging.jsonl) {
@@ -281,6 +290,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   result.final_eval_loss = std::numeric_limits<double>::quiet_NaN();
   const int64_t tokens_per_step = c.train.global_batch_size * c.data.seq_len;
   int64_t tokens_seen = 0;
+  DivergenceGuard divergence(c.precision);
   if (start.resume) {
     const CheckpointContents& r = *start.resume;
     LogConfigChanges(r.config_yaml, ConfigToYaml(c));
@@ -288,6 +298,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     data.sampler->set_consumed_samples(r.consumed_samples);
     RestoreRngStates(r.rng, device);
     result.start_step = r.step;
+    divergence.set_run(r.min_scale_skips);
     tokens_seen = r.tokens_seen;
     spdlog::info("resumed from {} (step {}, {} samples consumed, written by {})", start.resume_path, r.step,
                  r.consumed_samples, r.version);
@@ -304,7 +315,6 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
                c.train.micro_batch_size, accum, c.train.global_batch_size, tokens_per_step, result.start_step + 1,
                c.train.max_steps);
 
-  DivergenceGuard divergence(c.precision);
   double timed_s = 0.0;
   int64_t timed_tokens = 0;
   const auto run_start = Clock::now();
@@ -334,7 +344,8 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     const int signal = options.stop_requested ? options.stop_requested->load() : 0;
     if (signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step)) {
       if (signal != 0) spdlog::warn("signal {} received: saving a checkpoint at step {} and stopping", signal, step);
-      checkpointer.Save(Contents(*engine, c, step, data.sampler->consumed_samples(), tokens_seen, device));
+      checkpointer.Save(
+          Contents(*engine, c, step, data.sampler->consumed_samples(), tokens_seen, divergence.run(), device));
     }
     if (signal != 0) checkpointer.Wait();
     WriteSaveRecords(checkpointer, metrics);

@@ -4,6 +4,7 @@
 // checked before anything is written.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -70,6 +71,24 @@ TEST_CASE("write and read back: every tensor and scalar exactly, files by name",
   std::getline(latest, line);
   CHECK(line == "step_7");
   CHECK(ListCheckpoints(dir) == std::vector<std::string>{report.path});
+}
+
+TEST_CASE("pruning keeps the newest, never the one just written, and cleans interrupted saves", "[checkpoint][keep]") {
+  const std::string dir = TempDir() + "/prune";
+  CheckpointContents c = Sample();
+  for (int64_t step : {3, 5, 9}) {
+    c.step = step;
+    WriteCheckpoint(dir, c);
+  }
+  fs::create_directories(dir + "/.tmp_step_11");                  // a save killed mid-way
+  fs::rename(dir + "/step_3", dir + "/.old_step_3");              // killed between the two renames
+  const auto deleted = PruneCheckpoints(dir, 1, dir + "/step_5");  // step_5 just written
+  CHECK(std::find(deleted.begin(), deleted.end(), dir + "/.tmp_step_11") != deleted.end());
+  const auto kept = ListCheckpoints(dir);
+  // step_9 (newest) and step_5 (just written) stay; step_3 came back from .old_ and was
+  // then pruned as the oldest.
+  CHECK(kept == std::vector<std::string>{dir + "/step_9", dir + "/step_5"});
+  CHECK_FALSE(fs::exists(dir + "/.old_step_3"));
 }
 
 TEST_CASE("loading names the file of a missing, truncated or corrupt part", "[checkpoint][errors]") {

@@ -181,8 +181,29 @@ TEST_CASE("resume: auto skips a corrupt newest checkpoint for the next older val
   // A folder of checkpoints as the path: its newest valid one, as auto does.
   Config folder = Tiny("corrupt_folder", {"checkpoint.resume=" + c.run.output_dir + "/checkpoints"});
   CHECK(Train(folder).start_step == 16);
-  // The resumed run saved step 12 again, replacing the corrupt one.
+  // The corrupt one was set aside (kept, never read) and the resumed run saved step 12 anew.
+  CHECK(fs::exists(c.run.output_dir + "/checkpoints/step_12.unusable/state.json"));
   CHECK(ReadCheckpoint(c.run.output_dir + "/checkpoints/step_12").step == 12);
+}
+
+TEST_CASE("resume picks no fight with checkpoints it would outrank or overwrite", "[resume][timeline]") {
+  const Config c = Tiny("timeline", {"checkpoint.every_steps=4", "checkpoint.keep=5"});
+  Train(c);  // checkpoints 4, 8, 12, 16
+  // An explicit older checkpoint of this folder: the newer ones would be pruned ahead of
+  // this run's own; an error naming them.
+  Config rewind = c;
+  rewind.checkpoint.resume = c.run.output_dir + "/checkpoints/step_8";
+  CHECK_THROWS_WITH(Train(rewind), Catch::Contains("holds step_16, newer than the resumed step 8"));
+  // Another run's checkpoint into a folder that holds a run: the output-folder rule holds.
+  Config elsewhere = Tiny("timeline_other", {"train.max_steps=2"});
+  Train(elsewhere);
+  elsewhere.checkpoint.resume = c.run.output_dir + "/checkpoints/step_8";
+  CHECK_THROWS_WITH(Train(elsewhere), Catch::Contains("holds another run"));
+  // Every checkpoint unusable: said so, not "another run".
+  const Config broken = Tiny("all_broken", {"checkpoint.every_steps=2", "train.max_steps=2"});
+  Train(broken);
+  fs::resize_file(broken.run.output_dir + "/checkpoints/step_2/model.safetensors", 10);
+  CHECK_THROWS_WITH(Train(broken), Catch::Contains("none of which verifies"));
 }
 
 TEST_CASE("a checkpoint of another model is refused, naming what differs", "[resume][fingerprint]") {
