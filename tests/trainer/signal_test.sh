@@ -23,34 +23,31 @@ wait_for_step() {  # until metrics.jsonl has a step line
   exit 1
 }
 
+# Sends signal $1 (number $2) to a run in $3 after its first step; checks exit 42, the
+# stopped_by_signal line, and a complete checkpoint named by latest; prints its step.
+stop_with() {
+  local sig=$1 num=$2 out=$3 pid rc step
+  "$bin" --config "$work/run.yaml" --set run.output_dir="$out" &
+  pid=$!
+  wait_for_step "$out"
+  kill "-$sig" "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  [ "$rc" -eq 42 ] || { echo "SIG$sig: exit status $rc, expected 42" >&2; exit 1; }
+  step=$(sed -n "s/.*\"stopped_by_signal\": $num, \"step\": \([0-9]*\).*/\1/p" "$out/metrics.jsonl")
+  [ -n "$step" ] || { echo "SIG$sig: no stopped_by_signal line" >&2; exit 1; }
+  [ -f "$out/checkpoints/step_$step/state.json" ] || { echo "SIG$sig: no checkpoint at step $step" >&2; exit 1; }
+  [ "$(cat "$out/checkpoints/latest")" = "step_$step" ] || { echo "latest does not name step_$step" >&2; exit 1; }
+  echo "$step"
+}
+
+stop_with TERM 15 "$work/term" > /dev/null  # Slurm's time limit, `kill`
 out="$work/usr1"
-"$bin" --config "$work/run.yaml" --set run.output_dir="$out" &
-pid=$!
-wait_for_step "$out"
-kill -USR1 "$pid"
-rc=0
-wait "$pid" || rc=$?
-[ "$rc" -eq 42 ] || { echo "SIGUSR1: exit status $rc, expected 42" >&2; exit 1; }
-grep -q '"stopped_by_signal": 10' "$out/metrics.jsonl" || { echo "no stopped_by_signal line" >&2; exit 1; }
-step=$(sed -n 's/.*"stopped_by_signal": 10, "step": \([0-9]*\).*/\1/p' "$out/metrics.jsonl")
-[ -f "$out/checkpoints/step_$step/state.json" ] || { echo "no checkpoint at step $step" >&2; exit 1; }
-[ "$(cat "$out/checkpoints/latest")" = "step_$step" ] || { echo "latest does not name step_$step" >&2; exit 1; }
+step=$(stop_with USR1 10 "$out")           # Slurm's --signal=USR1@90
 # The requeued job: the same command resumes there (and here finishes two steps later).
 "$bin" --config "$work/run.yaml" --set run.output_dir="$out" --set train.max_steps=$((step + 2))
 grep -q "\"resumed_from_step\": $step" "$out/metrics.jsonl" || { echo "the rerun did not resume from $step" >&2; exit 1; }
 grep -q "\"step\": $((step + 2))," "$out/metrics.jsonl" || { echo "the resumed run did not train on" >&2; exit 1; }
-
-# SIGTERM (Slurm's time limit, `kill`): the same.
-out="$work/term"
-"$bin" --config "$work/run.yaml" --set run.output_dir="$out" &
-pid=$!
-wait_for_step "$out"
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
-[ "$rc" -eq 42 ] || { echo "SIGTERM: exit status $rc, expected 42" >&2; exit 1; }
-grep -q '"stopped_by_signal": 15' "$out/metrics.jsonl" || { echo "no stopped_by_signal 15 line" >&2; exit 1; }
-ls "$out"/checkpoints/step_*/state.json > /dev/null || { echo "SIGTERM: no checkpoint" >&2; exit 1; }
 
 # Two SIGTERMs: the second one ends the process at once, without waiting for the step
 # (steps of ~1 s here; the signals are 0.2 s apart so they are not merged).
