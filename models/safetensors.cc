@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -41,27 +42,30 @@ const char* DtypeString(at::ScalarType type) {
 TensorMap LoadSafetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   TORCH_CHECK(in.good(), path, ": cannot open");
-  const int64_t file_bytes = in.tellg();
+  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
   in.seekg(0);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  TORCH_CHECK(in.good() || bytes.empty(), path, ": read failed");
+  return ParseSafetensors(path, bytes);
+}
+
+TensorMap ParseSafetensors(const std::string& path, const std::vector<char>& file) {
+  const int64_t file_bytes = static_cast<int64_t>(file.size());
   TORCH_CHECK(file_bytes >= 8, path, ": too short for a safetensors header (", file_bytes,
               " bytes)");
   uint64_t header_bytes = 0;
-  in.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::memcpy(&header_bytes, file.data(), 8);
   TORCH_CHECK(header_bytes <= static_cast<uint64_t>(file_bytes - 8), path, ": header length ",
               header_bytes, " exceeds the file size ", file_bytes);
-  std::string header(header_bytes, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(header);
+    meta = nlohmann::json::parse(file.data() + 8, file.data() + 8 + header_bytes);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, path, ": malformed JSON header: ", e.what());
   }
   TORCH_CHECK(meta.is_object(), path, ": header is not a JSON object");
   const int64_t data_bytes = file_bytes - 8 - static_cast<int64_t>(header_bytes);
-  std::vector<char> data(data_bytes);
-  in.read(data.data(), data_bytes);
-  TORCH_CHECK(in.good(), path, ": read failed");
+  const char* data = file.data() + 8 + header_bytes;
 
   TensorMap out;
   for (auto it = meta.begin(); it != meta.end(); ++it) {
@@ -86,7 +90,7 @@ TensorMap LoadSafetensors(const std::string& path) {
     TORCH_CHECK(offsets[1] - offsets[0] == bytes, where, ": shape needs ", bytes,
                 " bytes but data_offsets span ", offsets[1] - offsets[0]);
     auto t = at::empty(shape, at::TensorOptions().dtype(type));
-    if (bytes > 0) std::memcpy(t.data_ptr(), data.data() + offsets[0], bytes);
+    if (bytes > 0) std::memcpy(t.data_ptr(), data + offsets[0], bytes);
     out.emplace(it.key(), t);
   }
   return out;

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace ps::models {
 
@@ -16,6 +17,9 @@ using TensorMap = std::map<std::string, at::Tensor>;
 // Throws c10::Error naming `path` on a missing file, a truncated or malformed header,
 // an unknown dtype, or data offsets that do not match the shape.
 TensorMap LoadSafetensors(const std::string& path);
+// The same, from the whole file's bytes already in memory (a reader that also hashes
+// them reads the file once); `path` names it in errors.
+TensorMap ParseSafetensors(const std::string& path, const std::vector<char>& file);
 
 // The JSON header SaveSafetensors writes for `tensors` (without the 8-byte length):
 // tensors in map order, data back to back from offset 0, padded with spaces to a

@@ -2,16 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <regex>
-#include <sstream>
 
 #include "trainer/file_io.h"
 
@@ -190,17 +187,20 @@ CheckpointContents ReadCheckpoint(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
       TORCH_CHECK(false, state_path, ": the entry of ", it.key(), " is malformed (", e.what(), ")");
     }
-    int64_t bytes = 0;
-    std::string sha;
+    std::vector<char> contents;  // read once: hashed, then parsed
     try {
-      sha = Sha256OfFile(file, &bytes);
+      contents = ReadWholeFile(file);
     } catch (const std::runtime_error& e) {
       TORCH_CHECK(false, e.what());  // a read error: reported like any other bad file
     }
+    const int64_t bytes = static_cast<int64_t>(contents.size());
+    Sha256 hash;
+    hash.Update(contents.data(), contents.size());
+    const std::string sha = hash.HexDigest();
     TORCH_CHECK(bytes == expected_bytes, file, ": ", bytes, " bytes, ", state_path, " says ", expected_bytes,
                 " (truncated or replaced)");
     TORCH_CHECK(sha == expected_sha, file, ": SHA-256 ", sha, " does not match ", state_path, " (the file is corrupt)");
-    for (auto& [name, tensor] : models::LoadSafetensors(file)) {
+    for (auto& [name, tensor] : models::ParseSafetensors(file, contents)) {
       models::TensorMap* target = &c.engine.params;
       std::string key = name;
       if (StartsWith(name, kExpAvgSq)) {

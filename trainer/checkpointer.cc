@@ -91,7 +91,6 @@ void Checkpointer::Finish(SaveRecord record) {
 void Checkpointer::Save(CheckpointContents contents) {
   Wait();
   last_save_time_ = Clock::now();
-  last_saved_step_ = contents.step;
   const auto& e = contents.engine;
   const int64_t bytes = TensorBytes(e.params) + TensorBytes(e.exp_avg) + TensorBytes(e.exp_avg_sq);
   SaveRecord record;

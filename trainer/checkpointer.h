@@ -47,8 +47,6 @@ class Checkpointer {
   void Wait();
   // Saves finished since the last call (for metrics.jsonl); rethrows a background error.
   std::vector<SaveRecord> TakeFinished();
-  int64_t last_saved_step() const { return last_saved_step_; }
-  const std::string& dir() const { return dir_; }
 
  private:
   void Finish(SaveRecord record);  // after a write: prune, record
@@ -56,7 +54,6 @@ class Checkpointer {
   CheckpointConfig config_;
   std::string dir_;
   std::chrono::steady_clock::time_point last_save_time_;
-  int64_t last_saved_step_ = -1;
   std::thread writer_;
   std::exception_ptr writer_error_;
   std::atomic<bool> writer_done_{false};  // set by the writer thread as its last act

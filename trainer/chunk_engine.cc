@@ -238,27 +238,13 @@ void ChunkEngine::Load(const EngineState& state) {
   CheckNoUnknownParams(state, names);
   const bool separate_master = rt.compute_dtype() != at::kFloat;
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
-    const std::string& name = rt.params()[i].name;
     const at::Tensor master = rt.View(ChunkKind::kMaster, i);
-    master.copy_(StateTensor(state.params, name, master.sizes(), "parameter", state.params_file));
+    chunks_.adam->set_param_steps(i, RestoreAdamParam(state, rt.params()[i].name, master, rt.View(ChunkKind::kAdamM, i),
+                                                      rt.View(ChunkKind::kAdamV, i)));
     if (separate_master) rt.View(ChunkKind::kCompute, i).copy_(master);  // the compute copy is derived
-    const int64_t steps = StateSteps(state, name);
-    chunks_.adam->set_param_steps(i, steps);
-    if (steps == 0 && !state.exp_avg.count(name)) {
-      rt.View(ChunkKind::kAdamM, i).zero_();
-      rt.View(ChunkKind::kAdamV, i).zero_();
-      continue;
-    }
-    rt.View(ChunkKind::kAdamM, i).copy_(StateTensor(state.exp_avg, name, master.sizes(), "optimizer.exp_avg", state.optimizer_file));
-    rt.View(ChunkKind::kAdamV, i).copy_(StateTensor(state.exp_avg_sq, name, master.sizes(), "optimizer.exp_avg_sq", state.optimizer_file));
   }
-  for (const auto& hp : chunks_.adam->host_param_states()) {
-    hp.param.copy_(StateTensor(state.params, hp.name, hp.param.sizes(), "parameter", state.params_file));
-    const int64_t steps = StateSteps(state, hp.name);
-    chunks_.adam->set_host_param_steps(hp.name, steps);
-    if (steps == 0 && !state.exp_avg.count(hp.name)) continue;
-    hp.m.copy_(StateTensor(state.exp_avg, hp.name, hp.param.sizes(), "optimizer.exp_avg", state.optimizer_file));
-    hp.v.copy_(StateTensor(state.exp_avg_sq, hp.name, hp.param.sizes(), "optimizer.exp_avg_sq", state.optimizer_file));
+  for (const auto& hp : chunks_.adam->host_param_states()) {  // chunk.cpu_embedding
+    chunks_.adam->set_host_param_steps(hp.name, RestoreAdamParam(state, hp.name, hp.param, hp.m, hp.v));
   }
   if (state.extra.contains("loss_scaler")) {
     chunks_.scaler->Restore(optim::LossScaler::Parse(state.extra.at("loss_scaler").get<std::string>()));

@@ -25,6 +25,20 @@ int64_t StateSteps(const EngineState& state, const std::string& name) {
   return it == state.adam_steps.end() ? 0 : it->second;
 }
 
+int64_t RestoreAdamParam(const EngineState& state, const std::string& name, const at::Tensor& value,
+                         const at::Tensor& m, const at::Tensor& v) {
+  value.copy_(StateTensor(state.params, name, value.sizes(), "parameter", state.params_file));
+  const int64_t steps = StateSteps(state, name);
+  if (steps == 0 && !state.exp_avg.count(name)) {
+    m.zero_();
+    v.zero_();
+    return 0;
+  }
+  m.copy_(StateTensor(state.exp_avg, name, value.sizes(), "optimizer.exp_avg", state.optimizer_file));
+  v.copy_(StateTensor(state.exp_avg_sq, name, value.sizes(), "optimizer.exp_avg_sq", state.optimizer_file));
+  return steps;
+}
+
 void CheckNoUnknownParams(const EngineState& state, const std::vector<std::string>& known) {
   for (const auto& [name, tensor] : state.params) {
     TORCH_CHECK(std::find(known.begin(), known.end(), name) != known.end(),

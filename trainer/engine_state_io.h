@@ -19,6 +19,12 @@ at::Tensor StateTensor(const models::TensorMap& map, const std::string& name, c1
 // Updates applied to `name` (0 when the state has none).
 int64_t StateSteps(const EngineState& state, const std::string& name);
 
+// Copies the saved value and Adam moments of parameter `name` into `value`, `m` and `v`
+// (moments zeroed when the state has none: never updated); returns its update count.
+// Errors as StateTensor's.
+int64_t RestoreAdamParam(const EngineState& state, const std::string& name, const at::Tensor& value,
+                         const at::Tensor& m, const at::Tensor& v);
+
 // Throws c10::Error naming the first parameter of `state.params` that is not in `known`
 // (a checkpoint of another model).
 void CheckNoUnknownParams(const EngineState& state, const std::vector<std::string>& known);

@@ -106,12 +106,11 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
   SyncDirectory(slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash));
 }
 
-std::string Sha256OfFile(const std::string& path, int64_t* bytes) {
+std::vector<char> ReadWholeFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) Fail(path, "open", errno);
-  Sha256 hash;
+  std::vector<char> out;
   std::vector<char> buffer(1 << 22);
-  int64_t total = 0;
   while (true) {
     const ssize_t n = ::read(fd, buffer.data(), buffer.size());
     if (n < 0) {
@@ -121,12 +120,10 @@ std::string Sha256OfFile(const std::string& path, int64_t* bytes) {
       Fail(path, "read", err);
     }
     if (n == 0) break;
-    hash.Update(buffer.data(), static_cast<size_t>(n));
-    total += n;
+    out.insert(out.end(), buffer.data(), buffer.data() + n);
   }
   ::close(fd);
-  if (bytes) *bytes = total;
-  return hash.HexDigest();
+  return out;
 }
 
 }  // namespace ps::trainer

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ps::trainer {
 
@@ -53,7 +54,7 @@ void SyncDirectory(const std::string& path);
 // Writes `text` to `path` through `path`.tmp, fsync and rename: readers see the old
 // file or the new one, never a part.
 void WriteFileAtomically(const std::string& path, const std::string& text);
-// SHA-256 (hex) and size of a file; throws naming it when it cannot be read.
-std::string Sha256OfFile(const std::string& path, int64_t* bytes = nullptr);
+// The whole file; throws std::runtime_error naming it when it cannot be read.
+std::vector<char> ReadWholeFile(const std::string& path);
 
 }  // namespace ps::trainer
