@@ -12,6 +12,7 @@ enum class DataFormat {
   kLlmc,       // llm.c shard: 256 x int32 header (magic, version, count), then tokens
   kRawU16,     // headerless uint16 tokens (nanoGPT train.bin)
   kRawU32,     // headerless uint32 tokens
+  kMegatron,   // Megatron-LM indexed dataset: <prefix>.bin + <prefix>.idx (ps_prep writes it)
 };
 
 struct DataConfig {
@@ -21,6 +22,10 @@ struct DataConfig {
   int64_t seq_len = 256;    // tokens per sample (targets are shifted by one)
   bool shuffle = true;      // permute samples each epoch (seeded by run.seed and epoch)
   int64_t synthetic_tokens = 1 << 20;  // length of the synthetic stream
+  // The tokenizer the token files were made with (a tokenizer.json, or a folder holding
+  // tokenizer.json / vocab.json + merges.txt / vocab.txt). Used for the exported HF folder
+  // and for sampling; empty = the one in model.init_from, if any.
+  std::string tokenizer;
 };
 
 const char* ToString(DataFormat f);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "data/data_error.h"
+#include "data/megatron_format.h"
 
 namespace ps::data {
 
@@ -20,6 +21,7 @@ const char* ToString(DataFormat f) {
     case DataFormat::kLlmc: return "llmc";
     case DataFormat::kRawU16: return "raw_u16";
     case DataFormat::kRawU32: return "raw_u32";
+    case DataFormat::kMegatron: return "megatron";
   }
   return "?";
 }
@@ -95,9 +97,10 @@ class FileTokens final : public TokenSource {
   // Throws naming the file and the first position whose id is >= vocab_size.
   void Validate(int64_t vocab_size) const {
     for (int64_t i = 0; i < count_; ++i) {
-      PS_DATA_CHECK(static_cast<int64_t>(tokens_[i]) < vocab_size, file_->path(), ": token ",
-                  static_cast<int64_t>(tokens_[i]), " at position ", i,
-                  " is not < model.vocab_size ", vocab_size);
+      const int64_t id = static_cast<int64_t>(tokens_[i]);
+      PS_DATA_CHECK(id < vocab_size, file_->path(), ": token ", id, " at position ", i,
+                    " is not < model.vocab_size ", vocab_size);
+      PS_DATA_CHECK(id >= 0, file_->path(), ": token ", id, " at position ", i, " is negative");
     }
   }
 
@@ -174,6 +177,35 @@ std::unique_ptr<TokenSource> OpenLlmc(std::unique_ptr<MappedFile> file, int64_t 
   return OpenTokens<uint32_t>(std::move(file), kLlmcHeaderBytes, vocab_size);
 }
 
+// A Megatron dataset: its sequences in order form the token stream (documents already end
+// with the end-of-text token). `path` is the prefix or either file; errors say so.
+std::unique_ptr<TokenSource> OpenMegatron(const std::string& path, const std::string& path_key,
+                                          int64_t vocab_size) {
+  const MegatronPaths paths = MegatronPathsOf(path);
+  const std::string key = KeySuffix(path_key);
+  for (const std::string* p : {&paths.idx_path, &paths.bin_path}) {
+    struct stat st {};
+    PS_DATA_CHECK(::stat(p->c_str(), &st) == 0, *p, ": cannot open: ", std::strerror(errno),
+                  " (data.format megatron reads <prefix>.bin and <prefix>.idx; the path '", path,
+                  "'", key, " may be the prefix or either file)");
+  }
+  const MappedFile idx(paths.idx_path, path_key);
+  auto bin = std::make_unique<MappedFile>(paths.bin_path, path_key);
+  const MegatronIndexInfo info =
+      ParseMegatronIndex(idx.data(), idx.bytes(), idx.path(), bin->bytes(), bin->path());
+  switch (info.dtype) {
+    case MegatronDtype::kUint8: return OpenTokens<uint8_t>(std::move(bin), 0, vocab_size);
+    case MegatronDtype::kInt8: return OpenTokens<int8_t>(std::move(bin), 0, vocab_size);
+    case MegatronDtype::kInt16: return OpenTokens<int16_t>(std::move(bin), 0, vocab_size);
+    case MegatronDtype::kUint16: return OpenTokens<uint16_t>(std::move(bin), 0, vocab_size);
+    case MegatronDtype::kInt32: return OpenTokens<int32_t>(std::move(bin), 0, vocab_size);
+    case MegatronDtype::kInt64: return OpenTokens<int64_t>(std::move(bin), 0, vocab_size);
+    case MegatronDtype::kFloat32:
+    case MegatronDtype::kFloat64: break;  // rejected by ParseMegatronIndex
+  }
+  TORCH_INTERNAL_ASSERT(false, "unhandled Megatron dtype");
+}
+
 }  // namespace
 
 std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::string& path,
@@ -185,6 +217,7 @@ std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::strin
   }
   PS_DATA_CHECK(!path.empty(), path_key.empty() ? std::string("a token file path") : path_key,
                 " is required for data.format ", ToString(format));
+  if (format == DataFormat::kMegatron) return OpenMegatron(path, path_key, vocab_size);
   auto file = std::make_unique<MappedFile>(path, path_key);
   switch (format) {
     case DataFormat::kText:
@@ -197,6 +230,7 @@ std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::strin
       return OpenTokens<uint16_t>(std::move(file), 0, vocab_size);
     case DataFormat::kRawU32:
       return OpenTokens<uint32_t>(std::move(file), 0, vocab_size);
+    case DataFormat::kMegatron:  // opened above (two files)
     case DataFormat::kSynthetic:
       break;
   }
