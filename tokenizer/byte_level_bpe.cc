@@ -1,0 +1,336 @@
+#include "tokenizer/byte_level_bpe.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <queue>
+
+#include "tokenizer/byte_level.h"
+#include "tokenizer/flat_maps.h"
+#include "tokenizer/utf8.h"
+
+namespace ps::tokenizer {
+namespace {
+
+// Words with more initial symbols than this merge through a heap (O(n log n)); shorter
+// ones by rescanning an array of pair ranks, which is faster for the usual few symbols.
+constexpr size_t kHeapMergeMinSymbols = 128;
+
+class ByteLevelBpe final : public Tokenizer {
+ public:
+  explicit ByteLevelBpe(ByteLevelBpeConfig config);
+
+  TokenizerKind kind() const override { return TokenizerKind::kByteLevelBpe; }
+  std::vector<int32_t> Encode(std::string_view text) const override;
+  std::string Decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
+  std::optional<int32_t> TokenToId(std::string_view token) const override {
+    const int32_t id = token_to_id_.Find(token);
+    return id < 0 ? std::nullopt : std::optional<int32_t>(id);
+  }
+  std::string IdToToken(int32_t id) const override {
+    CheckId(id);
+    return id_to_token_[id];
+  }
+  std::optional<int32_t> end_of_text_id() const override { return TokenToId("<|endoftext|>"); }
+  std::vector<std::string> source_files() const override { return config_.source_files; }
+
+ private:
+  void CheckId(int32_t id) const {
+    TORCH_CHECK(id >= 0 && id < vocab_size() && known_[id], "tokenizer: id ", id,
+                " is not in the vocabulary of ", config_.source_files.at(0), " (",
+                vocab_size(), " ids)");
+  }
+  // Pre-tokenises and encodes text that holds no added token.
+  void EncodeText(std::string_view text, std::vector<std::string_view>* pieces,
+                  std::vector<std::string_view>* words, std::vector<int32_t>* ids) const;
+  void EncodeWord(std::string_view word, std::vector<int32_t>* ids) const;
+  void MergeByScan(std::vector<int32_t>* symbols) const;
+  void MergeByHeap(std::vector<int32_t>* symbols) const;
+
+  ByteLevelBpeConfig config_;  // merges and vocab released after construction
+  std::vector<std::string> id_to_token_;
+  std::vector<uint8_t> known_;         // [vocab_size] 1 where an id has a token
+  std::vector<std::string> decoded_;   // [vocab_size] the bytes each id decodes to
+  StringIdMap token_to_id_;            // model vocabulary, then added tokens
+  StringIdMap model_vocab_;            // model vocabulary only (ignore_merges)
+  PairMap merges_;
+  std::array<int32_t, 256> byte_id_;   // id of the one-character token of each byte, or -1
+  int32_t unk_id_ = -1;
+  AddedTokenSplitter raw_added_;        // normalized=false tokens
+  AddedTokenSplitter normalized_added_; // normalized=true tokens (no normaliser here)
+  std::unique_ptr<RegexSplitter> split_regex_;
+};
+
+ByteLevelBpe::ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config)) {
+  const std::string& file = config_.source_files.at(0);
+  int32_t max_id = -1;
+  for (const auto& [token, id] : config_.vocab) {
+    TORCH_CHECK(id >= 0, file, ": negative id ", id, " of token '", token, "'");
+    max_id = std::max(max_id, id);
+  }
+  for (const auto& t : config_.added_tokens) {
+    TORCH_CHECK(t.id >= 0, file, ": added token '", t.content, "' has a negative id");
+    max_id = std::max(max_id, t.id);
+  }
+  id_to_token_.resize(max_id + 1);
+  known_.assign(max_id + 1, 0);
+  for (const auto& [token, id] : config_.vocab) {
+    id_to_token_[id] = token;
+    known_[id] = 1;
+    token_to_id_.Insert(token, id);
+    model_vocab_.Insert(token, id);
+  }
+  for (const auto& t : config_.added_tokens) {
+    id_to_token_[t.id] = t.content;
+    known_[t.id] = 1;
+    token_to_id_.Insert(t.content, t.id);
+  }
+
+  std::array<int, 512> char_to_byte;
+  char_to_byte.fill(-1);
+  std::array<std::string, 256> byte_chars;
+  for (int b = 0; b < 256; ++b) {
+    const char32_t c = ByteToChar(static_cast<uint8_t>(b));
+    char_to_byte[c] = b;
+    AppendUtf8(c, &byte_chars[b]);
+    byte_id_[b] = model_vocab_.Find(byte_chars[b]);
+  }
+  if (config_.unk_token) {
+    unk_id_ = model_vocab_.Find(*config_.unk_token);
+    TORCH_CHECK(unk_id_ >= 0, file, ": unk_token '", *config_.unk_token, "' is not in the vocabulary");
+  }
+
+  merges_ = PairMap(config_.merges.size());
+  for (size_t rank = 0; rank < config_.merges.size(); ++rank) {
+    const auto& [left, right] = config_.merges[rank];
+    const int32_t l = model_vocab_.Find(left);
+    const int32_t r = model_vocab_.Find(right);
+    const int32_t merged = model_vocab_.Find(left + right);
+    TORCH_CHECK(l >= 0 && r >= 0 && merged >= 0, file, ": merge ", rank, " '", left, " ", right,
+                "' names a token missing from the vocabulary ('",
+                l < 0 ? left : r < 0 ? right : left + right, "')");
+    merges_.Insert(l, r, {static_cast<int32_t>(rank), merged});
+  }
+
+  decoded_.resize(id_to_token_.size());
+  for (size_t id = 0; id < id_to_token_.size(); ++id) {
+    const std::string& token = id_to_token_[id];
+    if (!config_.byte_level_decoder) {
+      decoded_[id] = token;
+      continue;
+    }
+    // HF's ByteLevel decoder: a token whose characters all stand for bytes gives those
+    // bytes; any other token (an added one) gives its own UTF-8.
+    std::string bytes;
+    size_t pos = 0;
+    bool all_bytes = true;
+    while (pos < token.size()) {
+      const char32_t c = NextCodePoint(token, &pos);
+      const int b = c < char_to_byte.size() ? char_to_byte[c] : -1;
+      if (b < 0) {
+        all_bytes = false;
+        break;
+      }
+      bytes.push_back(static_cast<char>(b));
+    }
+    decoded_[id] = all_bytes ? bytes : token;
+  }
+
+  std::vector<AddedToken> raw, normalized;
+  for (const auto& t : config_.added_tokens) (t.normalized ? normalized : raw).push_back(t);
+  raw_added_ = AddedTokenSplitter(std::move(raw));
+  normalized_added_ = AddedTokenSplitter(std::move(normalized));
+  if (config_.split_pattern) split_regex_ = std::make_unique<RegexSplitter>(*config_.split_pattern);
+
+  config_.vocab.clear();
+  config_.vocab.shrink_to_fit();
+  config_.merges.clear();
+  config_.merges.shrink_to_fit();
+}
+
+std::vector<int32_t> ByteLevelBpe::Encode(std::string_view text) const {
+  CheckUtf8(text, "tokenizer: text to encode");
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  std::vector<std::string_view> pieces, words;
+  if (raw_added_.empty() && normalized_added_.empty()) {
+    if (!text.empty()) EncodeText(text, &pieces, &words, &ids);
+    return ids;
+  }
+  std::vector<TextSegment> raw, normalized;
+  raw_added_.Split(text, &raw);
+  for (const TextSegment& r : raw) {
+    if (r.id >= 0) {
+      ids.push_back(r.id);
+      continue;
+    }
+    normalized.clear();
+    normalized_added_.Split(r.text, &normalized);
+    for (const TextSegment& n : normalized) {
+      if (n.id >= 0) {
+        ids.push_back(n.id);
+      } else {
+        EncodeText(n.text, &pieces, &words, &ids);
+      }
+    }
+  }
+  return ids;
+}
+
+void ByteLevelBpe::EncodeText(std::string_view text, std::vector<std::string_view>* pieces,
+                              std::vector<std::string_view>* words,
+                              std::vector<int32_t>* ids) const {
+  pieces->clear();
+  if (split_regex_) {
+    split_regex_->Split(text, pieces);
+  } else {
+    pieces->push_back(text);
+  }
+  std::string prefixed;
+  for (std::string_view piece : *pieces) {
+    if (config_.add_prefix_space && piece[0] != ' ') {
+      prefixed.assign(" ");
+      prefixed.append(piece);
+      piece = prefixed;
+    }
+    words->clear();
+    if (config_.use_regex) {
+      SplitGpt2(piece, words);
+    } else {
+      words->push_back(piece);
+    }
+    for (std::string_view word : *words) EncodeWord(word, ids);
+  }
+}
+
+void ByteLevelBpe::EncodeWord(std::string_view word, std::vector<int32_t>* ids) const {
+  if (config_.ignore_merges) {
+    std::string chars;
+    for (char b : word) AppendUtf8(ByteToChar(static_cast<uint8_t>(b)), &chars);
+    if (const int32_t id = model_vocab_.Find(chars); id >= 0) {
+      ids->push_back(id);
+      return;
+    }
+  }
+  std::vector<int32_t> symbols;
+  symbols.reserve(word.size());
+  bool last_unk = false;
+  for (char b : word) {
+    const int32_t id = byte_id_[static_cast<uint8_t>(b)];
+    if (id >= 0) {
+      symbols.push_back(id);
+      last_unk = false;
+    } else if (unk_id_ >= 0) {
+      if (!(config_.fuse_unk && last_unk)) symbols.push_back(unk_id_);
+      last_unk = true;
+    }
+    // else: HF drops a character that has no token and no unk_token.
+  }
+  if (symbols.size() >= kHeapMergeMinSymbols) {
+    MergeByHeap(&symbols);
+  } else {
+    MergeByScan(&symbols);
+  }
+  ids->insert(ids->end(), symbols.begin(), symbols.end());
+}
+
+// Repeatedly merges the adjacent pair of lowest rank (the leftmost one among equals),
+// which is the order of HF's heap.
+void ByteLevelBpe::MergeByScan(std::vector<int32_t>* symbols) const {
+  std::vector<int32_t>& s = *symbols;
+  if (s.size() < 2) return;
+  // ranks[i]: rank of the pair (s[i], s[i + 1]), INT_MAX when it does not merge.
+  int32_t ranks_buf[kHeapMergeMinSymbols];
+  int32_t merged_buf[kHeapMergeMinSymbols];
+  size_t n = s.size();
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const PairMap::Value* v = merges_.Find(s[i], s[i + 1]);
+    ranks_buf[i] = v ? v->rank : INT_MAX;
+    merged_buf[i] = v ? v->merged_id : -1;
+  }
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i) {
+      if (ranks_buf[i] < ranks_buf[best]) best = i;
+    }
+    if (ranks_buf[best] == INT_MAX) break;
+    s[best] = merged_buf[best];
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      s[i] = s[i + 1];
+      ranks_buf[i] = ranks_buf[i + 1];
+      merged_buf[i] = merged_buf[i + 1];
+    }
+    --n;
+    auto refresh = [&](size_t i) {
+      const PairMap::Value* v = merges_.Find(s[i], s[i + 1]);
+      ranks_buf[i] = v ? v->rank : INT_MAX;
+      merged_buf[i] = v ? v->merged_id : -1;
+    };
+    if (best > 0) refresh(best - 1);
+    if (best + 1 < n) refresh(best);
+  }
+  s.resize(n);
+}
+
+void ByteLevelBpe::MergeByHeap(std::vector<int32_t>* symbols) const {
+  std::vector<int32_t>& s = *symbols;
+  const int32_t n = static_cast<int32_t>(s.size());
+  std::vector<int32_t> prev(n), next(n);
+  std::vector<uint8_t> alive(n, 1);
+  for (int32_t i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Entry {
+    int32_t rank, pos, merged_id;
+    bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  auto push = [&](int32_t i) {
+    if (i < 0 || next[i] < 0) return;
+    if (const PairMap::Value* v = merges_.Find(s[i], s[next[i]])) heap.push({v->rank, i, v->merged_id});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Entry top = heap.top();
+    heap.pop();
+    const int32_t i = top.pos;
+    if (!alive[i] || next[i] < 0) continue;
+    const PairMap::Value* v = merges_.Find(s[i], s[next[i]]);
+    if (v == nullptr || v->merged_id != top.merged_id) continue;  // stale entry
+    const int32_t j = next[i];
+    s[i] = top.merged_id;
+    alive[j] = 0;
+    next[i] = next[j];
+    if (next[j] >= 0) prev[next[j]] = i;
+    push(prev[i]);
+    push(i);
+  }
+  int32_t out = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (alive[i]) s[out++] = s[i];
+  }
+  s.resize(out);
+}
+
+std::string ByteLevelBpe::Decode(const std::vector<int32_t>& ids) const {
+  std::string joined;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    CheckId(ids[k]);
+    if (!config_.byte_level_decoder && k > 0) joined.push_back(' ');
+    joined += decoded_[ids[k]];
+  }
+  return config_.byte_level_decoder ? Utf8Lossy(joined) : joined;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> MakeByteLevelBpe(ByteLevelBpeConfig config) {
+  TORCH_CHECK(!config.source_files.empty(), "MakeByteLevelBpe: no source file named");
+  return std::make_unique<ByteLevelBpe>(std::move(config));
+}
+
+}  // namespace ps::tokenizer
