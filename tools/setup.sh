@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ps_train needs on Debian 12 (bookworm), idempotently:
 #   apt:  Bazel 4.2.3 (bazel-bootstrap) + platforms, g++, yaml-cpp, spdlog/fmt, cxxopts,
-#         Catch2, nlohmann-json, libssl-dev (SHA-256 of checkpoints) (see ../shared/TOOLCHAIN.md for why these versions)
+#         Catch2, nlohmann-json, libssl-dev (SHA-256 of checkpoints), libicu-dev (tokenizer
+#         regex), libprotobuf-dev + protobuf-compiler (TensorBoard event files) (see ../shared/TOOLCHAIN.md for why these versions)
 #   PyPI: torch==2.11.0 (--no-deps), whose wheel carries a complete LibTorch (headers +
 #         libtorch_cpu/libc10, and the CUDA libraries for --config=cuda).
 # Already-installed pieces are skipped, so a second run takes about a second.
@@ -10,7 +11,8 @@ set -euo pipefail
 
 TORCH_VERSION=2.11.0
 APT_PACKAGES=(bazel-bootstrap bazel-platforms g++ python3 libyaml-cpp-dev libspdlog-dev
-              libfmt-dev libcxxopts-dev catch2 nlohmann-json3-dev libssl-dev)
+              libfmt-dev libcxxopts-dev catch2 nlohmann-json3-dev libssl-dev libicu-dev
+              libprotobuf-dev protobuf-compiler)
 
 log() { echo "[setup] $*"; }
 
