@@ -11,6 +11,9 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "data/batch_sampler.h"
 #include "data/token_source.h"
@@ -23,6 +26,7 @@
 #include "trainer/metrics.h"
 #include "trainer/rng_state.h"
 #include "trainer/run_folder.h"
+#include "trainer/tensorboard_writer.h"
 
 namespace ps::trainer {
 namespace {
@@ -142,12 +146,23 @@ void WriteSaveRecords(Checkpointer& checkpointer, MetricsWriter* metrics) {
 }
 
 // The checkpoint to resume (if any) and the output folder, resolved before anything is
-// written; then config.resolved.yaml and metrics.jsonl opened.
+// written; then config.resolved.yaml, metrics.jsonl and the TensorBoard file opened.
 struct RunStart {
   std::optional<CheckpointContents> resume;
   std::string resume_path;
   std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
 };
+
+// Event files of earlier runs in `dir` (a run that starts afresh starts a fresh tb/, as
+// it does metrics.jsonl; a continued run adds a file beside its earlier ones, and
+// TensorBoard drops their steps after the resumed one when it reads the new file's).
+void RemoveEventFiles(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) std::filesystem::remove(entry.path());
+  }
+}
 
 RunStart StartRun(const Config& c) {
   RunStart s;
@@ -175,8 +190,32 @@ RunStart StartRun(const Config& c) {
     }
     s.metrics = std::make_unique<MetricsWriter>(path);
   }
+  const auto tb_dir = std::filesystem::path(c.run.output_dir) / "tb";
+  if (!continue_metrics) RemoveEventFiles(tb_dir);
+  if (c.logging.tensorboard) s.tensorboard = std::make_unique<TensorBoardWriter>(tb_dir.string());
   return s;
 }
+
+// The TensorBoard tag of a numeric field of a step's metrics line: grouped by concern,
+// so TensorBoard shows one section each; engine fields (chunk counters) under engine/.
+std::string TensorBoardTag(const std::string& key) {
+  for (const char* k : {"loss", "lr", "grad_norm", "tokens"}) {
+    if (key == k) return "train/" + key;
+  }
+  for (const char* k : {"tokens_per_s", "tflops", "step_ms", "forward_ms", "backward_ms", "optimizer_ms"}) {
+    if (key == k) return "perf/" + key;
+  }
+  for (const char* k : {"loss_scale", "skipped_steps"}) {
+    if (key == k) return "precision/" + key;
+  }
+  return "engine/" + key;
+}
+
+// Where the figures of a logged step or an evaluation go.
+struct LogSinks {
+  MetricsWriter* metrics = nullptr;
+  TensorBoardWriter* tensorboard = nullptr;
+};
 
 // One optimizer step's figures.
 struct StepRecord {
@@ -228,10 +267,19 @@ StepRecord RunStep(TrainingEngine& engine, data::BatchSampler& sampler, const Co
   return r;
 }
 
-void LogStep(const StepRecord& r, int64_t step, int64_t tokens_seen, double tokens_per_s, double tflops,
-             const Config& c, TrainingEngine& engine, MetricsWriter* metrics) {
-  spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | {:.3f} TFLOPS", step,
-               c.train.max_steps, r.loss, r.lr, r.outcome.grad_norm, r.step_s * 1e3, tokens_per_s, tflops);
+void LogStep(const StepRecord& r, int64_t step, int64_t tokens_seen, double tokens_per_s, double tflops, double eta_s,
+             const Config& c, TrainingEngine& engine, const LogSinks& sinks) {
+  StepLine console;
+  console.step = step;
+  console.max_steps = c.train.max_steps;
+  console.loss = r.loss;
+  console.lr = r.lr;
+  console.grad_norm = r.outcome.grad_norm;
+  console.step_ms = r.step_s * 1e3;
+  console.tokens_per_s = tokens_per_s;
+  console.tflops = tflops;
+  console.eta_s = eta_s;
+  spdlog::info("{}", FormatStepLine(console));
   JsonLine line;
   line.Add("step", step)
       .Add("loss", r.loss)
@@ -245,7 +293,25 @@ void LogStep(const StepRecord& r, int64_t step, int64_t tokens_seen, double toke
     line.Add("forward_ms", r.forward_ms).Add("backward_ms", r.backward_ms).Add("optimizer_ms", r.optimizer_ms);
   }
   engine.AddStepMetrics(line, r.outcome);
-  if (metrics) metrics->Write(line);
+  if (sinks.metrics) sinks.metrics->Write(line);
+  if (sinks.tensorboard) {
+    std::vector<std::pair<std::string, double>> scalars;
+    for (const auto& [key, value] : line.numeric_fields()) {
+      if (key != "step") scalars.emplace_back(TensorBoardTag(key), value);
+    }
+    sinks.tensorboard->WriteScalars(step, scalars);
+  }
+}
+
+void LogEval(double eval_loss, int64_t step, const LogSinks& sinks) {
+  const double perplexity = Perplexity(eval_loss);
+  spdlog::info("eval  {:>5} | loss {:.4f} | perplexity {:.3f}", step, eval_loss, perplexity);
+  if (sinks.metrics) {
+    sinks.metrics->Write(JsonLine().Add("step", step).Add("eval_loss", eval_loss).Add("eval_perplexity", perplexity));
+  }
+  if (sinks.tensorboard) {
+    sinks.tensorboard->WriteScalars(step, {{"eval/loss", eval_loss}, {"eval/perplexity", perplexity}});
+  }
 }
 
 void WriteSummary(MetricsWriter& metrics, const TrainResult& result, const Config& c, double elapsed_s,
@@ -257,6 +323,7 @@ void WriteSummary(MetricsWriter& metrics, const TrainResult& result, const Confi
                     .Add("first_loss", result.losses.front())
                     .Add("final_loss", result.losses.back())
                     .Add("final_eval_loss", result.final_eval_loss)
+                    .Add("final_eval_perplexity", Perplexity(result.final_eval_loss))
                     .Add("tokens_per_s", result.tokens_per_s)
                     .Add("tflops", flops_per_token * result.tokens_per_s / 1e12)
                     .Add("elapsed_s", elapsed_s)
@@ -280,6 +347,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   RunData data = OpenData(c);  // every input is checked before a file is written
   RunStart start = StartRun(c);
   MetricsWriter* metrics = start.metrics.get();
+  const LogSinks sinks{metrics, start.tensorboard.get()};
 
   models::Gpt model(c.model);
   const auto counts = model->CountParameters();  // before an engine takes the storage
@@ -318,6 +386,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   double timed_s = 0.0;
   int64_t timed_tokens = 0;
   const auto run_start = Clock::now();
+  Clock::time_point first_step_end;  // the ETA's pace: wall time per step after the first
   for (int64_t step = result.start_step + 1; step <= c.train.max_steps; ++step) {
     const StepRecord r = RunStep(*engine, *data.sampler, c, accum, schedule.LrAt(step - 1), step);
     divergence.Check(r.outcome, step);
@@ -327,19 +396,26 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     result.loss_scales.push_back(r.outcome.loss_scale);
     result.skipped.push_back(r.outcome.skipped);
     const bool first = step == result.start_step + 1, last = step == c.train.max_steps;
+    const auto step_end = Clock::now();
+    if (first) first_step_end = step_end;
     if (!first || last) {  // the first step (warm-up, allocations) is not timed unless it is the only one
       timed_s += r.step_s;
       timed_tokens += tokens_per_step;
     }
     if (step % c.logging.log_every == 0 || first || last) {
       const double tokens_per_s = tokens_per_step / r.step_s;
-      LogStep(r, step, tokens_seen, tokens_per_s, flops_per_token * tokens_per_s / 1e12, c, *engine, metrics);
+      // Wall time, evaluations and checkpoints included; the first step (warm-up) only
+      // until there is another.
+      const int64_t paced_steps = step - (result.start_step + 1);
+      const double s_per_step =
+          paced_steps > 0 ? std::chrono::duration<double>(step_end - first_step_end).count() / paced_steps : r.step_s;
+      LogStep(r, step, tokens_seen, tokens_per_s, flops_per_token * tokens_per_s / 1e12,
+              s_per_step * static_cast<double>(c.train.max_steps - step), c, *engine, sinks);
     }
     if (options.abort_after_step == step) return result;  // tests: as if killed here
     if (data.valid && (last || (c.train.eval_every > 0 && step % c.train.eval_every == 0))) {
       result.final_eval_loss = Evaluate(*engine, *data.valid, c);
-      spdlog::info("eval  {:>5} | loss {:.4f}", step, result.final_eval_loss);
-      if (metrics) metrics->Write(JsonLine().Add("step", step).Add("eval_loss", result.final_eval_loss));
+      LogEval(result.final_eval_loss, step, sinks);
     }
     const int signal = options.stop_requested ? options.stop_requested->load() : 0;
     if (signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step)) {
@@ -364,9 +440,11 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     spdlog::info("done: nothing to train (the checkpoint is at step {} = train.max_steps)", result.start_step);
     return result;
   }
-  spdlog::info("done: steps {} to {} in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} | {:.0f} tok/s | {:.3f} TFLOPS",
-               result.start_step + 1, c.train.max_steps, elapsed_s, result.losses.front(), result.losses.back(),
-               result.final_eval_loss, result.tokens_per_s, flops_per_token * result.tokens_per_s / 1e12);
+  spdlog::info("done: steps {} to {} in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} (perplexity {:.3f}) | "
+               "{} tok/s | {:.3f} TFLOPS",
+               result.start_step + 1, c.train.max_steps, elapsed_s, result.losses.front(),
+               result.losses.back(), result.final_eval_loss, Perplexity(result.final_eval_loss),
+               FormatThousands(result.tokens_per_s), flops_per_token * result.tokens_per_s / 1e12);
   if (metrics) WriteSummary(*metrics, result, c, elapsed_s, flops_per_token, counts.total_numel, device, threads);
   return result;
 }
