@@ -13,6 +13,10 @@ struct GptConfig {
   // Named size ("gpt2-124m", "GPT2_1B", ...); fills the shape fields below that the
   // config does not set explicitly. Empty: the shape fields are used as given.
   std::string preset;
+  // A local HF GPT-2 model folder (config.json + model.safetensors, or a sharded
+  // model.safetensors.index.json) whose weights start the run; its config.json gives the
+  // shape keys left unset, and shape keys set must equal it. Empty: random init.
+  std::string init_from;
   int64_t n_layer = 2;          // transformer blocks
   int64_t n_head = 4;           // attention heads; must divide n_embd
   int64_t n_embd = 128;         // hidden width

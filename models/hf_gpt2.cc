@@ -4,10 +4,17 @@
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 namespace ps::models {
 namespace {
+
+namespace fs = std::filesystem;
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -19,14 +26,177 @@ bool IsConv1dWeight(const std::string& name) {
          EndsWith(name, "mlp.c_fc.weight") || EndsWith(name, "mlp.c_proj.weight");
 }
 
+// HF keys that are buffers, not weights: the causal mask of old checkpoints.
+bool IsIgnorableBuffer(const std::string& name) {
+  return EndsWith(name, "attn.bias") || EndsWith(name, "attn.masked_bias");
+}
+
+// "transformer.h.0.ln_1.weight" -> "h.0.ln_1.weight"; "lm_head.weight" unchanged.
+std::string PsName(const std::string& hf_name) {
+  return hf_name.rfind("transformer.", 0) == 0 ? hf_name.substr(12) : hf_name;
+}
+
+std::string HfName(const std::string& ps_name) {
+  return ps_name == "lm_head.weight" ? ps_name : "transformer." + ps_name;
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  TORCH_CHECK(in.good(), path, ": cannot open (an HF model folder needs it)");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK(false, path, ": not valid JSON: ", e.what());
+  }
+}
+
+int64_t IntKey(const nlohmann::json& j, const std::string& key, const std::string& path) {
+  TORCH_CHECK(j.contains(key), path, ": missing key '", key, "'");
+  TORCH_CHECK(j[key].is_number_integer(), path, ": key '", key, "' is not an integer: ", j[key].dump());
+  return j[key].get<int64_t>();
+}
+
+// The parameter names and shapes `config` builds, without building it.
+std::map<std::string, std::vector<int64_t>> ExpectedShapes(const GptConfig& c) {
+  std::map<std::string, std::vector<int64_t>> out;
+  const int64_t e = c.n_embd;
+  out["wte.weight"] = {c.vocab_size, e};
+  out["wpe.weight"] = {c.n_positions, e};
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    for (const char* ln : {"ln_1", "ln_2"}) {
+      out[h + ln + ".weight"] = {e};
+      out[h + ln + ".bias"] = {e};
+    }
+    out[h + "attn.c_attn.weight"] = {3 * e, e};
+    out[h + "attn.c_attn.bias"] = {3 * e};
+    out[h + "attn.c_proj.weight"] = {e, e};
+    out[h + "attn.c_proj.bias"] = {e};
+    out[h + "mlp.c_fc.weight"] = {4 * e, e};
+    out[h + "mlp.c_fc.bias"] = {4 * e};
+    out[h + "mlp.c_proj.weight"] = {e, 4 * e};
+    out[h + "mlp.c_proj.bias"] = {e};
+  }
+  out["ln_f.weight"] = {e};
+  out["ln_f.bias"] = {e};
+  if (!c.tie_word_embeddings) out["lm_head.weight"] = {c.vocab_size, e};
+  return out;
+}
+
+// The safetensors files of `folder` and, for each, its path (index first, then the
+// single file).
+std::vector<std::string> WeightFiles(const std::string& folder) {
+  const fs::path dir(folder);
+  TORCH_CHECK(fs::is_directory(dir), folder, ": not a folder (model.init_from / --hf name an HF model folder)");
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    const nlohmann::json j = ReadJson(index.string());
+    TORCH_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), index.string(),
+                ": missing the 'weight_map' object");
+    std::set<std::string> files;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      TORCH_CHECK(it.value().is_string(), index.string(), ": weight_map['", it.key(), "'] is not a file name");
+      const std::string file = it.value().get<std::string>();
+      TORCH_CHECK(file.find('/') == std::string::npos, index.string(), ": weight_map['", it.key(), "'] names '", file,
+                  "', not a file of the folder");
+      files.insert(file);
+    }
+    std::vector<std::string> out;
+    for (const auto& f : files) out.push_back((dir / f).string());
+    return out;
+  }
+  const fs::path single = dir / "model.safetensors";
+  TORCH_CHECK(fs::exists(single), folder, ": has neither model.safetensors nor model.safetensors.index.json",
+              fs::exists(dir / "pytorch_model.bin") ? " (pytorch_model.bin is a pickle; convert it to safetensors)" : "");
+  return {single.string()};
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    TORCH_CHECK(out.good(), tmp, ": cannot open for writing");
+    out << text;
+    out.flush();
+    TORCH_CHECK(out.good(), tmp, ": write failed");
+  }
+  TORCH_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename from ", tmp, " failed");
+}
+
+std::string ShardName(int i, int n) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "model-%05d-of-%05d.safetensors", i, n);
+  return buf;
+}
+
 }  // namespace
+
+GptConfig ReadHfGpt2Config(const std::string& folder) {
+  const std::string path = (fs::path(folder) / "config.json").string();
+  TORCH_CHECK(fs::is_directory(folder), folder, ": not a folder (an HF model folder holds config.json and model.safetensors)");
+  const nlohmann::json j = ReadJson(path);
+  TORCH_CHECK(j.is_object(), path, ": not a JSON object");
+  const std::string type = j.value("model_type", std::string());
+  TORCH_CHECK(type == "gpt2", path, ": model_type '", type, "' is not gpt2 (this loader reads GPT-2 models)");
+  GptConfig c;
+  c.n_layer = IntKey(j, "n_layer", path);
+  c.n_head = IntKey(j, "n_head", path);
+  c.n_embd = IntKey(j, "n_embd", path);
+  c.n_positions = IntKey(j, "n_positions", path);
+  c.vocab_size = IntKey(j, "vocab_size", path);
+  if (j.contains("layer_norm_epsilon")) c.layer_norm_eps = j["layer_norm_epsilon"].get<double>();
+  if (j.contains("tie_word_embeddings")) c.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
+  if (j.contains("initializer_range")) c.init_std = j["initializer_range"].get<double>();
+  const std::string act = j.value("activation_function", std::string("gelu_new"));
+  TORCH_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", path, ": activation_function '", act,
+              "' is not supported (this GPT uses the tanh GELU, gelu_new)");
+  if (j.contains("n_inner") && !j["n_inner"].is_null()) {
+    TORCH_CHECK(j["n_inner"].get<int64_t>() == 4 * c.n_embd, path, ": n_inner ", j["n_inner"].dump(),
+                " is not 4 x n_embd = ", 4 * c.n_embd, " (the only MLP width this GPT has)");
+  }
+  TORCH_CHECK(!j.value("scale_attn_by_inverse_layer_idx", false), path,
+              ": scale_attn_by_inverse_layer_idx true is not supported");
+  TORCH_CHECK(j.value("scale_attn_weights", true), path, ": scale_attn_weights false is not supported");
+  return c;
+}
+
+int64_t ReadHfEosTokenId(const std::string& folder) {
+  const nlohmann::json j = ReadJson((fs::path(folder) / "config.json").string());
+  return j.contains("eos_token_id") && j["eos_token_id"].is_number_integer() ? j["eos_token_id"].get<int64_t>() : -1;
+}
+
+TensorMap MapHfGpt2Weights(const std::string& folder, const GptConfig& config) {
+  const auto expected = ExpectedShapes(config);
+  TensorMap out;
+  std::map<std::string, std::string> file_of;  // ps name -> file
+  for (const std::string& file : WeightFiles(folder)) {
+    for (auto& [hf_name, tensor] : MapSafetensors(file)) {
+      const std::string name = PsName(hf_name);
+      if (!expected.count(name)) {
+        if (IsIgnorableBuffer(name) || (name == "lm_head.weight" && config.tie_word_embeddings)) continue;
+        TORCH_CHECK(false, file, ": unexpected tensor '", hf_name, "' (not a parameter of a GPT-2 with ",
+                    config.n_layer, " layers", config.tie_word_embeddings ? ", tied head" : "", ")");
+      }
+      TORCH_CHECK(!file_of.count(name), file, ": tensor '", hf_name, "' also in ", file_of[name]);
+      at::Tensor value = IsConv1dWeight(name) && tensor.dim() == 2 ? tensor.t() : tensor;
+      TORCH_CHECK(at::isFloatingType(value.scalar_type()), file, ": tensor '", hf_name, "' is ", value.scalar_type(),
+                  ", not floating point");
+      TORCH_CHECK(value.sizes().vec() == expected.at(name), file, ": tensor '", hf_name, "' has shape ",
+                  tensor.sizes(), ", the model expects ", c10::IntArrayRef(expected.at(name)),
+                  IsConv1dWeight(name) ? " after transposing (HF Conv1D stores [in, out])" : "");
+      file_of[name] = file;
+      out.emplace(name, value);
+    }
+  }
+  for (const auto& [name, shape] : expected) {
+    TORCH_CHECK(out.count(name), folder, ": the weights lack '", HfName(name), "'");
+  }
+  return out;
+}
 
 void LoadHfGpt2(Gpt& model, const std::map<std::string, at::Tensor>& hf_state) {
   std::map<std::string, at::Tensor> state;
-  for (const auto& [key, value] : hf_state) {
-    std::string name = key.rfind("transformer.", 0) == 0 ? key.substr(12) : key;
-    state[name] = value;
-  }
+  for (const auto& [key, value] : hf_state) state[PsName(key)] = value;
   torch::NoGradGuard no_grad;
   std::set<std::string> used;
   for (const auto& p : model->BlockParameters()) {
@@ -40,12 +210,93 @@ void LoadHfGpt2(Gpt& model, const std::map<std::string, at::Tensor>& hf_state) {
     used.insert(p.name);
   }
   for (const auto& [name, value] : state) {
-    if (used.count(name) || EndsWith(name, "attn.bias") || EndsWith(name, "attn.masked_bias")) {
-      continue;
-    }
+    if (used.count(name) || IsIgnorableBuffer(name)) continue;
     if (name == "lm_head.weight" && model->config().tie_word_embeddings) continue;
     TORCH_CHECK(false, "HF GPT-2 weights: unexpected key '", name, "'");
   }
+}
+
+TensorMap ToHfGpt2StateDict(const TensorMap& params, const GptConfig& config) {
+  const auto expected = ExpectedShapes(config);
+  TensorMap out;
+  for (const auto& [name, shape] : expected) {
+    auto it = params.find(name);
+    TORCH_CHECK(it != params.end(), "HF export: parameter '", name, "' is missing");
+    TORCH_CHECK(it->second.sizes().vec() == shape, "HF export: parameter '", name, "' has shape ", it->second.sizes(),
+                ", the config says ", c10::IntArrayRef(shape));
+    at::Tensor t = it->second.detach().to(at::kCPU, at::kFloat);
+    if (IsConv1dWeight(name)) t = t.t();
+    out.emplace(HfName(name), t.contiguous());
+  }
+  for (const auto& [name, t] : params) {
+    TORCH_CHECK(expected.count(name), "HF export: parameter '", name, "' is not part of a GPT-2");
+  }
+  return out;
+}
+
+std::vector<std::string> WriteHfGpt2Weights(const std::string& folder, const TensorMap& params,
+                                            const GptConfig& config, const HfExportOptions& options) {
+  TORCH_CHECK(fs::is_directory(folder), folder, ": export folder does not exist");
+  nlohmann::json cj = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"activation_function", "gelu_new"},
+      {"n_layer", config.n_layer},
+      {"n_head", config.n_head},
+      {"n_embd", config.n_embd},
+      {"n_positions", config.n_positions},
+      {"n_ctx", config.n_positions},
+      {"n_inner", nullptr},
+      {"vocab_size", config.vocab_size},
+      {"layer_norm_epsilon", config.layer_norm_eps},
+      {"initializer_range", config.init_std},
+      {"resid_pdrop", config.dropout},
+      {"embd_pdrop", config.dropout},
+      {"attn_pdrop", config.dropout},
+      {"scale_attn_weights", true},
+      {"tie_word_embeddings", config.tie_word_embeddings},
+      {"torch_dtype", "float32"},
+      {"use_cache", true},
+  };
+  if (options.eos_token_id >= 0) {
+    cj["bos_token_id"] = options.eos_token_id;
+    cj["eos_token_id"] = options.eos_token_id;
+  }
+  std::vector<std::string> written;
+  WriteText((fs::path(folder) / "config.json").string(), cj.dump(2) + "\n");
+  written.push_back("config.json");
+
+  // Shards in parameter order of the state dict (names sorted, as the map keeps them),
+  // each at most max_shard_bytes unless one tensor alone is larger.
+  const TensorMap hf = ToHfGpt2StateDict(params, config);
+  std::vector<TensorMap> shards(1);
+  int64_t shard_bytes = 0, total_bytes = 0;
+  for (const auto& [name, t] : hf) {
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().emplace(name, t);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  if (shards.size() == 1) {
+    SaveSafetensors((fs::path(folder) / "model.safetensors").string(), shards[0]);
+    written.push_back("model.safetensors");
+    return written;
+  }
+  nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", nlohmann::json::object()}};
+  const int n = static_cast<int>(shards.size());
+  for (int i = 0; i < n; ++i) {
+    const std::string name = ShardName(i + 1, n);
+    SaveSafetensors((fs::path(folder) / name).string(), shards[i]);
+    for (const auto& [tensor_name, t] : shards[i]) index["weight_map"][tensor_name] = name;
+    written.push_back(name);
+  }
+  WriteText((fs::path(folder) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  written.push_back("model.safetensors.index.json");
+  return written;
 }
 
 }  // namespace ps::models

@@ -3,8 +3,16 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -49,25 +57,35 @@ TensorMap LoadSafetensors(const std::string& path) {
   return ParseSafetensors(path, bytes);
 }
 
-TensorMap ParseSafetensors(const std::string& path, const std::vector<char>& file) {
-  const int64_t file_bytes = static_cast<int64_t>(file.size());
+namespace {
+
+// One tensor of a safetensors file: where its bytes are, relative to the file start.
+struct Entry {
+  at::ScalarType type;
+  std::vector<int64_t> shape;
+  int64_t offset_bytes;  // from the start of the file
+  int64_t bytes;
+};
+
+// Parses and checks the header of the `file_bytes` bytes at `file`; entries by name.
+std::map<std::string, Entry> ParseEntries(const std::string& path, const char* file, int64_t file_bytes) {
   TORCH_CHECK(file_bytes >= 8, path, ": too short for a safetensors header (", file_bytes,
               " bytes)");
   uint64_t header_bytes = 0;
-  std::memcpy(&header_bytes, file.data(), 8);
+  std::memcpy(&header_bytes, file, 8);
   TORCH_CHECK(header_bytes <= static_cast<uint64_t>(file_bytes - 8), path, ": header length ",
               header_bytes, " exceeds the file size ", file_bytes);
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(file.data() + 8, file.data() + 8 + header_bytes);
+    meta = nlohmann::json::parse(file + 8, file + 8 + header_bytes);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, path, ": malformed JSON header: ", e.what());
   }
   TORCH_CHECK(meta.is_object(), path, ": header is not a JSON object");
-  const int64_t data_bytes = file_bytes - 8 - static_cast<int64_t>(header_bytes);
-  const char* data = file.data() + 8 + header_bytes;
+  const int64_t data_start = 8 + static_cast<int64_t>(header_bytes);
+  const int64_t data_bytes = file_bytes - data_start;
 
-  TensorMap out;
+  std::map<std::string, Entry> out;
   for (auto it = meta.begin(); it != meta.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const std::string where = path + ": tensor '" + it.key() + "'";
@@ -75,23 +93,94 @@ TensorMap ParseSafetensors(const std::string& path, const std::vector<char>& fil
     TORCH_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
                     v.contains("data_offsets"),
                 where, ": needs dtype, shape and data_offsets");
-    const auto type = ParseDtype(v["dtype"].get<std::string>(), where);
-    std::vector<int64_t> shape = v["shape"].get<std::vector<int64_t>>();
-    const auto offsets = v["data_offsets"].get<std::vector<int64_t>>();
-    TORCH_CHECK(offsets.size() == 2 && offsets[0] >= 0 && offsets[0] <= offsets[1] &&
-                    offsets[1] <= data_bytes,
-                where, ": data_offsets out of range of ", data_bytes, " data bytes");
+    Entry e;
+    try {
+      e.type = ParseDtype(v["dtype"].get<std::string>(), where);
+      e.shape = v["shape"].get<std::vector<int64_t>>();
+      const auto offsets = v["data_offsets"].get<std::vector<int64_t>>();
+      TORCH_CHECK(offsets.size() == 2 && offsets[0] >= 0 && offsets[0] <= offsets[1] &&
+                      offsets[1] <= data_bytes,
+                  where, ": data_offsets out of range of ", data_bytes, " data bytes");
+      e.offset_bytes = data_start + offsets[0];
+      e.bytes = offsets[1] - offsets[0];
+    } catch (const nlohmann::json::exception& ex) {
+      TORCH_CHECK(false, where, ": malformed entry: ", ex.what());
+    }
     int64_t numel = 1;
-    for (int64_t d : shape) {
+    for (int64_t d : e.shape) {
       TORCH_CHECK(d >= 0, where, ": negative dimension");
+      TORCH_CHECK(d == 0 || numel <= data_bytes / d, where, ": shape larger than the file");
       numel *= d;
     }
-    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(type));
-    TORCH_CHECK(offsets[1] - offsets[0] == bytes, where, ": shape needs ", bytes,
-                " bytes but data_offsets span ", offsets[1] - offsets[0]);
-    auto t = at::empty(shape, at::TensorOptions().dtype(type));
-    if (bytes > 0) std::memcpy(t.data_ptr(), data + offsets[0], bytes);
-    out.emplace(it.key(), t);
+    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(e.type));
+    TORCH_CHECK(e.bytes == bytes, where, ": shape needs ", bytes,
+                " bytes but data_offsets span ", e.bytes);
+    out.emplace(it.key(), std::move(e));
+  }
+  return out;
+}
+
+// A read-only file mapped copy-on-write (writes through a tensor view change only this
+// process's pages); unmapped when the last view is gone.
+class Mapping {
+ public:
+  explicit Mapping(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    TORCH_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+    struct stat st {};
+    const bool ok = ::fstat(fd, &st) == 0;
+    const int stat_errno = errno;
+    if (!ok || !S_ISREG(st.st_mode)) ::close(fd);
+    TORCH_CHECK(ok, path, ": cannot stat: ", std::strerror(stat_errno));
+    TORCH_CHECK(S_ISREG(st.st_mode), path, ": is not a regular file");
+    bytes_ = st.st_size;
+    if (bytes_ > 0) {
+      void* p = ::mmap(nullptr, static_cast<size_t>(bytes_), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+      const int map_errno = errno;
+      ::close(fd);
+      TORCH_CHECK(p != MAP_FAILED, path, ": mmap failed: ", std::strerror(map_errno));
+      data_ = static_cast<char*>(p);
+    } else {
+      ::close(fd);
+    }
+  }
+  ~Mapping() {
+    if (data_) ::munmap(data_, static_cast<size_t>(bytes_));
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  char* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  char* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace
+
+TensorMap ParseSafetensors(const std::string& path, const std::vector<char>& file) {
+  TensorMap out;
+  for (const auto& [name, e] : ParseEntries(path, file.data(), static_cast<int64_t>(file.size()))) {
+    auto t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
+    if (e.bytes > 0) std::memcpy(t.data_ptr(), file.data() + e.offset_bytes, e.bytes);
+    out.emplace(name, t);
+  }
+  return out;
+}
+
+TensorMap MapSafetensors(const std::string& path) {
+  auto mapping = std::make_shared<Mapping>(path);
+  TensorMap out;
+  for (const auto& [name, e] : ParseEntries(path, mapping->data(), mapping->bytes())) {
+    if (e.bytes == 0) {
+      out.emplace(name, at::empty(e.shape, at::TensorOptions().dtype(e.type)));
+      continue;
+    }
+    TORCH_CHECK(e.offset_bytes % static_cast<int64_t>(c10::elementSize(e.type)) == 0, path, ": tensor '", name,
+                "' is not aligned to its element size");
+    out.emplace(name, at::from_blob(mapping->data() + e.offset_bytes, e.shape, [mapping](void*) {},
+                                    at::TensorOptions().dtype(e.type)));
   }
   return out;
 }

@@ -1,7 +1,7 @@
 // Reader and writer for the safetensors format (HF): an 8-byte little-endian header
 // length, a JSON header {name: {dtype, shape, data_offsets}}, then raw tensor bytes.
-// Errors name the file and the offending tensor. Tensors are returned on the CPU,
-// owning their memory (the file is not kept open).
+// Errors name the file and the offending tensor. Load/Parse return CPU tensors owning
+// their memory (the file is not kept open); Map returns views of a memory map.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,6 +20,10 @@ TensorMap LoadSafetensors(const std::string& path);
 // The same, from the whole file's bytes already in memory (a reader that also hashes
 // them reads the file once); `path` names it in errors.
 TensorMap ParseSafetensors(const std::string& path, const std::vector<char>& file);
+// The same checks, but the tensors are views into a copy-on-write memory map of the
+// file, which stays mapped while any of them lives: nothing is read until a tensor is
+// touched, so loading a large model one tensor at a time needs no copy of the file.
+TensorMap MapSafetensors(const std::string& path);
 
 // The JSON header SaveSafetensors writes for `tensors` (without the 8-byte length):
 // tensors in map order, data back to back from offset 0, padded with spaces to a

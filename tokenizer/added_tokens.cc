@@ -3,6 +3,7 @@
 #include <unicode/uchar.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "tokenizer/utf8.h"
 
@@ -41,6 +42,15 @@ AddedTokenSplitter::AddedTokenSplitter(std::vector<AddedToken> tokens) {
   for (size_t i = 0; i < tokens_.size(); ++i) {
     by_first_byte_[static_cast<uint8_t>(tokens_[i].content[0])].push_back(static_cast<int32_t>(i));
   }
+  int distinct = 0;
+  for (int b = 0; b < 256; ++b) {
+    is_first_byte_[b] = !by_first_byte_[b].empty();
+    if (is_first_byte_[b]) {
+      ++distinct;
+      first_byte_ = b;
+    }
+  }
+  if (distinct != 1) first_byte_ = -1;
   for (auto& list : by_first_byte_) {
     std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) {
       return tokens_[a].content.size() > tokens_[b].content.size();
@@ -52,6 +62,15 @@ void AddedTokenSplitter::Split(std::string_view text, std::vector<TextSegment>* 
   size_t done = 0;  // end of the last segment written
   size_t pos = 0;
   while (pos < text.size()) {
+    // Skip to the next byte that starts a token.
+    if (first_byte_ >= 0) {
+      const void* hit = std::memchr(text.data() + pos, first_byte_, text.size() - pos);
+      if (hit == nullptr) break;
+      pos = static_cast<const char*>(hit) - text.data();
+    } else {
+      while (pos < text.size() && !is_first_byte_[static_cast<uint8_t>(text[pos])]) ++pos;
+      if (pos == text.size()) break;
+    }
     const auto& candidates = by_first_byte_[static_cast<uint8_t>(text[pos])];
     const AddedToken* match = nullptr;
     for (int32_t i : candidates) {

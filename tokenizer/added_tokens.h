@@ -42,6 +42,10 @@ class AddedTokenSplitter {
 
  private:
   std::vector<AddedToken> tokens_;
+  // Whether any token starts with a byte; the only such byte when there is one (for
+  // memchr), else -1.
+  std::array<bool, 256> is_first_byte_{};
+  int first_byte_ = -1;
   // Indices into tokens_ of the tokens starting with each byte, longest first.
   std::array<std::vector<int32_t>, 256> by_first_byte_;
 };

@@ -5,6 +5,8 @@
 #include <unicode/uchar.h>
 #include <unicode/utext.h>
 
+#include <array>
+
 #include "tokenizer/utf8.h"
 
 namespace ps::tokenizer {
@@ -12,13 +14,25 @@ namespace {
 
 enum CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
 
-CharClass ClassOf(char32_t c) {
-  if (c < 0x80) {
-    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return kLetter;
-    if (c >= '0' && c <= '9') return kNumber;
-    if ((c >= 0x09 && c <= 0x0D) || c == ' ') return kSpace;
-    return kOther;
+// Classes of the ASCII characters, by code.
+constexpr std::array<CharClass, 128> kAsciiClasses = [] {
+  std::array<CharClass, 128> classes{};
+  for (int c = 0; c < 128; ++c) {
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') {
+      classes[c] = kLetter;
+    } else if (c >= '0' && c <= '9') {
+      classes[c] = kNumber;
+    } else if ((c >= 0x09 && c <= 0x0D) || c == ' ') {
+      classes[c] = kSpace;
+    } else {
+      classes[c] = kOther;
+    }
   }
+  return classes;
+}();
+
+inline CharClass ClassOf(char32_t c) {
+  if (c < 0x80) return kAsciiClasses[c];
   switch (u_charType(c)) {
     case U_UPPERCASE_LETTER:
     case U_LOWERCASE_LETTER:
@@ -38,6 +52,12 @@ CharClass ClassOf(char32_t c) {
 // Position after the run of characters of class `cls` starting at `pos`.
 size_t RunEnd(std::string_view text, size_t pos, CharClass cls) {
   while (pos < text.size()) {
+    const auto b = static_cast<uint8_t>(text[pos]);
+    if (b < 0x80) {  // ASCII fast path
+      if (kAsciiClasses[b] != cls) break;
+      ++pos;
+      continue;
+    }
     size_t next = pos;
     if (ClassOf(NextCodePoint(text, &next)) != cls) break;
     pos = next;

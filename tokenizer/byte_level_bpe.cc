@@ -10,6 +10,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/flat_maps.h"
 #include "tokenizer/utf8.h"
+#include "tokenizer/word_cache.h"
 
 namespace ps::tokenizer {
 namespace {
@@ -17,6 +18,9 @@ namespace {
 // Words with more initial symbols than this merge through a heap (O(n log n)); shorter
 // ones by rescanning an array of pair ranks, which is faster for the usual few symbols.
 constexpr size_t kHeapMergeMinSymbols = 128;
+
+// Words remembered by the cache (HF's BPE keeps 10,000).
+constexpr size_t kCacheWords = 65536;
 
 class ByteLevelBpe final : public Tokenizer {
  public:
@@ -46,7 +50,8 @@ class ByteLevelBpe final : public Tokenizer {
   // Pre-tokenises and encodes text that holds no added token.
   void EncodeText(std::string_view text, std::vector<std::string_view>* pieces,
                   std::vector<std::string_view>* words, std::vector<int32_t>* ids) const;
-  void EncodeWord(std::string_view word, std::vector<int32_t>* ids) const;
+  // `symbols`: scratch space, reused from word to word.
+  void EncodeWord(std::string_view word, std::vector<int32_t>* symbols, std::vector<int32_t>* ids) const;
   void MergeByScan(std::vector<int32_t>* symbols) const;
   void MergeByHeap(std::vector<int32_t>* symbols) const;
 
@@ -62,6 +67,7 @@ class ByteLevelBpe final : public Tokenizer {
   AddedTokenSplitter raw_added_;        // normalized=false tokens
   AddedTokenSplitter normalized_added_; // normalized=true tokens (no normaliser here)
   std::unique_ptr<RegexSplitter> split_regex_;
+  WordCache cache_{kCacheWords};
 };
 
 ByteLevelBpe::ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config)) {
@@ -190,6 +196,7 @@ void ByteLevelBpe::EncodeText(std::string_view text, std::vector<std::string_vie
     pieces->push_back(text);
   }
   std::string prefixed;
+  std::vector<int32_t> symbols;
   for (std::string_view piece : *pieces) {
     if (config_.add_prefix_space && piece[0] != ' ') {
       prefixed.assign(" ");
@@ -202,11 +209,12 @@ void ByteLevelBpe::EncodeText(std::string_view text, std::vector<std::string_vie
     } else {
       words->push_back(piece);
     }
-    for (std::string_view word : *words) EncodeWord(word, ids);
+    for (std::string_view word : *words) EncodeWord(word, &symbols, ids);
   }
 }
 
-void ByteLevelBpe::EncodeWord(std::string_view word, std::vector<int32_t>* ids) const {
+void ByteLevelBpe::EncodeWord(std::string_view word, std::vector<int32_t>* symbols_buffer,
+                              std::vector<int32_t>* ids) const {
   if (config_.ignore_merges) {
     std::string chars;
     for (char b : word) AppendUtf8(ByteToChar(static_cast<uint8_t>(b)), &chars);
@@ -215,8 +223,9 @@ void ByteLevelBpe::EncodeWord(std::string_view word, std::vector<int32_t>* ids) 
       return;
     }
   }
-  std::vector<int32_t> symbols;
-  symbols.reserve(word.size());
+  if (cache_.Lookup(word, ids)) return;
+  std::vector<int32_t>& symbols = *symbols_buffer;
+  symbols.clear();
   bool last_unk = false;
   for (char b : word) {
     const int32_t id = byte_id_[static_cast<uint8_t>(b)];
@@ -235,6 +244,7 @@ void ByteLevelBpe::EncodeWord(std::string_view word, std::vector<int32_t>* ids) 
     MergeByScan(&symbols);
   }
   ids->insert(ids->end(), symbols.begin(), symbols.end());
+  cache_.Insert(word, symbols.data(), symbols.size());
 }
 
 // Repeatedly merges the adjacent pair of lowest rank (the leftmost one among equals),

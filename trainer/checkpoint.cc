@@ -150,7 +150,7 @@ CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointCo
   return report;
 }
 
-CheckpointContents ReadCheckpoint(const std::string& path) {
+CheckpointContents ReadCheckpoint(const std::string& path, CheckpointParts parts) {
   const std::string state_path = (fs::path(path) / kStateFile).string();
   TORCH_CHECK(fs::is_directory(path), path, ": not a checkpoint folder (it ", fs::exists(path) ? "is a file" : "does not exist",
               ")");
@@ -179,6 +179,9 @@ CheckpointContents ReadCheckpoint(const std::string& path) {
     const std::string file = (fs::path(path) / it.key()).string();
     TORCH_CHECK(it.key().find('/') == std::string::npos, state_path, ": file name '", it.key(), "' has a '/'");
     TORCH_CHECK(fs::is_regular_file(file), file, ": missing (listed in ", state_path, ")");
+    if (parts == CheckpointParts::kParamsOnly && (StartsWith(it.key(), "optimizer") || StartsWith(it.key(), "rng"))) {
+      continue;
+    }
     int64_t expected_bytes = 0;
     std::string expected_sha;
     try {

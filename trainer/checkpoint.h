@@ -51,9 +51,15 @@ struct CheckpointWriteReport {
 // is removed and nothing complete is touched.
 CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointContents& contents);
 
+enum class CheckpointParts {
+  kAll,         // everything a resume needs
+  kParamsOnly,  // parameters and scalar state; optimizer and RNG files are not read
+};
+
 // Reads the checkpoint folder `path`, verifying every file's presence, size and
-// SHA-256 and every tensor's header. Throws c10::Error naming the file (and tensor).
-CheckpointContents ReadCheckpoint(const std::string& path);
+// SHA-256 and every tensor's header (kParamsOnly: the files it reads; the others must
+// still be present). Throws c10::Error naming the file (and tensor).
+CheckpointContents ReadCheckpoint(const std::string& path, CheckpointParts parts = CheckpointParts::kAll);
 
 // The step_<N> folders of `dir` that have a state.json, newest (largest N) first.
 std::vector<std::string> ListCheckpoints(const std::string& dir);

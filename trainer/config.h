@@ -40,6 +40,9 @@ struct CheckpointConfig {
   // Copy the state to host memory and write it in a background thread while training
   // goes on (when the host has room for the copy); false writes before the next step.
   bool async = true;
+  // At the end of the run, write an HF GPT-2 folder (config.json, model.safetensors,
+  // tokenizer files) to <run.output_dir>/hf/.
+  bool export_hf = false;
 };
 
 struct TrainConfig {
@@ -58,6 +61,8 @@ struct LoggingConfig {
   // Time forward, backward and the optimizer step apart (forward_ms, backward_ms,
   // optimizer_ms in metrics.jsonl); on CUDA this synchronises the device between them.
   bool step_breakdown = false;
+  // Write TensorBoard event files to <output_dir>/tb/.
+  bool tensorboard = false;
 };
 
 struct Config {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "models/hf_gpt2.h"
 #include "trainer/config_schema.h"
 
 namespace ps::trainer {
@@ -117,6 +118,7 @@ class Loader {
 
   Config Finish() {
     ResolvePreset();
+    ResolveInitFrom();
     Validate();
     return config_;
   }
@@ -288,6 +290,49 @@ class Loader {
     fill("n_embd", m.n_embd, preset->n_embd);
     fill("n_positions", m.n_positions, preset->n_positions);
     fill("vocab_size", m.vocab_size, preset->vocab_size);
+  }
+
+  // model.init_from: the HF folder's config.json gives the shape. Keys set in the config
+  // (or by model.preset) must agree with it; those left unset take its values.
+  void ResolveInitFrom() {
+    auto& m = config_.model;
+    if (m.init_from.empty()) return;
+    models::GptConfig hf;
+    try {
+      hf = models::ReadHfGpt2Config(m.init_from);
+    } catch (const c10::Error& e) {
+      throw ConfigError(At("model.init_from") + ": model.init_from: " + e.what_without_backtrace());
+    }
+    auto given = [&](const std::string& key) { return set_at_.count(key) || (!m.preset.empty() && key != "model.layer_norm_eps" && key != "model.tie_word_embeddings"); };
+    auto disagree = [&](const std::string& key, const std::string& ours, const std::string& theirs) {
+      const std::string by = set_at_.count(key) ? At(key) : At("model.preset") + " (model.preset '" + m.preset + "')";
+      throw ConfigError(by + ": " + key + " " + ours + " disagrees with model.init_from '" + m.init_from +
+                        "', whose config.json says " + theirs + "; drop the key or use another folder");
+    };
+    auto fill = [&](const std::string& name, int64_t& field, int64_t value) {
+      const std::string key = "model." + name;
+      if (!given(key)) {
+        field = value;
+      } else if (field != value) {
+        disagree(key, std::to_string(field), std::to_string(value));
+      }
+    };
+    fill("n_layer", m.n_layer, hf.n_layer);
+    fill("n_head", m.n_head, hf.n_head);
+    fill("n_embd", m.n_embd, hf.n_embd);
+    fill("n_positions", m.n_positions, hf.n_positions);
+    fill("vocab_size", m.vocab_size, hf.vocab_size);
+    if (!given("model.layer_norm_eps")) {
+      m.layer_norm_eps = hf.layer_norm_eps;
+    } else if (m.layer_norm_eps != hf.layer_norm_eps) {
+      disagree("model.layer_norm_eps", std::to_string(m.layer_norm_eps), std::to_string(hf.layer_norm_eps));
+    }
+    if (!given("model.tie_word_embeddings")) {
+      m.tie_word_embeddings = hf.tie_word_embeddings;
+    } else if (m.tie_word_embeddings != hf.tie_word_embeddings) {
+      disagree("model.tie_word_embeddings", m.tie_word_embeddings ? "true" : "false",
+               hf.tie_word_embeddings ? "true" : "false");
+    }
   }
 
   void Validate() const {

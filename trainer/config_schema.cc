@@ -271,6 +271,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Text("model.preset", PS_ACCESS(model.preset),
            "named size (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, GPT2small, GPT2_1B, ... GPT_175B); "
            "fills the shape keys this config leaves unset; shape keys set as well must equal the preset's"),
+      Text("model.init_from", PS_ACCESS(model.init_from),
+           "local HF GPT-2 folder (config.json + model.safetensors or a sharded index) whose weights start the run; "
+           "its config.json fills the shape keys left unset; empty = random init"),
       Int("model.n_layer", PS_ACCESS(model.n_layer), "transformer blocks", IntRange(1, kMaxLayers)),
       Int("model.n_head", PS_ACCESS(model.n_head), "attention heads (divides n_embd)", IntRange(1, kMaxHeads)),
       Int("model.n_embd", PS_ACCESS(model.n_embd), "hidden width", IntRange(1, kMaxEmbd)),
@@ -286,16 +289,20 @@ std::vector<FieldSpec> BuildConfigSchema() {
            "recompute each block's activations in backward instead of storing them"),
       // data
       Enum<DataFormat>("data.format", PS_ACCESS(data.format),
-                       "synthetic (random tokens), text (bytes of any file), llmc (llm.c shard), raw_u16, raw_u32",
+                       "synthetic (random tokens), text (bytes of any file), llmc (llm.c shard), raw_u16, raw_u32, "
+                       "megatron (<prefix>.bin/.idx; data.train_path is the prefix)",
                        {{"synthetic", DataFormat::kSynthetic}, {"text", DataFormat::kText},
                         {"llmc", DataFormat::kLlmc}, {"raw_u16", DataFormat::kRawU16},
-                        {"raw_u32", DataFormat::kRawU32}}),
+                        {"raw_u32", DataFormat::kRawU32}, {"megatron", DataFormat::kMegatron}}),
       Text("data.train_path", PS_ACCESS(data.train_path), "training token file (not for synthetic)"),
       Text("data.valid_path", PS_ACCESS(data.valid_path), "evaluation token file; empty = no evaluation (synthetic: own stream)"),
       Int("data.seq_len", PS_ACCESS(data.seq_len), "tokens per sample", IntRange(1, kMaxPositions)),
       Bool("data.shuffle", PS_ACCESS(data.shuffle), "permute samples every epoch (seeded)"),
       Int("data.synthetic_tokens", PS_ACCESS(data.synthetic_tokens), "length of the synthetic token stream",
           IntRange(2, kMaxTokens)),
+      Text("data.tokenizer", PS_ACCESS(data.tokenizer),
+           "tokenizer the data was made with (tokenizer.json, or a folder with tokenizer.json, vocab.json + "
+           "merges.txt or vocab.txt); exported with the model; empty = the one in model.init_from"),
       // train
       Int("train.micro_batch_size", PS_ACCESS(train.micro_batch_size), "sequences per forward/backward per rank",
           IntRange(1, kMaxMicroBatch)),
@@ -420,6 +427,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Bool("logging.jsonl", PS_ACCESS(logging.jsonl), "write <run.output_dir>/metrics.jsonl"),
       Bool("logging.step_breakdown", PS_ACCESS(logging.step_breakdown),
            "time forward, backward and optimizer apart into metrics.jsonl (CUDA: synchronises between them)"),
+      Bool("logging.tensorboard", PS_ACCESS(logging.tensorboard), "write TensorBoard event files to <run.output_dir>/tb/"),
       // checkpoint
       Int("checkpoint.every_steps", PS_ACCESS(checkpoint.every_steps), "save every N optimizer steps; 0 = off"),
       Float("checkpoint.every_minutes", PS_ACCESS(checkpoint.every_minutes),
@@ -433,6 +441,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
            "or a folder of them (its newest valid one)"),
       Bool("checkpoint.async", PS_ACCESS(checkpoint.async),
            "write from a host copy in a background thread while training goes on (when the host has room)"),
+      Bool("checkpoint.export_hf", PS_ACCESS(checkpoint.export_hf),
+           "at the end, write an HF GPT-2 folder (config.json, model.safetensors, tokenizer files) to <run.output_dir>/hf/"),
   };
 }
 

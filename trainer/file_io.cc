@@ -93,6 +93,15 @@ void SyncDirectory(const std::string& path) {
   if (rc != 0 && err != EINVAL) Fail(path, "fsync folder", err);  // EINVAL: the file system cannot
 }
 
+void SyncFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) Fail(path, "open", errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL) Fail(path, "fsync", err);
+}
+
 void WriteFileAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {

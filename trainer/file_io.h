@@ -51,6 +51,8 @@ class CheckedFile {
 
 // fsync of a folder: a rename or a new file in it is on the disk.
 void SyncDirectory(const std::string& path);
+// fsync of a file already written and closed (by another writer); errors as above.
+void SyncFile(const std::string& path);
 // Writes `text` to `path` through `path`.tmp, fsync and rename: readers see the old
 // file or the new one, never a part.
 void WriteFileAtomically(const std::string& path, const std::string& text);

@@ -23,6 +23,7 @@
 #include "trainer/config_loader.h"
 #include "trainer/engine.h"
 #include "trainer/file_io.h"
+#include "trainer/hf_io.h"
 #include "trainer/metrics.h"
 #include "trainer/rng_state.h"
 #include "trainer/run_folder.h"
@@ -352,6 +353,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   models::Gpt model(c.model);
   const auto counts = model->CountParameters();  // before an engine takes the storage
   std::unique_ptr<TrainingEngine> engine = MakeEngine(model, c, device);
+  if (!start.resume && !c.model.init_from.empty()) LoadInitialWeights(*engine, c);
   const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
   Checkpointer checkpointer(c.checkpoint, CheckpointDir(c));
   TrainResult result;
@@ -433,6 +435,12 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   }
   checkpointer.Wait();
   WriteSaveRecords(checkpointer, metrics);
+  if (c.checkpoint.export_hf) {
+    const std::string final_checkpoint =
+        c.checkpoint.at_end ? CheckpointDir(c) + "/step_" + std::to_string(c.train.max_steps) : std::string();
+    const HfExportReport exported = ExportAtEnd(*engine, c, final_checkpoint);
+    if (metrics) metrics->Write(JsonLine().Add("hf_export", exported.folder).Add("hf_export_bytes", exported.bytes));
+  }
   result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0.0;
   engine->FillResult(result);
   const double elapsed_s = std::chrono::duration<double>(Clock::now() - run_start).count();

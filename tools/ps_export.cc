@@ -1,0 +1,61 @@
+// ps_export: a ps_train checkpoint -> an HF GPT-2 folder (config.json, model.safetensors
+// or shards + index, the run's tokenizer files) that transformers' from_pretrained loads.
+//
+//   ps_export --checkpoint runs/x/checkpoints[/step_N] --out runs/x/hf [--overwrite]
+//
+// Exit status: 0 done, 2 bad arguments, 1 a bad checkpoint or a failed write (the
+// message names the file). The folder appears complete or not at all.
+#include <spdlog/spdlog.h>
+
+#include <cxxopts.hpp>
+#include <exception>
+#include <iostream>
+
+#include "trainer/hf_io.h"
+
+namespace {
+
+int Run(int argc, char** argv) {
+  cxxopts::Options options("ps_export", "Writes an HF GPT-2 folder from a ps_train checkpoint.");
+  options.add_options()
+      ("checkpoint", "a step_N checkpoint folder, or a folder of them (the newest is taken)",
+       cxxopts::value<std::string>())
+      ("out", "the HF folder to write", cxxopts::value<std::string>())
+      ("overwrite", "replace --out when it exists")
+      ("max-shard-bytes", "split the weights into shards of at most this many bytes",
+       cxxopts::value<int64_t>()->default_value("5000000000"))
+      ("h,help", "this help");
+  const auto args = options.parse(argc, argv);
+  if (args.count("help")) {
+    std::cout << options.help() << "\n";
+    return 0;
+  }
+  if (!args.count("checkpoint") || !args.count("out")) {
+    std::cerr << "ps_export: --checkpoint and --out are required\n" << options.help() << "\n";
+    return 2;
+  }
+  const auto report = ps::trainer::ExportCheckpoint(args["checkpoint"].as<std::string>(), args["out"].as<std::string>(),
+                                                    args.count("overwrite") > 0, args["max-shard-bytes"].as<int64_t>());
+  std::string files;
+  for (const auto& f : report.files) files += (files.empty() ? "" : ", ") + f;
+  spdlog::info("wrote {} ({:.1f} MB in {:.2f} s): {}", report.folder, report.bytes / 1e6, report.seconds, files);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  try {
+    return Run(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::cerr << "ps_export: " << e.what() << "\n";
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "ps_export: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ps_export: " << e.what() << "\n";
+    return 1;
+  }
+}

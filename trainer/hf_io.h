@@ -1,0 +1,59 @@
+// HF GPT-2 folders of a run: the initial weights of model.init_from, and the export of
+// parameters (checkpoint.export_hf at the end of a run; ps_export from a checkpoint)
+// as a folder `transformers` loads: config.json, model.safetensors (sharded above 5 GB)
+// and the run's tokenizer files. ps_train never tokenizes, so it copies the tokenizer's
+// files by name rather than loading them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/safetensors.h"
+#include "trainer/config.h"
+#include "trainer/engine.h"
+
+namespace ps::trainer {
+
+// Starts `engine` from model.init_from's weights: every parameter, one tensor at a time
+// from a memory map (no full copy of the model on the host), Adam moments zero, step 0.
+void LoadInitialWeights(TrainingEngine& engine, const Config& config);
+
+// Where the run's tokenizer is: data.tokenizer, else model.init_from when it holds
+// tokenizer files, else "" (a byte-level or pre-tokenized run).
+std::string TokenizerSource(const Config& config);
+
+// The tokenizer files of `source` (a tokenizer file, or a folder) that an HF folder
+// carries: tokenizer.json, vocab.json, merges.txt, vocab.txt, tokenizer_config.json,
+// special_tokens_map.json, added_tokens.json, as far as they exist. Paths.
+std::vector<std::string> TokenizerFiles(const std::string& source);
+
+struct HfExportReport {
+  std::string folder;
+  std::vector<std::string> files;  // names in the folder
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
+// Writes `params` (ps names, fp32 masters) of a model `config` describes to `out_dir`
+// as an HF GPT-2 folder, with the tokenizer files of TokenizerSource(config). Written
+// into <out_dir>.tmp and renamed, so `out_dir` is either the old folder or the complete
+// new one; an existing `out_dir` is an error unless `replace`. Throws naming the path.
+HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& config, const std::string& out_dir,
+                              bool replace, int64_t max_shard_bytes = 5'000'000'000);
+
+// ps_export: the parameters and config of the checkpoint folder `checkpoint` (a step_N
+// folder, or a folder of them: its newest), verified, exported as above.
+HfExportReport ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, bool replace,
+                                int64_t max_shard_bytes = 5'000'000'000);
+
+// checkpoint.export_hf: <run.output_dir>/hf/ from the checkpoint just written at the end
+// (`final_checkpoint`, read back from disk: no second copy of the state in memory), or
+// from the engine's parameters when there is none ("").
+HfExportReport ExportAtEnd(TrainingEngine& engine, const Config& config, const std::string& final_checkpoint);
+
+// The Config a checkpoint was saved with (its resolved YAML); model.init_from is kept as
+// a name but its folder is not read again (it may be gone).
+Config ConfigOfCheckpoint(const std::string& config_yaml, const std::string& checkpoint_path);
+
+}  // namespace ps::trainer
