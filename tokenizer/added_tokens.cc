@@ -59,6 +59,10 @@ AddedTokenSplitter::AddedTokenSplitter(std::vector<AddedToken> tokens) {
 }
 
 void AddedTokenSplitter::Split(std::string_view text, std::vector<TextSegment>* out) const {
+  if (tokens_.empty()) {
+    if (!text.empty()) out->push_back({text, -1});
+    return;
+  }
   size_t done = 0;  // end of the last segment written
   size_t pos = 0;
   while (pos < text.size()) {

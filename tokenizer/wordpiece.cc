@@ -298,6 +298,19 @@ std::string BertNormalize(const BertNormalizerConfig& config, std::string_view t
   bool ascii = true;
   size_t pos = 0;
   while (pos < text.size()) {
+    const auto b = static_cast<uint8_t>(text[pos]);
+    if (b < 0x80) {  // ASCII fast path: no CJK, no accents
+      ++pos;
+      if (config.clean_text) {
+        if (b == '\t' || b == '\n' || b == '\r') {
+          out.push_back(' ');
+          continue;
+        }
+        if (b < 0x20 || b == 0x7F) continue;  // control characters, NUL included
+      }
+      out.push_back(static_cast<char>(b));
+      continue;
+    }
     char32_t c = NextCodePoint(text, &pos);
     if (config.clean_text) {
       if (c == 0 || c == 0xFFFD || IsControl(c)) continue;
