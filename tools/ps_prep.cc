@@ -144,6 +144,7 @@ class DocumentReader {
     while (std::getline(in, line)) {
       ++line_no;
       const int64_t bytes = static_cast<int64_t>(line.size()) + 1;
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF: the newline is "\r\n"
       if (json || opt_.text_split == TextSplit::kLine) {
         if (IsBlank(line)) {
           blank_bytes += bytes;
@@ -712,8 +713,13 @@ int Main(int argc, char** argv) {
     ("print-ids", "encode each line of stdin; print its ids space-separated, one line per line")
     ("h,help", "this help");
   // clang-format on
+  // cxxopts leaves positional options out of the option list: the usage line names --input.
   spec.parse_positional({"input"});
-  spec.positional_help("[more inputs...]");
+  spec.custom_help("--tokenizer T --input FILE [FILE...] --output-prefix P [OPTION...]\n"
+                   "  ps_prep --tokenizer T --print-ids < text\n\n"
+                   "  --input FILE...: .jsonl/.ndjson (a document per line, --jsonl-field) or text\n"
+                   "  (documents per --text-split); the files after --input are inputs too");
+  spec.positional_help("");
   Options opt;
   cxxopts::ParseResult args;
   try {

@@ -48,6 +48,11 @@ grep -q "out/lines_train.idx" summary.txt || fail "summary does not list the .id
 [ "$(od -An -j18 -N8 -tu8 out/lines_train.idx | tr -d ' ')" = 60 ] || fail "idx sequence count"
 [ "$(od -An -j26 -N8 -tu8 out/lines_train.idx | tr -d ' ')" = 61 ] || fail "idx document count"
 
+#    CRLF line ends are newlines too.
+sed 's/$/\r/' a.txt > crlf.txt
+"$prep" --tokenizer "$tok" --input crlf.txt --text-split line --valid-fraction 0 --output-prefix out/crlf > /dev/null
+cmp -s out/lines_train.bin out/crlf_train.bin || fail "CRLF lines encode differently"
+
 # 3. The same as an llm.c shard: header {20240520, 1, count}, then the same tokens.
 "$prep" --tokenizer "$tok" --input a.txt --text-split line --valid-fraction 0 --format llmc \
   --output-prefix out/llmc > /dev/null
