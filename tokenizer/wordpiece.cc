@@ -157,7 +157,9 @@ WordPiece::WordPiece(WordPieceConfig config) : config_(std::move(config)) {
     }
   }
   for (const auto& t : config_.added_tokens) {
-    id_to_token_[t.id] = t.content;
+    // As HF (0.23): an id gives a normalized token's normalised content (so "Hello World"
+    // decodes as "hello world" when lowercasing), while its written content gives the id.
+    id_to_token_[t.id] = t.normalized ? BertNormalize(config_.normalizer, t.content) : t.content;
     known_[t.id] = 1;
     token_to_id_.Insert(t.content, t.id);
   }

@@ -7,6 +7,9 @@ Trains three small tokenizers with HF `tokenizers` on a generated corpus (no dow
   wordpiece_uncased/   BERT WordPiece, lowercase (strip_accents follows): tokenizer.json, vocab.txt
   wordpiece_cased/     BERT WordPiece, cased, strip_accents false: tokenizer.json, vocab.txt,
                        tokenizer_config.json (do_lower_case false)
+  bpe_flags/, wordpiece_flags/   tokenizer.json of bpe (with add_prefix_space) and
+                       wordpiece_uncased plus added tokens using the flags lstrip, rstrip,
+                       single_word, normalized
 and golden.json: for each, HF's ids of every case (`encode(text, add_special_tokens=False)`)
 and HF's `decode(ids, skip_special_tokens=False)` of those ids and of extra id lists.
 
@@ -17,7 +20,7 @@ import os
 import random
 import sys
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from tokenizers.implementations import BertWordPieceTokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +122,25 @@ def cases(special):
     ] + CODE + UNICODE
     c.append(long_text(11, 4096))
     c.append(long_text(12, 3000))
-    return c
+    return c + random_cases(21, 150)
+
+
+# Characters where the pre-tokenizers' alternatives, the normaliser and the added-token
+# search meet; random_cases() strings them together.
+POOL = ["a", "B", "xyz", "é", "e\u0301", "a\u0301\u0316", "\U0001d165\u0301", "東", "한", "\u1100\u1161", "1",
+        "42", "٣", "²", "Ⅻ", " ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u0085", "\v", "\f", "'", "'s",
+        "'re", "'ll", "!", ".", "-", "_", "😀", "🥰", "\u200b", "\u200d", "\x00", "\x01", "\ufffd", "İ", "ß", "Σ",
+        "ﬁ", "ǅ", "ᾼ", "\ue000", "\u0378", "<|endoftext|>", "<|endo", "[SEP]", "[sep]", "[CLS]", "##", "don't"]
+
+
+def random_cases(seed, count):
+    rng = random.Random(seed)
+    return ["".join(rng.choice(POOL) for _ in range(rng.randint(1, 16))) for _ in range(count)]
+
+
+def short_cases(special):
+    """The cases less the long texts, and fewer random ones (for the flag variants)."""
+    return [t for t in cases(special) if len(t) < 1000][:100]
 
 
 def train_bpe(lines):
@@ -138,6 +159,12 @@ def train_wordpiece(lines, lowercase, strip_accents):
     tok.train_from_iterator(lines, vocab_size=1000, min_frequency=2, show_progress=False,
                             special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
     return tok
+
+
+def add_flag_tokens(tok):
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=False, single_word=False, normalized=False)])
+    tok.add_tokens([AddedToken("xyzzy", single_word=True, normalized=True),
+                    AddedToken("Hello World", rstrip=True, normalized=True)])
 
 
 def golden(tok, texts, rng):
@@ -162,6 +189,14 @@ def main():
     bpe.save(os.path.join(d, "tokenizer.json"))
     bpe.model.save(d)  # vocab.json + merges.txt
     result["bpe"] = golden(bpe, cases("<|endoftext|>"), rng)
+    flag_cases = ["a <mask> b", "a<mask>b", "  <mask>  x", "xyzzy xyzzyx axyzzy xyzzy.", "<MASK> Hello World hello world",
+                  "HELLO WORLD!", "<mask><mask>", "<|endoftext|> <mask>"]
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    add_flag_tokens(bpe)
+    d = os.path.join(out, "bpe_flags")
+    os.makedirs(d, exist_ok=True)
+    bpe.save(os.path.join(d, "tokenizer.json"))
+    result["bpe_flags"] = golden(bpe, flag_cases + short_cases("<|endoftext|>"), rng)
 
     for name, lowercase, strip in [("wordpiece_uncased", True, None), ("wordpiece_cased", False, False)]:
         wp = train_wordpiece(lines, lowercase, strip)
@@ -178,6 +213,12 @@ def main():
         for e in g["encode"]:
             assert again.encode(e["text"], add_special_tokens=False).ids == e["ids"], e["text"]
         result[name] = g
+        if lowercase:
+            add_flag_tokens(wp._tokenizer)
+            d = os.path.join(out, "wordpiece_flags")
+            os.makedirs(d, exist_ok=True)
+            wp.save(os.path.join(d, "tokenizer.json"))
+            result["wordpiece_flags"] = golden(wp, flag_cases + short_cases("[SEP]"), rng)
 
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(result, f, ensure_ascii=True, indent=None, separators=(",", ":"))

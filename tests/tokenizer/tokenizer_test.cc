@@ -109,6 +109,15 @@ TEST_CASE("WordPiece matches HF on the golden cases", "[tokenizer]") {
   }
 }
 
+TEST_CASE("added-token flags and add_prefix_space match HF", "[tokenizer]") {
+  // <mask>: lstrip, not normalized; xyzzy: single_word, normalized; "Hello World": rstrip,
+  // normalized (so matched lowercased by the uncased WordPiece).
+  for (const std::string name : {"bpe_flags", "wordpiece_flags"}) {
+    INFO(name);
+    CheckGolden(*LoadTokenizer(kData + name), name);
+  }
+}
+
 TEST_CASE("the GPT-2 scanner splits as the ICU regex does", "[tokenizer]") {
   const RegexSplitter regex(kGpt2Pattern);
   auto same = [&](const std::string& text) {
