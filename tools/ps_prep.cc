@@ -538,7 +538,6 @@ class Progress {
 // The run.
 
 struct Totals {
-  int64_t documents_seen = 0;  // documents read (counted by the first pass)
   int64_t bad_inputs = 0;      // skipped: unreadable files, bad lines
   int64_t empty_documents = 0;
   int64_t input_bytes = 0;
@@ -622,13 +621,10 @@ int Prepare(const Options& opt) {
     while (in_flight.size() > max_in_flight) take_oldest();
   };
   reader.ForEach([&](Document&& d) {
-    if (d.error.empty()) {
-      ++totals.documents_seen;
-      if (docs_left > 0) {
-        d.valid = static_cast<int64_t>(rng() % static_cast<uint64_t>(docs_left)) < valid_left;
-        valid_left -= d.valid;
-        --docs_left;
-      }
+    if (d.error.empty() && docs_left > 0) {  // Algorithm S
+      d.valid = static_cast<int64_t>(rng() % static_cast<uint64_t>(docs_left)) < valid_left;
+      valid_left -= d.valid;
+      --docs_left;
     }
     batch.text_bytes += static_cast<int64_t>(d.text.size());
     batch.docs.push_back(std::move(d));
@@ -657,8 +653,9 @@ int Prepare(const Options& opt) {
   }
   for (const auto* w : {train.get(), valid.get()}) {
     if (w->num_documents() == 0) {
-      std::printf("  (no validation split: %s)\n",
-                  num_docs < 2 && want_valid ? "fewer than 2 documents" : "none requested");
+      std::printf("  (no validation split: %s)\n", !want_valid     ? "none requested"
+                                                    : num_docs < 2 ? "fewer than 2 documents"
+                                                                   : "its documents were skipped");
       continue;
     }
     for (const std::string& f : w->files()) {
