@@ -2,9 +2,9 @@
 """Tokenizer throughput: ps_train's C++ tokenizer (//tools:bench_tokenizer) against HF
 `tokenizers` on the same text and the same tokenizer file.
 
-HF single-threaded: `Tokenizer.encode(text)` on the whole text; multi-threaded:
-`encode_batch(documents)` with RAYON_NUM_THREADS=--threads (documents split at blank
-lines, as the C++ benchmark does). Best of --iters runs each. Token counts of the two are
+HF single-threaded: `Tokenizer.encode(text)` on the whole text, and `encode(doc)` for each
+document in a loop; multi-threaded: `encode_batch(documents)` with
+RAYON_NUM_THREADS=--threads (documents split at blank lines, as the C++ benchmark does). Best of --iters runs each. Token counts of the two are
 compared, and a ratio table printed (C++ / HF: > 1 means ps_train is faster).
 
 usage: tools/bench_tokenizer.py --tokenizer DIR_OR_JSON --text FILE [--threads N]
@@ -60,6 +60,8 @@ def main():
     hf = {}
     hf["single_s"] = best_seconds(args.iters, lambda: hf.__setitem__(
         "single_tokens", len(tok.encode(text, add_special_tokens=False).ids)))
+    hf["docs_s"] = best_seconds(args.iters, lambda: hf.__setitem__(
+        "docs_tokens", sum(len(tok.encode(d, add_special_tokens=False).ids) for d in docs)))
     hf["multi_s"] = best_seconds(args.iters, lambda: hf.__setitem__(
         "multi_tokens", sum(len(e.ids) for e in tok.encode_batch(docs, add_special_tokens=False))))
 
@@ -70,12 +72,13 @@ def main():
 
     print(f"text {args.text}: {nbytes / 1e6:.2f} MB, {len(docs)} documents; tokenizer {args.tokenizer}; "
           f"HF tokenizers {__version__}; {args.threads} threads")
-    if (cpp["single_tokens"], cpp["multi_tokens"]) != (hf["single_tokens"], hf["multi_tokens"]):
-        print(f"WARNING: token counts differ: C++ {cpp['single_tokens']}/{cpp['multi_tokens']}, "
-              f"HF {hf['single_tokens']}/{hf['multi_tokens']}")
+    keys = ["single_tokens", "docs_tokens", "multi_tokens"]
+    if [cpp[k] for k in keys] != [hf[k] for k in keys]:
+        print(f"WARNING: token counts differ: C++ {[cpp[k] for k in keys]}, HF {[hf[k] for k in keys]}")
     print(f"| run | ps_train MB/s | ps_train Mtok/s | HF MB/s | HF Mtok/s | ps_train / HF |")
     print(f"|---|---:|---:|---:|---:|---:|")
     for name, key, ntok in [("1 thread, whole text (`encode`)", "single", "single_tokens"),
+                            ("1 thread, documents (`encode` each)", "docs", "docs_tokens"),
                             (f"{args.threads} threads, documents (`encode_batch`)", "multi", "multi_tokens")]:
         c, h = cpp[key + "_s"], hf[key + "_s"]
         print(f"| {name} | {nbytes / 1e6 / c:.1f} | {cpp[ntok] / c / 1e6:.2f} | {nbytes / 1e6 / h:.1f} | "
