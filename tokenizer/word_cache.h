@@ -1,16 +1,17 @@
 // WordCache: the ids of recently encoded words (BPE's merges are the costly step and
-// natural text repeats its words), shared by all threads of one tokenizer. Sharded by the
-// word's hash, each shard behind a reader-writer lock; bounded: once a shard is full,
-// new words are not cached (as HF's BPE cache). Owned by the tokenizer; any thread.
+// natural text repeats its words), shared by all threads of one tokenizer without locks:
+// an open-addressing table of atomic pointers to immutable entries. A reader loads a
+// slot (acquire) and compares; a writer publishes a new entry into an empty slot with a
+// compare-and-swap (release). Entries are never replaced or removed; once the table
+// holds `capacity_words`, new words are not cached (as HF's BPE cache). Owned by the
+// tokenizer, freed with it; any thread.
 #pragma once
 
-#include <array>
+#include <atomic>
 #include <cstdint>
-#include <mutex>
-#include <shared_mutex>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/flat_maps.h"
@@ -21,35 +22,65 @@ class WordCache {
  public:
   static constexpr size_t kMaxWordBytes = 48;  // longer words are not cached
 
-  explicit WordCache(size_t capacity_words) : capacity_per_shard_(capacity_words / kShards) {}
+  explicit WordCache(size_t capacity_words)
+      : capacity_words_(capacity_words),
+        slot_count_(TableSlotsFor(capacity_words)),
+        slots_(new std::atomic<const Entry*>[slot_count_]) {
+    for (size_t i = 0; i < slot_count_; ++i) slots_[i].store(nullptr, std::memory_order_relaxed);
+  }
+  ~WordCache() {
+    for (size_t i = 0; i < slot_count_; ++i) delete slots_[i].load(std::memory_order_relaxed);
+  }
+  WordCache(const WordCache&) = delete;
+  WordCache& operator=(const WordCache&) = delete;
 
   // Appends the cached ids of `word` to `ids`; false when it is not cached.
   bool Lookup(std::string_view word, std::vector<int32_t>* ids) const {
-    if (word.size() > kMaxWordBytes || capacity_per_shard_ == 0) return false;
-    const Shard& shard = shards_[HashBytes(word) >> 58];
-    std::shared_lock<std::shared_mutex> lock(shard.mutex);
-    const auto it = shard.words.find(std::string(word));
-    if (it == shard.words.end()) return false;
-    ids->insert(ids->end(), it->second.begin(), it->second.end());
-    return true;
+    if (word.size() > kMaxWordBytes) return false;
+    const uint64_t hash = HashBytes(word);
+    for (size_t i = Start(hash), probes = 0; probes < kMaxProbes; i = (i + 1) & (slot_count_ - 1), ++probes) {
+      const Entry* e = slots_[i].load(std::memory_order_acquire);
+      if (e == nullptr) return false;
+      if (e->hash == hash && e->word == word) {
+        ids->insert(ids->end(), e->ids.begin(), e->ids.end());
+        return true;
+      }
+    }
+    return false;
   }
 
   void Insert(std::string_view word, const int32_t* ids, size_t count) const {
-    if (word.size() > kMaxWordBytes || capacity_per_shard_ == 0) return;
-    Shard& shard = shards_[HashBytes(word) >> 58];
-    std::unique_lock<std::shared_mutex> lock(shard.mutex);
-    if (shard.words.size() >= capacity_per_shard_) return;
-    shard.words.emplace(std::string(word), std::vector<int32_t>(ids, ids + count));
+    if (word.size() > kMaxWordBytes || size_.load(std::memory_order_relaxed) >= capacity_words_) return;
+    const uint64_t hash = HashBytes(word);
+    auto entry = std::make_unique<const Entry>(Entry{hash, std::string(word), std::vector<int32_t>(ids, ids + count)});
+    for (size_t i = Start(hash), probes = 0; probes < kMaxProbes; i = (i + 1) & (slot_count_ - 1), ++probes) {
+      const Entry* current = slots_[i].load(std::memory_order_acquire);
+      if (current == nullptr) {
+        if (slots_[i].compare_exchange_strong(current, entry.get(), std::memory_order_acq_rel)) {
+          entry.release();
+          size_.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+        // Another thread filled the slot first: `current` is its entry.
+      }
+      if (current->hash == hash && current->word == word) return;
+    }
   }
 
  private:
-  static constexpr size_t kShards = 64;  // HashBytes(word) >> 58 picks one
-  struct alignas(64) Shard {
-    mutable std::shared_mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>> words;
+  struct Entry {
+    uint64_t hash;
+    std::string word;
+    std::vector<int32_t> ids;
   };
-  const size_t capacity_per_shard_;
-  mutable std::array<Shard, kShards> shards_;
+  static constexpr size_t kMaxProbes = 32;
+
+  size_t Start(uint64_t hash) const { return (hash >> 20) & (slot_count_ - 1); }
+
+  const size_t capacity_words_;
+  const size_t slot_count_;  // a power of two, >= 2 * capacity_words_
+  std::unique_ptr<std::atomic<const Entry*>[]> slots_;
+  mutable std::atomic<size_t> size_{0};
 };
 
 }  // namespace ps::tokenizer
