@@ -103,8 +103,8 @@ bool IsBlank(const std::string& line) {
 
 // Enumerates the documents of the inputs in order. The split (Algorithm S, Knuth TAOCP
 // 3.4.2: each document is chosen with probability still-needed / still-left) needs the
-// number of documents up front; CountDocuments() makes a first pass that enumerates the
-// same documents without keeping them.
+// number of documents up front, so Prepare() runs ForEach twice: a counting pass, then
+// the real one; both see the same documents.
 class DocumentReader {
  public:
   explicit DocumentReader(const Options& opt) : opt_(opt) {}
