@@ -346,6 +346,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   const at::Device device = ChooseDevice(c.run.device);
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
   RunData data = OpenData(c);  // every input is checked before a file is written
+  if (c.checkpoint.export_hf) TokenizerFiles(TokenizerSource(c));  // a missing tokenizer fails now, not at the end
   RunStart start = StartRun(c);
   MetricsWriter* metrics = start.metrics.get();
   const LogSinks sinks{metrics, start.tensorboard.get()};

@@ -135,6 +135,12 @@ TEST_CASE("checkpoint.export_hf writes an HF folder holding exactly the trained 
   CHECK_FALSE(fs::exists(fs::path(sharded) / "model.safetensors.index.json"));
 }
 
+TEST_CASE("checkpoint.export_hf with a tokenizer that is not there fails before training") {
+  const Config c = FineTune("notok", {"checkpoint.export_hf=true", "data.tokenizer=" + TempDir() + "/no/tokenizer.json"});
+  CHECK_THROWS_WITH(Train(c), Catch::Contains("no/tokenizer.json: the tokenizer") && Catch::Contains("does not exist"));
+  CHECK_FALSE(fs::exists(c.run.output_dir + "/metrics.jsonl"));
+}
+
 TEST_CASE("an untied head is exported as lm_head.weight and read back") {
   models::GptConfig shape = models::ReadHfGpt2Config(kFixture);
   models::TensorMap params = models::MapHfGpt2Weights(kFixture, shape);
