@@ -63,6 +63,7 @@ class ByteLevelBpe final : public Tokenizer {
   StringIdMap model_vocab_;            // model vocabulary only (ignore_merges)
   PairMap merges_;
   std::array<int32_t, 256> byte_id_;   // id of the one-character token of each byte, or -1
+  std::array<std::string, 256> byte_chars_;  // UTF-8 of the character standing for each byte
   int32_t unk_id_ = -1;
   AddedTokenSplitter raw_added_;        // normalized=false tokens
   AddedTokenSplitter normalized_added_; // normalized=true tokens (no normaliser here)
@@ -97,12 +98,11 @@ ByteLevelBpe::ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config
 
   std::array<int, 512> char_to_byte;
   char_to_byte.fill(-1);
-  std::array<std::string, 256> byte_chars;
   for (int b = 0; b < 256; ++b) {
     const char32_t c = ByteToChar(static_cast<uint8_t>(b));
     char_to_byte[c] = b;
-    AppendUtf8(c, &byte_chars[b]);
-    byte_id_[b] = model_vocab_.Find(byte_chars[b]);
+    AppendUtf8(c, &byte_chars_[b]);
+    byte_id_[b] = model_vocab_.Find(byte_chars_[b]);
   }
   if (config_.unk_token) {
     unk_id_ = model_vocab_.Find(*config_.unk_token);
@@ -215,15 +215,16 @@ void ByteLevelBpe::EncodeText(std::string_view text, std::vector<std::string_vie
 
 void ByteLevelBpe::EncodeWord(std::string_view word, std::vector<int32_t>* symbols_buffer,
                               std::vector<int32_t>* ids) const {
+  if (cache_.Lookup(word, ids)) return;
   if (config_.ignore_merges) {
     std::string chars;
-    for (char b : word) AppendUtf8(ByteToChar(static_cast<uint8_t>(b)), &chars);
+    for (char b : word) chars += byte_chars_[static_cast<uint8_t>(b)];
     if (const int32_t id = model_vocab_.Find(chars); id >= 0) {
       ids->push_back(id);
+      cache_.Insert(word, &id, 1);
       return;
     }
   }
-  if (cache_.Lookup(word, ids)) return;
   std::vector<int32_t>& symbols = *symbols_buffer;
   symbols.clear();
   bool last_unk = false;

@@ -7,6 +7,8 @@ Trains three small tokenizers with HF `tokenizers` on a generated corpus (no dow
   wordpiece_uncased/   BERT WordPiece, lowercase (strip_accents follows): tokenizer.json, vocab.txt
   wordpiece_cased/     BERT WordPiece, cased, strip_accents false: tokenizer.json, vocab.txt,
                        tokenizer_config.json (do_lower_case false)
+  bpe_split/           byte-level BPE as Llama 3's (600 ids): a Split pre-tokenizer with its
+                       regex, ByteLevel without regex, ignore_merges
   bpe_flags/, wordpiece_flags/   tokenizer.json of bpe (with add_prefix_space) and
                        wordpiece_uncased plus added tokens using the flags lstrip, rstrip,
                        single_word, normalized
@@ -20,7 +22,7 @@ import os
 import random
 import sys
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from tokenizers.implementations import BertWordPieceTokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -143,11 +145,21 @@ def short_cases(special):
     return [t for t in cases(special) if len(t) < 1000][:100]
 
 
-def train_bpe(lines):
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_bpe(lines, split=False):
+    if split:
+        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1001, min_frequency=2, special_tokens=["<|endoftext|>"],
+    trainer = trainers.BpeTrainer(vocab_size=600 if split else 1001, min_frequency=2, special_tokens=["<|endoftext|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(lines, trainer=trainer)
     return tok
@@ -189,6 +201,11 @@ def main():
     bpe.save(os.path.join(d, "tokenizer.json"))
     bpe.model.save(d)  # vocab.json + merges.txt
     result["bpe"] = golden(bpe, cases("<|endoftext|>"), rng)
+    split = train_bpe(lines, split=True)
+    d = os.path.join(out, "bpe_split")
+    os.makedirs(d, exist_ok=True)
+    split.save(os.path.join(d, "tokenizer.json"))
+    result["bpe_split"] = golden(split, short_cases("<|endoftext|>"), rng)
     flag_cases = ["a <mask> b", "a<mask>b", "  <mask>  x", "xyzzy xyzzyx axyzzy xyzzy.", "<MASK> Hello World hello world",
                   "HELLO WORLD!", "<mask><mask>", "<|endoftext|> <mask>"]
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)

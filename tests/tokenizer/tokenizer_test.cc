@@ -109,6 +109,10 @@ TEST_CASE("WordPiece matches HF on the golden cases", "[tokenizer]") {
   }
 }
 
+TEST_CASE("a Split regex before ByteLevel (Llama 3's) and ignore_merges match HF", "[tokenizer]") {
+  CheckGolden(*LoadTokenizer(kData + "bpe_split"), "bpe_split");
+}
+
 TEST_CASE("added-token flags and add_prefix_space match HF", "[tokenizer]") {
   // <mask>: lstrip, not normalized; xyzzy: single_word, normalized; "Hello World": rstrip,
   // normalized (so matched lowercased by the uncased WordPiece).
