@@ -174,7 +174,9 @@ std::unique_ptr<Tokenizer> LoadBpeJson(const json& j, const std::string& file, c
   }
   TORCH_CHECK(model.contains("vocab"), file, ": model has no 'vocab'");
   config.vocab = ParseVocab(model["vocab"], file);
-  const json merges = model.value("merges", json::array());
+  const json no_merges = json::array();
+  const auto merges_it = model.find("merges");
+  const json& merges = merges_it == model.end() ? no_merges : *merges_it;
   TORCH_CHECK(merges.is_array(), file, ": 'merges' must be an array");
   config.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {

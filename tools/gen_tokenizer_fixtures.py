@@ -112,6 +112,11 @@ def cases(special):
         "email me at someone@example.com or visit https://example.org/path?q=1&r=2#frag",
         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
         "x" * 99 + " " + "y" * 100 + " " + "z" * 101,
+        # Words of 128 bytes and more (BPE merges them through its heap).
+        "a" * 300,
+        "thethe" * 60 + " " + "ab" * 70,
+        "東京" * 50,
+        "".join(random.Random(9).choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") for _ in range(400)),
         "ﬁ ligature ﬀ Ⅸ ℌ ℃ ㎞ ｆｕｌｌｗｉｄｔｈ",
         "İstanbul ß ẞ Σ ς ǅ ǈ",
         special,
