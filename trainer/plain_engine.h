@@ -1,13 +1,13 @@
 // PlainEngine: the training state of a plain LibTorch run: the model's own parameters
-// on the compute device and LibTorch's Adam/AdamW (decay on matrices only), bf16 by
-// autocast. The baseline the chunk engine must match. See engine.h for the step order.
+// on the compute device and LibTorch's fused multi-tensor Adam/AdamW (optim/fused_adam.h;
+// decay on matrices only), bf16 by autocast. The baseline the chunk engine must match. See engine.h for the step order.
 #pragma once
 
-#include <torch/optim/optimizer.h>
 
 #include <memory>
 #include <vector>
 
+#include "optim/fused_adam.h"
 #include "trainer/engine.h"
 
 namespace ps::trainer {
@@ -34,7 +34,7 @@ class PlainEngine final : public TrainingEngine {
   at::Device device_;
   std::vector<models::BlockParameter> params_;  // each once, in model order
   std::vector<at::Tensor> param_tensors_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::FusedAdam> optimizer_;
 };
 
 }  // namespace ps::trainer
