@@ -119,10 +119,9 @@ void SplitGpt2(std::string_view text, std::vector<std::string_view>* pieces) {
 RegexSplitter::RegexSplitter(const std::string& pattern) {
   UErrorCode status = U_ZERO_ERROR;
   UParseError parse_error;
-  pattern_.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0,
-                                            parse_error, status));
-  TORCH_CHECK(U_SUCCESS(status), "tokenizer: cannot compile the regex '", pattern, "' (",
-              u_errorName(status), " at offset ", parse_error.offset, ")");
+  pattern_.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0, parse_error, status));
+  TORCH_CHECK(U_SUCCESS(status), "tokenizer: cannot compile the regex '", pattern, "' (", u_errorName(status),
+              " at offset ", parse_error.offset, ")");
 }
 
 RegexSplitter::~RegexSplitter() = default;

@@ -6,12 +6,12 @@
 // Immutable after construction; any thread.
 #pragma once
 
+#include <unicode/uversion.h>  // U_NAMESPACE_BEGIN: ICU's namespace is versioned
+
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <unicode/uversion.h>  // U_NAMESPACE_BEGIN: ICU's namespace is versioned
 
 U_NAMESPACE_BEGIN
 class RegexPattern;

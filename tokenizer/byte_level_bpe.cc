@@ -44,8 +44,7 @@ class ByteLevelBpe final : public Tokenizer {
  private:
   void CheckId(int32_t id) const {
     TORCH_CHECK(id >= 0 && id < vocab_size() && known_[id], "tokenizer: id ", id,
-                " is not in the vocabulary of ", config_.source_files.at(0), " (",
-                vocab_size(), " ids)");
+                " is not in the vocabulary of ", config_.source_files.at(0), " (", vocab_size(), " ids)");
   }
   // Pre-tokenises and encodes text that holds no added token.
   void EncodeText(std::string_view text, std::vector<std::string_view>* pieces,
@@ -57,16 +56,16 @@ class ByteLevelBpe final : public Tokenizer {
 
   ByteLevelBpeConfig config_;  // merges and vocab released after construction
   std::vector<std::string> id_to_token_;
-  std::vector<uint8_t> known_;         // [vocab_size] 1 where an id has a token
-  std::vector<std::string> decoded_;   // [vocab_size] the bytes each id decodes to
-  StringIdMap token_to_id_;            // model vocabulary, then added tokens
-  StringIdMap model_vocab_;            // model vocabulary only (ignore_merges)
+  std::vector<uint8_t> known_;        // [vocab_size] 1 where an id has a token
+  std::vector<std::string> decoded_;  // [vocab_size] the bytes each id decodes to
+  StringIdMap token_to_id_;           // model vocabulary, then added tokens
+  StringIdMap model_vocab_;           // model vocabulary only (ignore_merges)
   PairMap merges_;
-  std::array<int32_t, 256> byte_id_;   // id of the one-character token of each byte, or -1
+  std::array<int32_t, 256> byte_id_;         // id of the one-character token of each byte, or -1
   std::array<std::string, 256> byte_chars_;  // UTF-8 of the character standing for each byte
   int32_t unk_id_ = -1;
-  AddedTokenSplitter raw_added_;        // normalized=false tokens
-  AddedTokenSplitter normalized_added_; // normalized=true tokens (no normaliser here)
+  AddedTokenSplitter raw_added_;         // normalized=false tokens
+  AddedTokenSplitter normalized_added_;  // normalized=true tokens (no normaliser here)
   std::unique_ptr<RegexSplitter> split_regex_;
   WordCache cache_{kCacheWords};
 };
@@ -117,7 +116,10 @@ ByteLevelBpe::ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config
     const int32_t merged = model_vocab_.Find(left + right);
     TORCH_CHECK(l >= 0 && r >= 0 && merged >= 0, file, ": merge ", rank, " '", left, " ", right,
                 "' names a token missing from the vocabulary ('",
-                l < 0 ? left : r < 0 ? right : left + right, "')");
+                l < 0   ? left
+                : r < 0 ? right
+                        : left + right,
+                "')");
     merges_.Insert(l, r, {static_cast<int32_t>(rank), merged});
   }
 
@@ -187,8 +189,7 @@ std::vector<int32_t> ByteLevelBpe::Encode(std::string_view text) const {
 }
 
 void ByteLevelBpe::EncodeText(std::string_view text, std::vector<std::string_view>* pieces,
-                              std::vector<std::string_view>* words,
-                              std::vector<int32_t>* ids) const {
+                              std::vector<std::string_view>* words, std::vector<int32_t>* ids) const {
   pieces->clear();
   if (split_regex_) {
     split_regex_->Split(text, pieces);

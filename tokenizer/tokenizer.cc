@@ -3,10 +3,10 @@
 #include "tokenizer/tokenizer.h"
 
 #include <c10/util/Exception.h>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "tokenizer/byte_level.h"
@@ -128,9 +128,9 @@ void ParseBpePreTokenizer(const json& pre, const std::string& file, ByteLevelBpe
         const json pattern = p.value("pattern", json::object());
         TORCH_CHECK(pattern.contains("Regex") || pattern.contains("String"), file,
                     ": Split pre-tokenizer without a pattern");
-        TORCH_CHECK(Get<std::string>(p, "behavior", "", file) == "Isolated" &&
-                        !Get<bool>(p, "invert", false, file),
-                    file, ": unsupported Split pre-tokenizer (only behavior Isolated, invert false)");
+        TORCH_CHECK(
+            Get<std::string>(p, "behavior", "", file) == "Isolated" && !Get<bool>(p, "invert", false, file),
+            file, ": unsupported Split pre-tokenizer (only behavior Isolated, invert false)");
         if (pattern.contains("Regex")) {
           config->split_pattern = pattern["Regex"].get<std::string>();
         } else {
@@ -184,12 +184,12 @@ std::unique_ptr<Tokenizer> LoadBpeJson(const json& j, const std::string& file, c
     if (m.is_string()) {  // "a b"
       const std::string s = m.get<std::string>();
       const size_t space = s.find(' ');
-      TORCH_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, file,
-                  ": merge ", i, " '", s, "' is not two tokens separated by one space");
+      TORCH_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, file, ": merge ",
+                  i, " '", s, "' is not two tokens separated by one space");
       config.merges.emplace_back(s.substr(0, space), s.substr(space + 1));
     } else {  // ["a", "b"]
-      TORCH_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), file,
-                  ": merge ", i, " is neither \"a b\" nor [\"a\", \"b\"]");
+      TORCH_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), file, ": merge ", i,
+                  " is neither \"a b\" nor [\"a\", \"b\"]");
       config.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     }
   }
@@ -253,8 +253,10 @@ std::unique_ptr<Tokenizer> LoadTokenizerJson(const std::string& file) {
 }
 
 std::unique_ptr<Tokenizer> LoadVocabMerges(const std::string& vocab_file, const std::string& merges_file) {
-  TORCH_CHECK(fs::is_regular_file(vocab_file), vocab_file, ": missing (BPE needs vocab.json next to merges.txt)");
-  TORCH_CHECK(fs::is_regular_file(merges_file), merges_file, ": missing (BPE needs merges.txt next to vocab.json)");
+  TORCH_CHECK(fs::is_regular_file(vocab_file), vocab_file,
+              ": missing (BPE needs vocab.json next to merges.txt)");
+  TORCH_CHECK(fs::is_regular_file(merges_file), merges_file,
+              ": missing (BPE needs merges.txt next to vocab.json)");
   ByteLevelBpeConfig config;
   config.source_files = {vocab_file, merges_file};
   AddSideFiles(fs::path(vocab_file).parent_path(), &config.source_files);
@@ -265,8 +267,8 @@ std::unique_ptr<Tokenizer> LoadVocabMerges(const std::string& vocab_file, const 
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (number == 1 && line.rfind("#version", 0) == 0)) continue;
     const size_t space = line.find(' ');
-    TORCH_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos,
-                merges_file, ":", number, ": '", line, "' is not two tokens separated by one space");
+    TORCH_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos, merges_file,
+                ":", number, ": '", line, "' is not two tokens separated by one space");
     config.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
   }
   // As transformers' GPT2Tokenizer: <|endoftext|> is a special token kept whole.

@@ -9,7 +9,7 @@ namespace ps::tokenizer {
 int Utf8SequenceBytes(const uint8_t* s, size_t avail_bytes, int* bad_bytes) {
   const uint8_t lead = s[0];
   if (lead < 0x80) return 1;
-  int need;                    // continuation bytes
+  int need;                      // continuation bytes
   uint8_t lo = 0x80, hi = 0xBF;  // accepted range of the first continuation byte
   if (lead >= 0xC2 && lead <= 0xDF) {
     need = 1;
@@ -60,8 +60,8 @@ size_t FindInvalidUtf8(std::string_view s) {
 
 void CheckUtf8(std::string_view s, const char* what) {
   const size_t offset = FindInvalidUtf8(s);
-  TORCH_CHECK(offset == std::string_view::npos, what, ": invalid UTF-8 at byte offset ", offset,
-              " (byte 0x", std::hex, static_cast<int>(static_cast<uint8_t>(s[offset])), ")");
+  TORCH_CHECK(offset == std::string_view::npos, what, ": invalid UTF-8 at byte offset ", offset, " (byte 0x",
+              std::hex, static_cast<int>(static_cast<uint8_t>(s[offset])), ")");
 }
 
 void AppendUtf8(char32_t c, std::string* out) {

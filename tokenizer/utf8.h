@@ -39,8 +39,8 @@ inline char32_t NextCodePoint(std::string_view s, size_t* pos) {
     return (char32_t(p[0] & 0x0F) << 12) | (char32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
   }
   *pos += 4;
-  return (char32_t(p[0] & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) |
-         (char32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+  return (char32_t(p[0] & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) | (char32_t(p[2] & 0x3F) << 6) |
+         (p[3] & 0x3F);
 }
 
 // Appends the UTF-8 encoding of `c` (a Unicode scalar value) to `out`.

@@ -52,7 +52,8 @@ class WordCache {
   void Insert(std::string_view word, const int32_t* ids, size_t count) const {
     if (word.size() > kMaxWordBytes || size_.load(std::memory_order_relaxed) >= capacity_words_) return;
     const uint64_t hash = HashBytes(word);
-    auto entry = std::make_unique<const Entry>(Entry{hash, std::string(word), std::vector<int32_t>(ids, ids + count)});
+    auto entry =
+        std::make_unique<const Entry>(Entry{hash, std::string(word), std::vector<int32_t>(ids, ids + count)});
     for (size_t i = Start(hash), probes = 0; probes < kMaxProbes; i = (i + 1) & (slot_count_ - 1), ++probes) {
       const Entry* current = slots_[i].load(std::memory_order_acquire);
       if (current == nullptr) {

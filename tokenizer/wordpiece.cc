@@ -30,9 +30,8 @@ bool IsControl(char32_t c) {
 }
 
 bool IsChineseChar(char32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
-         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
-         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
@@ -40,8 +39,7 @@ bool IsChineseChar(char32_t c) {
 // Unicode P* category.
 bool IsBertPunctuation(char32_t c) {
   if (c < 0x80) {
-    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
-           (c >= 123 && c <= 126);
+    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
   }
   switch (u_charType(c)) {
     case U_DASH_PUNCTUATION:
@@ -111,8 +109,7 @@ class WordPiece final : public Tokenizer {
  private:
   void CheckId(int32_t id) const {
     TORCH_CHECK(id >= 0 && id < vocab_size() && known_[id], "tokenizer: id ", id,
-                " is not in the vocabulary of ", config_.source_files.at(0), " (",
-                vocab_size(), " ids)");
+                " is not in the vocabulary of ", config_.source_files.at(0), " (", vocab_size(), " ids)");
   }
   // Pre-tokenises normalised text and runs WordPiece on each word.
   void EncodeNormalized(std::string_view text, std::vector<int32_t>* ids) const;
@@ -121,9 +118,9 @@ class WordPiece final : public Tokenizer {
   WordPieceConfig config_;  // vocab released after construction
   std::vector<std::string> id_to_token_;
   std::vector<uint8_t> known_;
-  StringIdMap token_to_id_;   // model vocabulary, then added tokens
-  StringIdMap vocab_;         // model vocabulary
-  StringIdMap continuations_; // tokens starting with the prefix, prefix removed
+  StringIdMap token_to_id_;    // model vocabulary, then added tokens
+  StringIdMap vocab_;          // model vocabulary
+  StringIdMap continuations_;  // tokens starting with the prefix, prefix removed
   size_t max_token_bytes_ = 0;
   size_t max_continuation_bytes_ = 0;
   int32_t unk_id_ = -1;

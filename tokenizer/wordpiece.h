@@ -19,9 +19,9 @@ namespace ps::tokenizer {
 // HF's BertNormalizer options (tokenizer.json "normalizer"); `enabled` false = none.
 struct BertNormalizerConfig {
   bool enabled = true;
-  bool clean_text = true;            // drop control characters, map whitespace to ' '
-  bool handle_chinese_chars = true;  // ' ' around CJK ideographs
-  std::optional<bool> strip_accents; // NFD + drop Mn; unset: follows `lowercase`
+  bool clean_text = true;             // drop control characters, map whitespace to ' '
+  bool handle_chinese_chars = true;   // ' ' around CJK ideographs
+  std::optional<bool> strip_accents;  // NFD + drop Mn; unset: follows `lowercase`
   bool lowercase = true;
 };
 

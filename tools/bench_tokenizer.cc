@@ -1,14 +1,13 @@
 // Benchmark (not a test): tokenizer throughput. Encodes a UTF-8 text file once as a whole
 // on one thread, then as documents (split at blank lines) on one thread, then the
-// documents spread over --threads threads taking them in turn; reports the best of --iters runs in MB/s and tokens/s. The
-// last line is one JSON object (read by tools/bench_tokenizer.py, which runs HF
-// `tokenizers` on the same text and prints the ratios).
-#include <cxxopts.hpp>
-
+// documents spread over --threads threads taking them in turn; reports the best of --iters runs in MB/s and
+// tokens/s. The last line is one JSON object (read by tools/bench_tokenizer.py, which runs HF `tokenizers` on
+// the same text and prints the ratios).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cxxopts.hpp>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -113,6 +112,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"bytes\": %zu, \"documents\": %zu, \"threads\": %d, \"single_s\": %.6f, \"single_tokens\": %zu, "
       "\"docs_s\": %.6f, \"docs_tokens\": %zu, \"multi_s\": %.6f, \"multi_tokens\": %zu}\n",
-      text.size(), docs.size(), threads, single_s, single_tokens, docs_s, docs_tokens, multi_s, multi_tokens.load());
+      text.size(), docs.size(), threads, single_s, single_tokens, docs_s, docs_tokens, multi_s,
+      multi_tokens.load());
   return 0;
 }

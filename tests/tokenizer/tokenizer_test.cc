@@ -1,10 +1,11 @@
 // Tokenizers against HF `tokenizers`: the golden ids and decoded texts of
 // testdata/golden.json (written by tools/gen_tokenizer_fixtures.py), for every way of
 // loading each tokenizer; the GPT-2 scanner against the ICU regex; errors; threads.
-#include <nlohmann/json.hpp>
+#include "tokenizer/tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -12,7 +13,6 @@
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
 #include "tokenizer/byte_level.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/wordpiece.h"
 
@@ -81,7 +81,8 @@ TEST_CASE("byte-level BPE matches HF on the golden cases", "[tokenizer]") {
 TEST_CASE("byte-level BPE reads the older string merges and a Sequence pre-tokenizer", "[tokenizer]") {
   json j = ReadJson(kData + "bpe/tokenizer.json");
   json merges = json::array();
-  for (const json& m : j["model"]["merges"]) merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+  for (const json& m : j["model"]["merges"])
+    merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
   j["model"]["merges"] = merges;
   j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({j["pre_tokenizer"]})}};
   CheckGolden(*LoadTokenizer(WriteTemp("legacy/tokenizer.json", j.dump())), "bpe");
@@ -91,9 +92,11 @@ TEST_CASE("byte-level BPE reads the older string merges and a Sequence pre-token
   json split = j;
   json byte_level = ReadJson(kData + "bpe/tokenizer.json")["pre_tokenizer"];
   byte_level["use_regex"] = false;
-  split["pre_tokenizer"]["pretokenizers"] = json::array(
-      {{{"type", "Split"}, {"pattern", {{"Regex", kGpt2Pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
-       byte_level});
+  split["pre_tokenizer"]["pretokenizers"] = json::array({{{"type", "Split"},
+                                                          {"pattern", {{"Regex", kGpt2Pattern}}},
+                                                          {"behavior", "Isolated"},
+                                                          {"invert", false}},
+                                                         byte_level});
   CheckGolden(*LoadTokenizer(WriteTemp("split/tokenizer.json", split.dump())), "bpe");
 }
 
@@ -133,9 +136,9 @@ TEST_CASE("the GPT-2 scanner splits as the ICU regex does", "[tokenizer]") {
   };
   for (const json& c : Golden().at("bpe").at("encode")) same(c.at("text"));
   // Random strings over the characters where the alternatives meet.
-  const std::vector<std::string> alphabet = {" ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u0085",
-                                             "\v", "a", "Z", "é", "e\u0301", "東", "1", "٣", "²", "Ⅻ",
-                                             "'", "'s", "'re", "'ll", "!", "-", "😀", "_", "\u200b", "x'"};
+  const std::vector<std::string> alphabet = {
+      " ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u0085", "\v", "a", "Z", "é", "e\u0301", "東",
+      "1", "٣",  "²",  "Ⅻ",  "'",    "'s",     "'re",    "'ll",    "!",  "-", "😀", "_", "\u200b",  "x'"};
   std::mt19937 rng(5);
   for (int i = 0; i < 3000; ++i) {
     std::string text;
@@ -147,13 +150,19 @@ TEST_CASE("the GPT-2 scanner splits as the ICU regex does", "[tokenizer]") {
 
 TEST_CASE("lossy UTF-8 decoding replaces each maximal invalid subpart", "[tokenizer]") {
   CHECK(Utf8Lossy("abc") == "abc");
-  CHECK(Utf8Lossy("\xE2\x82") == "\uFFFD");                    // truncated: one U+FFFD
-  CHECK(Utf8Lossy("\xE2\x82" "a") == "\uFFFD" "a");
+  CHECK(Utf8Lossy("\xE2\x82") == "\uFFFD");  // truncated: one U+FFFD
+  CHECK(Utf8Lossy("\xE2\x82"
+                  "a") ==
+        "\uFFFD"
+        "a");
   CHECK(Utf8Lossy("\xF0\x9F\x98") == "\uFFFD");
-  CHECK(Utf8Lossy("\xC0\x80") == "\uFFFD\uFFFD");               // overlong: every byte
-  CHECK(Utf8Lossy("\xED\xA0\x80") == "\uFFFD\uFFFD\uFFFD");     // surrogate
+  CHECK(Utf8Lossy("\xC0\x80") == "\uFFFD\uFFFD");            // overlong: every byte
+  CHECK(Utf8Lossy("\xED\xA0\x80") == "\uFFFD\uFFFD\uFFFD");  // surrogate
   CHECK(Utf8Lossy("\xF4\x90\x80\x80") == "\uFFFD\uFFFD\uFFFD\uFFFD");
-  CHECK(Utf8Lossy("\x80\xFF" "\xC3\xA9") == "\uFFFD\uFFFD" "é");
+  CHECK(Utf8Lossy("\x80\xFF"
+                  "\xC3\xA9") ==
+        "\uFFFD\uFFFD"
+        "é");
   CHECK(FindInvalidUtf8("hello wörld") == std::string_view::npos);
   CHECK(FindInvalidUtf8(std::string("0123456789\xC3", 11)) == 10);
 }
@@ -191,7 +200,8 @@ TEST_CASE("errors name the file, the offset or the id", "[tokenizer]") {
              Catch::Contains("unsupported pre_tokenizer 'Whitespace'"));
   j = ReadJson(kData + "bpe/tokenizer.json");
   j["model"]["merges"].push_back(json::array({"Ġthe", "zzz_missing"}));
-  const std::string merges_error = ErrorOf([&] { LoadTokenizer(WriteTemp("merge/tokenizer.json", j.dump())); });
+  const std::string merges_error =
+      ErrorOf([&] { LoadTokenizer(WriteTemp("merge/tokenizer.json", j.dump())); });
   CHECK_THAT(merges_error, Catch::Contains("merge/tokenizer.json: merge "));
   CHECK_THAT(merges_error, Catch::Contains("'zzz_missing'"));
 
@@ -204,8 +214,7 @@ TEST_CASE("errors name the file, the offset or the id", "[tokenizer]") {
 
 TEST_CASE("source files, vocabulary lookups", "[tokenizer]") {
   auto bpe = LoadTokenizer(kData + "bpe/vocab.json");
-  CHECK(bpe->source_files() ==
-        std::vector<std::string>{kData + "bpe/vocab.json", kData + "bpe/merges.txt"});
+  CHECK(bpe->source_files() == std::vector<std::string>{kData + "bpe/vocab.json", kData + "bpe/merges.txt"});
   auto cased = LoadTokenizer(kData + "wordpiece_cased/vocab.txt");
   CHECK(cased->source_files() == std::vector<std::string>{kData + "wordpiece_cased/vocab.txt",
                                                           kData + "wordpiece_cased/tokenizer_config.json"});
