@@ -325,17 +325,33 @@ std::string BertNormalize(const BertNormalizerConfig& config, std::string_view t
     ascii = ascii && c < 0x80;
   }
   if (config.strip_accents.value_or(config.lowercase) && !ascii) {
+    // NFD, then drop the Mn marks. Only the runs of non-ASCII characters go through ICU:
+    // ASCII characters neither decompose nor combine (canonical class 0), so NFD never
+    // reorders across them and the text may be cut there.
     UErrorCode status = U_ZERO_ERROR;
     const icu::Normalizer2* nfd = icu::Normalizer2::getNFDInstance(status);
     TORCH_CHECK(U_SUCCESS(status), "tokenizer: ICU NFD: ", u_errorName(status));
-    const icu::UnicodeString decomposed = nfd->normalize(icu::UnicodeString::fromUTF8(out), status);
-    TORCH_CHECK(U_SUCCESS(status), "tokenizer: ICU NFD: ", u_errorName(status));
-    out.clear();
-    for (int32_t i = 0; i < decomposed.length();) {
-      const UChar32 c = decomposed.char32At(i);
-      i += U16_LENGTH(c);
-      if (u_charType(c) != U_NON_SPACING_MARK) AppendUtf8(static_cast<char32_t>(c), &out);
+    std::string stripped;
+    stripped.reserve(out.size());
+    size_t p = 0;
+    while (p < out.size()) {
+      size_t q = p;
+      while (q < out.size() && static_cast<uint8_t>(out[q]) < 0x80) ++q;
+      stripped.append(out, p, q - p);
+      p = q;
+      while (q < out.size() && static_cast<uint8_t>(out[q]) >= 0x80) ++q;
+      if (q == p) continue;
+      const icu::UnicodeString decomposed =
+          nfd->normalize(icu::UnicodeString::fromUTF8(icu::StringPiece(out.data() + p, q - p)), status);
+      TORCH_CHECK(U_SUCCESS(status), "tokenizer: ICU NFD: ", u_errorName(status));
+      for (int32_t i = 0; i < decomposed.length();) {
+        const UChar32 c = decomposed.char32At(i);
+        i += U16_LENGTH(c);
+        if (u_charType(c) != U_NON_SPACING_MARK) AppendUtf8(static_cast<char32_t>(c), &stripped);
+      }
+      p = q;
     }
+    out.swap(stripped);
   }
   if (config.lowercase) {
     if (ascii) {
