@@ -15,7 +15,7 @@
 namespace ps::tokenizer {
 namespace {
 
-// Words with more initial symbols than this merge through a heap (O(n log n)); shorter
+// Words with this many initial symbols or more merge through a heap (O(n log n)); shorter
 // ones by rescanning an array of pair ranks, which is faster for the usual few symbols.
 constexpr size_t kHeapMergeMinSymbols = 128;
 
