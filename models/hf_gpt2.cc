@@ -1,5 +1,7 @@
 #include "models/hf_gpt2.h"
 
+#include "models/hf_folder.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
@@ -40,16 +42,6 @@ std::string HfName(const std::string& ps_name) {
   return ps_name == "lm_head.weight" ? ps_name : "transformer." + ps_name;
 }
 
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  TORCH_CHECK(in.good(), path, ": cannot open (an HF model folder needs it)");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    TORCH_CHECK(false, path, ": not valid JSON: ", e.what());
-  }
-}
-
 int64_t IntKey(const nlohmann::json& j, const std::string& key, const std::string& path) {
   TORCH_CHECK(j.contains(key), path, ": missing key '", key, "'");
   TORCH_CHECK(j[key].is_number_integer(), path, ": key '", key, "' is not an integer: ", j[key].dump());
@@ -83,33 +75,6 @@ std::map<std::string, std::vector<int64_t>> ExpectedShapes(const GptConfig& c) {
   return out;
 }
 
-// The safetensors files of `folder` and, for each, its path (index first, then the
-// single file).
-std::vector<std::string> WeightFiles(const std::string& folder) {
-  const fs::path dir(folder);
-  TORCH_CHECK(fs::is_directory(dir), folder, ": not a folder (model.init_from / --hf name an HF model folder)");
-  const fs::path index = dir / "model.safetensors.index.json";
-  if (fs::exists(index)) {
-    const nlohmann::json j = ReadJson(index.string());
-    TORCH_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), index.string(),
-                ": missing the 'weight_map' object");
-    std::set<std::string> files;
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      TORCH_CHECK(it.value().is_string(), index.string(), ": weight_map['", it.key(), "'] is not a file name");
-      const std::string file = it.value().get<std::string>();
-      TORCH_CHECK(file.find('/') == std::string::npos, index.string(), ": weight_map['", it.key(), "'] names '", file,
-                  "', not a file of the folder");
-      files.insert(file);
-    }
-    std::vector<std::string> out;
-    for (const auto& f : files) out.push_back((dir / f).string());
-    return out;
-  }
-  const fs::path single = dir / "model.safetensors";
-  TORCH_CHECK(fs::exists(single), folder, ": has neither model.safetensors nor model.safetensors.index.json",
-              fs::exists(dir / "pytorch_model.bin") ? " (pytorch_model.bin is a pickle; convert it to safetensors)" : "");
-  return {single.string()};
-}
 
 void WriteText(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
@@ -123,18 +88,12 @@ void WriteText(const std::string& path, const std::string& text) {
   TORCH_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename from ", tmp, " failed");
 }
 
-std::string ShardName(int i, int n) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "model-%05d-of-%05d.safetensors", i, n);
-  return buf;
-}
-
 }  // namespace
 
 GptConfig ReadHfGpt2Config(const std::string& folder) {
   const std::string path = (fs::path(folder) / "config.json").string();
   TORCH_CHECK(fs::is_directory(folder), folder, ": not a folder (an HF model folder holds config.json and model.safetensors)");
-  const nlohmann::json j = ReadJson(path);
+  const nlohmann::json j = ReadHfJson(path);
   TORCH_CHECK(j.is_object(), path, ": not a JSON object");
   const std::string type = j.value("model_type", std::string());
   TORCH_CHECK(type == "gpt2", path, ": model_type '", type, "' is not gpt2 (this loader reads GPT-2 models)");
@@ -161,7 +120,7 @@ GptConfig ReadHfGpt2Config(const std::string& folder) {
 }
 
 int64_t ReadHfEosTokenId(const std::string& folder) {
-  const nlohmann::json j = ReadJson((fs::path(folder) / "config.json").string());
+  const nlohmann::json j = ReadHfJson((fs::path(folder) / "config.json").string());
   return j.contains("eos_token_id") && j["eos_token_id"].is_number_integer() ? j["eos_token_id"].get<int64_t>() : -1;
 }
 
@@ -169,7 +128,7 @@ TensorMap MapHfGpt2Weights(const std::string& folder, const GptConfig& config) {
   const auto expected = ExpectedShapes(config);
   TensorMap out;
   std::map<std::string, std::string> file_of;  // ps name -> file
-  for (const std::string& file : WeightFiles(folder)) {
+  for (const std::string& file : HfWeightFiles(folder)) {
     for (auto& [hf_name, tensor] : MapSafetensors(file)) {
       const std::string name = PsName(hf_name);
       if (!expected.count(name)) {
@@ -266,36 +225,9 @@ std::vector<std::string> WriteHfGpt2Weights(const std::string& folder, const Ten
   WriteText((fs::path(folder) / "config.json").string(), cj.dump(2) + "\n");
   written.push_back("config.json");
 
-  // Shards in parameter order of the state dict (names sorted, as the map keeps them),
-  // each at most max_shard_bytes unless one tensor alone is larger.
-  const TensorMap hf = ToHfGpt2StateDict(params, config);
-  std::vector<TensorMap> shards(1);
-  int64_t shard_bytes = 0, total_bytes = 0;
-  for (const auto& [name, t] : hf) {
-    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().emplace(name, t);
-    shard_bytes += bytes;
-    total_bytes += bytes;
+  for (const auto& f : SaveShardedSafetensors(folder, ToHfGpt2StateDict(params, config), options.max_shard_bytes)) {
+    written.push_back(f);
   }
-  if (shards.size() == 1) {
-    SaveSafetensors((fs::path(folder) / "model.safetensors").string(), shards[0]);
-    written.push_back("model.safetensors");
-    return written;
-  }
-  nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", nlohmann::json::object()}};
-  const int n = static_cast<int>(shards.size());
-  for (int i = 0; i < n; ++i) {
-    const std::string name = ShardName(i + 1, n);
-    SaveSafetensors((fs::path(folder) / name).string(), shards[i]);
-    for (const auto& [tensor_name, t] : shards[i]) index["weight_map"][tensor_name] = name;
-    written.push_back(name);
-  }
-  WriteText((fs::path(folder) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
-  written.push_back("model.safetensors.index.json");
   return written;
 }
 

@@ -221,4 +221,44 @@ void SaveSafetensors(const std::string& path, const TensorMap& tensors) {
               " failed");
 }
 
+std::vector<std::string> SaveShardedSafetensors(const std::string& folder, const TensorMap& tensors,
+                                                int64_t max_shard_bytes) {
+  std::vector<TensorMap> shards(1);
+  int64_t shard_bytes = 0, total_bytes = 0;
+  for (const auto& [name, t] : tensors) {
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().emplace(name, t);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  const std::string dir = folder.empty() || folder.back() == '/' ? folder : folder + "/";
+  if (shards.size() == 1) {
+    SaveSafetensors(dir + "model.safetensors", shards[0]);
+    return {"model.safetensors"};
+  }
+  std::vector<std::string> written;
+  nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", nlohmann::json::object()}};
+  const int n = static_cast<int>(shards.size());
+  for (int i = 0; i < n; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", i + 1, n);
+    SaveSafetensors(dir + name, shards[i]);
+    for (const auto& [tensor_name, t] : shards[i]) index["weight_map"][tensor_name] = name;
+    written.push_back(name);
+  }
+  const std::string index_path = dir + "model.safetensors.index.json";
+  {
+    std::ofstream out(index_path + ".tmp", std::ios::trunc);
+    out << index.dump(2) << "\n";
+    TORCH_CHECK(out.good(), index_path, ".tmp: write failed");
+  }
+  TORCH_CHECK(std::rename((index_path + ".tmp").c_str(), index_path.c_str()) == 0, index_path, ": rename failed");
+  written.push_back("model.safetensors.index.json");
+  return written;
+}
+
 }  // namespace ps::models

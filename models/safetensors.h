@@ -34,4 +34,11 @@ std::string SafetensorsHeader(const TensorMap& tensors);
 // Writes `path.tmp` then renames, so an existing file is never left half-written.
 void SaveSafetensors(const std::string& path, const TensorMap& tensors);
 
+// An HF model's weights in `folder`: model.safetensors, or, when they exceed
+// `max_shard_bytes`, model-0000i-of-0000n.safetensors (tensors in name order, each shard
+// at most max_shard_bytes unless one tensor alone is larger) plus
+// model.safetensors.index.json. Returns the file names written.
+std::vector<std::string> SaveShardedSafetensors(const std::string& folder, const TensorMap& tensors,
+                                                int64_t max_shard_bytes);
+
 }  // namespace ps::models

@@ -1,0 +1,101 @@
+// Bert: HF BertModel on LibTorch (word + position + token-type embeddings with
+// LayerNorm, post-LN encoder blocks with padding-masked scaled_dot_product_attention and
+// erf GELU, dropout), with the heads of BertForMaskedLM (transform + decoder tied to the
+// word embeddings + output bias), the NSP head and BertForSequenceClassification's
+// classifier on the pooler.
+//
+// Parameter names are HF's without the "bert." prefix ("embeddings.word_embeddings.weight",
+// "encoder.layer.0.attention.self.query.weight", "cls.predictions.bias", "classifier.weight")
+// and Linear weights are [out, in] as in HF, so HF import/export is a renaming
+// (hf_bert.h). Blocks for LayerHooks: 0 = embeddings, 1..n_layer = encoder layers,
+// n_layer + 1 = pooler and heads (the tied word embedding is used by 0 and the last).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <vector>
+
+#include "models/bert_config.h"
+#include "models/gpt.h"  // BlockParameter, ParameterCounts
+#include "models/layer_hooks.h"
+
+namespace ps::models {
+
+// One encoder block: self-attention (query/key/value/output dense) + LayerNorm, then
+// the MLP (intermediate/output dense) + LayerNorm; residuals before each norm (post-LN).
+class BertLayerImpl : public torch::nn::Module {
+ public:
+  explicit BertLayerImpl(const BertConfig& c);
+  // x [B, T, C]; keep [B, 1, 1, T] bool (true = attend) or undefined (no padding).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& keep);
+
+  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr}, attn_out{nullptr};
+  torch::nn::LayerNorm attn_norm{nullptr}, out_norm{nullptr};
+  torch::nn::Linear intermediate{nullptr}, output{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+  bool save_weight_leaves = false;
+
+ private:
+  int64_t n_head_;
+  double attention_dropout_;
+};
+TORCH_MODULE(BertLayer);
+
+// The inputs of one batch. token_type_ids and attention_mask may be undefined (all
+// segment A; no padding).
+struct BertInputs {
+  at::Tensor input_ids;       // [B, T] int64
+  at::Tensor token_type_ids;  // [B, T] int64
+  at::Tensor attention_mask;  // [B, T] 1 = token, 0 = padding
+};
+
+class BertImpl : public torch::nn::Module {
+ public:
+  explicit BertImpl(const BertConfig& config);
+
+  // The encoder's last hidden states [B, T, C]. Hooks: blocks 0..n_layer.
+  at::Tensor Encode(const BertInputs& in, LayerHooks* hooks = nullptr);
+  // The heads (block n_layer + 1), without hooks: the losses below wrap them in the
+  // block's hooks.
+  at::Tensor MlmLogits(const at::Tensor& hidden);         // [..., C] -> [..., V]
+  at::Tensor ClassifierLogits(const at::Tensor& hidden);  // [B, T, C] -> [B, labels]
+  at::Tensor NspLogits(const at::Tensor& hidden);         // [B, T, C] -> [B, 2]
+
+  // Mean cross-entropy over positions whose label is not -100 (HF's ignore index); only
+  // those positions go through the MLM head. labels [B, T].
+  at::Tensor MlmLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks = nullptr);
+  // Mean cross-entropy of the classifier; labels [B].
+  at::Tensor ClassificationLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks = nullptr);
+
+  std::vector<BlockParameter> BlockParameters() const;
+  ParameterCounts CountParameters() const;
+  int num_blocks() const { return static_cast<int>(config_.n_layer) + 2; }
+  void set_save_weight_leaves(bool on);
+  const BertConfig& config() const { return config_; }
+
+  torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
+  torch::nn::LayerNorm embeddings_norm{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  torch::nn::Linear pooler{nullptr};                                    // has_pooler()
+  torch::nn::Linear mlm_transform{nullptr};                             // mlm_head
+  torch::nn::LayerNorm mlm_norm{nullptr};
+  at::Tensor mlm_bias;                                                  // [V]
+  torch::nn::Linear nsp{nullptr}, classifier{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+
+ private:
+  void InitWeights();
+  at::Tensor Linear(torch::nn::Linear& m, const at::Tensor& x) const;
+  at::Tensor Pooled(const at::Tensor& hidden);
+  BertConfig config_;
+  bool save_weight_leaves_ = false;
+};
+TORCH_MODULE(Bert);
+
+}  // namespace ps::models
