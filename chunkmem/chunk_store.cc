@@ -186,9 +186,11 @@ void ChunkStore::Relocate(int id, Tier to, bool long_lived, bool async) {
     e.pending = engine_->Start(dst, e.payload);  // the engine keeps the old payload alive until done
   } else {
     dst.copy_(e.payload);
+    ++stats_.syncs;
   }
   const int64_t bytes = chunk_bytes(id);
   (to == Tier::kDevice ? stats_.h2d_bytes : stats_.d2h_bytes) += bytes;
+  ++(to == Tier::kDevice ? stats_.h2d_copies : stats_.d2h_copies);
   Account(to, bytes);
   Account(e.tier, -bytes);
   e.payload = dst;
@@ -200,6 +202,7 @@ void ChunkStore::Ready(int id) const {
   if (!e.pending) return;
   const std::shared_ptr<CopyTicket> ticket = std::move(e.pending);
   e.pending.reset();
+  ++stats_.syncs;
   ticket->Wait();
 }
 
@@ -216,6 +219,46 @@ void ChunkStore::Free(int id) {
   Account(e.tier, -chunk_bytes(id));
   e.payload = at::Tensor();
   e.tier = Tier::kNone;
+}
+
+at::Tensor ChunkStore::Borrow(Tier tier, int64_t numel, at::ScalarType dtype, bool zero) {
+  const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+  TORCH_CHECK(CanHold(tier, bytes), "chunkmem: ", ToString(tier), " budget of ", Budget(tier),
+              " bytes cannot take a scratch payload of ", bytes, " bytes: ", BytesUsed(tier), " bytes already held");
+  ProbePause pause(probe_);
+  at::Tensor t = allocator(tier).Allocate(numel, dtype);
+  if (zero) t.zero_();
+  Account(tier, bytes);
+  return t;
+}
+
+void ChunkStore::GiveBack(Tier tier, at::Tensor& scratch) {
+  if (!scratch.defined()) return;
+  ProbePause pause(probe_);
+  Account(tier, -scratch.numel() * static_cast<int64_t>(scratch.element_size()));
+  scratch = at::Tensor();
+}
+
+std::shared_ptr<CopyTicket> ChunkStore::CopyToHost(at::Tensor dst, at::Tensor src) {
+  TORCH_INTERNAL_ASSERT(dst.numel() == src.numel() && dst.scalar_type() == src.scalar_type());
+  stats_.d2h_bytes += src.numel() * static_cast<int64_t>(src.element_size());
+  ++stats_.d2h_copies;
+  if (engine_) return engine_->Start(std::move(dst), std::move(src));
+  dst.copy_(src);
+  ++stats_.syncs;
+  return nullptr;
+}
+
+void ChunkStore::Wait(CopyTicket& ticket) {
+  ++stats_.syncs;
+  ticket.Wait();
+}
+
+at::Tensor ChunkStore::ToHostSync(const at::Tensor& t) {
+  stats_.d2h_bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  ++stats_.d2h_copies;
+  ++stats_.syncs;
+  return t.to(host_->device());
 }
 
 void ChunkStore::ResetPeaks() {

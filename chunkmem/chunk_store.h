@@ -4,7 +4,9 @@
 // Device tier: CUDA memory, or a simulated device (host memory with its own budget and
 // real copies) so the same placement code runs, and is tested, without a GPU.
 // The store never exceeds a tier's budget: Allocate/Move throw instead, and the runtime
-// evicts first. Counters of bytes moved and peaks are kept as data (StoreStats).
+// evicts first. Counters of bytes and copies moved, host waits and peaks are kept as
+// data (StoreStats). Scratch payloads (Borrow: the runtime's gradient staging slots
+// and landing buffers) count against a tier's budget like chunks but are not chunks.
 // Single-threaded: the training thread owns it.
 #pragma once
 
@@ -48,6 +50,11 @@ struct StoreStats {
   int64_t peak_device_bytes = 0;
   int64_t h2d_bytes = 0;          // cumulative bytes copied host -> device
   int64_t d2h_bytes = 0;          // cumulative bytes copied device -> host
+  int64_t h2d_copies = 0;         // cumulative copies host -> device (moves, prefetches)
+  int64_t d2h_copies = 0;         // cumulative copies device -> host (evictions, gradient flushes)
+  // Cumulative host waits for a copy: each synchronous copy between tiers, and each
+  // wait for an asynchronous one (on a GPU, each is a host synchronisation).
+  int64_t syncs = 0;
 };
 
 class ChunkStore {
@@ -85,6 +92,22 @@ class ChunkStore {
   // Drops the payload.
   void Free(int id);
 
+  // A scratch payload on `tier` (zero-filled if `zero`), counted against the tier's
+  // budget like a chunk until GiveBack; throws if the budget cannot take it (check
+  // CanHold first). Not model data and not a chunk id.
+  at::Tensor Borrow(Tier tier, int64_t numel, at::ScalarType dtype, bool zero);
+  // Returns a Borrow()ed payload of `tier` and resets `scratch`.
+  void GiveBack(Tier tier, at::Tensor& scratch);
+  // Copies `src` (device tier) into `dst` (host tier, same numel and dtype), counted:
+  // on the copy engine when there is one (the ticket is returned; `dst` may be read
+  // after Wait), else at once (null ticket; counted as a wait).
+  std::shared_ptr<CopyTicket> CopyToHost(at::Tensor dst, at::Tensor src);
+  // Waits for a CopyToHost ticket (counted as a wait).
+  void Wait(CopyTicket& ticket);
+  // `t` (device tier) as a new host-tier tensor, synchronously; counted as one copy and
+  // one wait (on the simulated tier the tensor itself is returned).
+  at::Tensor ToHostSync(const at::Tensor& t);
+
   at::Device device_of(Tier tier) const;
   // Paused around every payload allocation and free, so the probe never counts chunk
   // bytes as non-model memory. Not owned; null = none.
@@ -111,7 +134,7 @@ class ChunkStore {
   std::unique_ptr<TierAllocator> host_, device_;
   int64_t host_budget_bytes_, device_budget_bytes_;
   std::vector<Entry> chunks_;
-  StoreStats stats_;
+  mutable StoreStats stats_;  // mutable: payload() const counts the wait for a copy in flight
   DeviceMemoryProbe* probe_ = nullptr;
   CopyEngine* engine_ = nullptr;
 };
