@@ -16,11 +16,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // HF key -> ps name: no "bert." prefix; old TF-port LayerNorm names gamma/beta.
 std::string PsName(const std::string& hf) {
   std::string name = StartsWith(hf, "bert.") ? hf.substr(5) : hf;
@@ -44,12 +39,6 @@ bool Ignorable(const std::string& name) {
 // Parameters of a head (they may be absent from a folder trained with another head).
 bool IsHead(const std::string& name) {
   return StartsWith(name, "cls.") || StartsWith(name, "classifier.") || StartsWith(name, "pooler.");
-}
-
-int64_t IntKey(const nlohmann::json& j, const std::string& key, const std::string& path) {
-  TORCH_CHECK(j.contains(key), path, ": missing key '", key, "'");
-  TORCH_CHECK(j[key].is_number_integer(), path, ": key '", key, "' is not an integer: ", j[key].dump());
-  return j[key].get<int64_t>();
 }
 
 // The names and shapes of `config`'s parameters, from a model built on the meta device
@@ -109,13 +98,13 @@ BertConfig ReadHfBertConfig(const std::string& folder) {
   const std::string type = j.value("model_type", std::string());
   TORCH_CHECK(type == "bert", path, ": model_type '", type, "' is not bert");
   BertConfig c;
-  c.n_layer = IntKey(j, "num_hidden_layers", path);
-  c.n_head = IntKey(j, "num_attention_heads", path);
-  c.n_embd = IntKey(j, "hidden_size", path);
-  c.intermediate_size = IntKey(j, "intermediate_size", path);
-  c.n_positions = IntKey(j, "max_position_embeddings", path);
-  c.vocab_size = IntKey(j, "vocab_size", path);
-  c.type_vocab_size = j.contains("type_vocab_size") ? IntKey(j, "type_vocab_size", path) : 2;
+  c.n_layer = HfIntKey(j, "num_hidden_layers", path);
+  c.n_head = HfIntKey(j, "num_attention_heads", path);
+  c.n_embd = HfIntKey(j, "hidden_size", path);
+  c.intermediate_size = HfIntKey(j, "intermediate_size", path);
+  c.n_positions = HfIntKey(j, "max_position_embeddings", path);
+  c.vocab_size = HfIntKey(j, "vocab_size", path);
+  c.type_vocab_size = j.contains("type_vocab_size") ? HfIntKey(j, "type_vocab_size", path) : 2;
   c.layer_norm_eps = j.value("layer_norm_eps", 1e-12);
   c.dropout = j.value("hidden_dropout_prob", 0.1);
   c.attention_dropout = j.value("attention_probs_dropout_prob", 0.1);
@@ -139,33 +128,17 @@ BertConfig ReadHfBertConfig(const std::string& folder) {
 }
 
 HfBertWeights MapHfBertWeights(const std::string& folder, const BertConfig& config) {
-  const auto expected = ExpectedShapes(config);
-  HfBertWeights out;
-  std::map<std::string, std::string> file_of;
-  for (const std::string& file : HfWeightFiles(folder)) {
-    for (auto& [hf_name, tensor] : MapSafetensors(file)) {
-      const std::string name = PsName(hf_name);
-      if (Ignorable(name)) continue;
-      if (!expected.count(name)) {
-        if (IsHead(name)) continue;  // another head than this config's (e.g. MLM weights for a classifier)
-        TORCH_CHECK(false, file, ": unexpected tensor '", hf_name, "' (not a parameter of a BERT with ",
-                    config.n_layer, " layers)");
-      }
-      TORCH_CHECK(!file_of.count(name), file, ": tensor '", hf_name, "' also in ", file_of[name]);
-      TORCH_CHECK(at::isFloatingType(tensor.scalar_type()), file, ": tensor '", hf_name, "' is ", tensor.scalar_type(),
-                  ", not floating point");
-      TORCH_CHECK(tensor.sizes().vec() == expected.at(name), file, ": tensor '", hf_name, "' has shape ", tensor.sizes(),
-                  ", the model expects ", c10::IntArrayRef(expected.at(name)));
-      file_of[name] = file;
-      out.params.emplace(name, tensor);
-    }
-  }
-  for (const auto& [name, shape] : expected) {
-    if (out.params.count(name)) continue;
-    TORCH_CHECK(IsHead(name), folder, ": the weights lack '", HfName(name), "'");
-    out.missing.push_back(name);
-  }
-  return out;
+  HfWeightMapping m;
+  m.expected = ExpectedShapes(config);
+  m.ps_name = PsName;
+  m.hf_name = HfName;
+  // Buffers and the tied decoder, and another head than this config's (e.g. MLM weights
+  // when starting a classifier).
+  m.skip = [](const std::string& name) { return Ignorable(name) || IsHead(name); };
+  m.may_be_missing = IsHead;
+  m.model = "a BERT with " + std::to_string(config.n_layer) + " layers";
+  HfMappedWeights mapped = MapHfWeights(folder, m);
+  return {std::move(mapped.params), std::move(mapped.missing)};
 }
 
 std::vector<std::string> WriteHfBertWeights(const std::string& folder, const TensorMap& params,

@@ -1,5 +1,6 @@
 #include "models/hf_folder.h"
 
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
 #include <cstdio>
@@ -57,6 +58,47 @@ std::vector<std::string> HfWeightFiles(const std::string& folder) {
   TORCH_CHECK(fs::exists(single), folder, ": has neither model.safetensors nor model.safetensors.index.json",
               fs::exists(dir / "pytorch_model.bin") ? " (pytorch_model.bin is a pickle; convert it to safetensors)" : "");
   return {single.string()};
+}
+
+int64_t HfIntKey(const nlohmann::json& j, const std::string& key, const std::string& path) {
+  TORCH_CHECK(j.contains(key), path, ": missing key '", key, "'");
+  TORCH_CHECK(j[key].is_number_integer(), path, ": key '", key, "' is not an integer: ", j[key].dump());
+  return j[key].get<int64_t>();
+}
+
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+HfMappedWeights MapHfWeights(const std::string& folder, const HfWeightMapping& m) {
+  HfMappedWeights out;
+  std::map<std::string, std::string> file_of;  // ps name -> file
+  for (const std::string& file : HfWeightFiles(folder)) {
+    for (auto& [hf_name, tensor] : MapSafetensors(file)) {
+      const std::string name = m.ps_name(hf_name);
+      if (!m.expected.count(name)) {
+        if (m.skip(name)) continue;
+        TORCH_CHECK(false, file, ": unexpected tensor '", hf_name, "' (not a parameter of ", m.model, ")");
+      }
+      TORCH_CHECK(!file_of.count(name), file, ": tensor '", hf_name, "' also in ", file_of[name]);
+      const at::Tensor value = m.to_ps_layout ? m.to_ps_layout(name, tensor) : tensor;
+      TORCH_CHECK(at::isFloatingType(value.scalar_type()), file, ": tensor '", hf_name, "' is ", value.scalar_type(),
+                  ", not floating point");
+      TORCH_CHECK(value.sizes().vec() == m.expected.at(name), file, ": tensor '", hf_name, "' has shape ",
+                  tensor.sizes(), ", the model expects ", c10::IntArrayRef(m.expected.at(name)),
+                  m.layout_note ? m.layout_note(name) : std::string());
+      file_of[name] = file;
+      out.params.emplace(name, value);
+    }
+  }
+  for (const auto& [name, shape] : m.expected) {
+    if (out.params.count(name)) continue;
+    TORCH_CHECK(m.may_be_missing(name), folder, ": the weights lack '", m.hf_name(name), "'");
+    out.missing.push_back(name);
+  }
+  return out;
 }
 
 }  // namespace ps::models

@@ -3,9 +3,15 @@
 // model.safetensors.index.json names). Errors name the file.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "models/safetensors.h"
 
 namespace ps::models {
 
@@ -18,5 +24,38 @@ void WriteHfJsonFile(const std::string& path, const nlohmann::json& j);
 // The weight files of the HF folder `folder` (paths), index first if there is one.
 // Throws when the folder is missing or has no safetensors weights.
 std::vector<std::string> HfWeightFiles(const std::string& folder);
+
+// j[key] as an integer; throws naming `path` and the key when missing or not one.
+int64_t HfIntKey(const nlohmann::json& j, const std::string& key, const std::string& path);
+
+bool StartsWith(const std::string& s, const std::string& prefix);
+bool EndsWith(const std::string& s, const std::string& suffix);
+
+// How an architecture's HF weights map onto its ps parameters.
+struct HfWeightMapping {
+  std::map<std::string, std::vector<int64_t>> expected;     // ps name -> shape
+  std::function<std::string(const std::string&)> ps_name;   // HF key -> ps name
+  std::function<std::string(const std::string&)> hf_name;   // ps name -> HF key (messages)
+  // ps names present in folders that are not parameters here (buffers, tied copies,
+  // another head): skipped.
+  std::function<bool(const std::string&)> skip;
+  // Parameters a folder may lack (a new head): listed in `missing` instead of an error.
+  std::function<bool(const std::string&)> may_be_missing = [](const std::string&) { return false; };
+  // HF layout -> ps layout (a view), e.g. GPT-2's Conv1D transpose; and the note added
+  // to a shape error about it.
+  std::function<at::Tensor(const std::string&, const at::Tensor&)> to_ps_layout;
+  std::function<std::string(const std::string&)> layout_note;
+  std::string model;  // "a GPT-2 with 12 layers": for messages
+};
+
+struct HfMappedWeights {
+  TensorMap params;                  // ps name -> memory-mapped view
+  std::vector<std::string> missing;  // parameters may_be_missing allowed to be absent
+};
+
+// The weights of `folder` by ps name, as memory-mapped views: each tensor checked to be
+// expected (else an error naming the file and key, unless skipped), floating point, in
+// one file only, shaped as expected; every expected parameter present.
+HfMappedWeights MapHfWeights(const std::string& folder, const HfWeightMapping& m);
 
 }  // namespace ps::models

@@ -18,10 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // HF Conv1D layers: weight stored [in, out].
 bool IsConv1dWeight(const std::string& name) {
   return EndsWith(name, "attn.c_attn.weight") || EndsWith(name, "attn.c_proj.weight") ||
@@ -40,12 +36,6 @@ std::string PsName(const std::string& hf_name) {
 
 std::string HfName(const std::string& ps_name) {
   return ps_name == "lm_head.weight" ? ps_name : "transformer." + ps_name;
-}
-
-int64_t IntKey(const nlohmann::json& j, const std::string& key, const std::string& path) {
-  TORCH_CHECK(j.contains(key), path, ": missing key '", key, "'");
-  TORCH_CHECK(j[key].is_number_integer(), path, ": key '", key, "' is not an integer: ", j[key].dump());
-  return j[key].get<int64_t>();
 }
 
 // The parameter names and shapes `config` builds, without building it.
@@ -98,11 +88,11 @@ GptConfig ReadHfGpt2Config(const std::string& folder) {
   const std::string type = j.value("model_type", std::string());
   TORCH_CHECK(type == "gpt2", path, ": model_type '", type, "' is not gpt2 (this loader reads GPT-2 models)");
   GptConfig c;
-  c.n_layer = IntKey(j, "n_layer", path);
-  c.n_head = IntKey(j, "n_head", path);
-  c.n_embd = IntKey(j, "n_embd", path);
-  c.n_positions = IntKey(j, "n_positions", path);
-  c.vocab_size = IntKey(j, "vocab_size", path);
+  c.n_layer = HfIntKey(j, "n_layer", path);
+  c.n_head = HfIntKey(j, "n_head", path);
+  c.n_embd = HfIntKey(j, "n_embd", path);
+  c.n_positions = HfIntKey(j, "n_positions", path);
+  c.vocab_size = HfIntKey(j, "vocab_size", path);
   if (j.contains("layer_norm_epsilon")) c.layer_norm_eps = j["layer_norm_epsilon"].get<double>();
   if (j.contains("tie_word_embeddings")) c.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
   if (j.contains("initializer_range")) c.init_std = j["initializer_range"].get<double>();
@@ -125,32 +115,22 @@ int64_t ReadHfEosTokenId(const std::string& folder) {
 }
 
 TensorMap MapHfGpt2Weights(const std::string& folder, const GptConfig& config) {
-  const auto expected = ExpectedShapes(config);
-  TensorMap out;
-  std::map<std::string, std::string> file_of;  // ps name -> file
-  for (const std::string& file : HfWeightFiles(folder)) {
-    for (auto& [hf_name, tensor] : MapSafetensors(file)) {
-      const std::string name = PsName(hf_name);
-      if (!expected.count(name)) {
-        if (IsIgnorableBuffer(name) || (name == "lm_head.weight" && config.tie_word_embeddings)) continue;
-        TORCH_CHECK(false, file, ": unexpected tensor '", hf_name, "' (not a parameter of a GPT-2 with ",
-                    config.n_layer, " layers", config.tie_word_embeddings ? ", tied head" : "", ")");
-      }
-      TORCH_CHECK(!file_of.count(name), file, ": tensor '", hf_name, "' also in ", file_of[name]);
-      at::Tensor value = IsConv1dWeight(name) && tensor.dim() == 2 ? tensor.t() : tensor;
-      TORCH_CHECK(at::isFloatingType(value.scalar_type()), file, ": tensor '", hf_name, "' is ", value.scalar_type(),
-                  ", not floating point");
-      TORCH_CHECK(value.sizes().vec() == expected.at(name), file, ": tensor '", hf_name, "' has shape ",
-                  tensor.sizes(), ", the model expects ", c10::IntArrayRef(expected.at(name)),
-                  IsConv1dWeight(name) ? " after transposing (HF Conv1D stores [in, out])" : "");
-      file_of[name] = file;
-      out.emplace(name, value);
-    }
-  }
-  for (const auto& [name, shape] : expected) {
-    TORCH_CHECK(out.count(name), folder, ": the weights lack '", HfName(name), "'");
-  }
-  return out;
+  HfWeightMapping m;
+  m.expected = ExpectedShapes(config);
+  m.ps_name = PsName;
+  m.hf_name = HfName;
+  m.skip = [&config](const std::string& name) {
+    return IsIgnorableBuffer(name) || (name == "lm_head.weight" && config.tie_word_embeddings);
+  };
+  m.to_ps_layout = [](const std::string& name, const at::Tensor& t) {
+    return IsConv1dWeight(name) && t.dim() == 2 ? t.t() : t;
+  };
+  m.layout_note = [](const std::string& name) {
+    return IsConv1dWeight(name) ? std::string(" after transposing (HF Conv1D stores [in, out])") : std::string();
+  };
+  m.model = "a GPT-2 with " + std::to_string(config.n_layer) + " layers" +
+            (config.tie_word_embeddings ? ", tied head" : "");
+  return MapHfWeights(folder, m).params;
 }
 
 void LoadHfGpt2(Gpt& model, const std::map<std::string, at::Tensor>& hf_state) {
