@@ -1,5 +1,6 @@
 // DistributedConfig: how ranks find each other, owned by comm/.
-// Plain data; trainer/ parses YAML into it. Only world size 1 runs so far.
+// Plain data; trainer/ parses YAML into it. Resolved against the environment by
+// ResolveRankEnv (rank_env.h); used by CreateCommunicator (communicator.h).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,8 @@ struct DistributedConfig {
   Launcher launcher = Launcher::kAuto;  // auto: torchrun env, else Slurm env, else single
   std::string master_addr;              // "" = from MASTER_ADDR / SLURM_JOB_NODELIST
   int64_t master_port = 0;              // 0 = from MASTER_PORT / SLURM_JOB_ID
-  int64_t init_timeout_s = 600;
+  int64_t init_timeout_s = 600;         // rendezvous: every rank must reach the store by then
+  int64_t timeout_s = 600;              // one collective: longer means a rank died or hangs
 };
 
 const char* ToString(Launcher l);

@@ -12,7 +12,7 @@ set -euo pipefail
 TORCH_VERSION=2.11.0
 APT_PACKAGES=(bazel-bootstrap bazel-platforms g++ python3 libyaml-cpp-dev libspdlog-dev
               libfmt-dev libcxxopts-dev catch2 nlohmann-json3-dev libssl-dev libicu-dev
-              libprotobuf-dev protobuf-compiler)
+              libprotobuf-dev protobuf-compiler libgloo-dev)
 
 log() { echo "[setup] $*"; }
 

@@ -412,7 +412,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
             "fraction of the post-warm-up device margin given to optimizer chunks", FloatRange(0.0, 1.0)),
       // distributed
       Enum<comm::Launcher>("distributed.launcher", PS_ACCESS(distributed.launcher),
-                           "auto: torchrun env, else Slurm env, else one process (only one rank runs so far)",
+                           "auto: torchrun env (RANK, WORLD_SIZE), else Slurm env (SLURM_PROCID, SLURM_NTASKS > 1), else one process",
                            {{"auto", comm::Launcher::kAuto}, {"none", comm::Launcher::kNone},
                             {"torchrun", comm::Launcher::kTorchrun}, {"slurm", comm::Launcher::kSlurm}}),
       Text("distributed.master_addr", PS_ACCESS(distributed.master_addr), "rendezvous host; empty = from the environment"),
@@ -420,6 +420,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
           IntRange(0, 65535)),
       Int("distributed.init_timeout_s", PS_ACCESS(distributed.init_timeout_s), "rendezvous timeout",
           IntRange(1, 7 * 24 * 3600)),  // a week
+      Int("distributed.timeout_s", PS_ACCESS(distributed.timeout_s),
+          "collective timeout: a rank that stops answering fails the others after this long",
+          IntRange(1, 7 * 24 * 3600)),
       // logging
       Enum<std::string>("logging.level", PS_ACCESS(logging.level), "console verbosity",
                         {{"trace", "trace"}, {"debug", "debug"}, {"info", "info"}, {"warn", "warn"}, {"error", "error"}}),

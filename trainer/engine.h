@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "comm/communicator.h"
 #include "models/gpt.h"
 #include "models/safetensors.h"
 #include "trainer/config.h"
@@ -82,6 +83,8 @@ class TrainingEngine {
 };
 
 // The engine `config` asks for, taking `model` (freshly initialised, on the host).
-std::unique_ptr<TrainingEngine> MakeEngine(models::Gpt model, const Config& config, at::Device device);
+// `comm`: the ranks of a data-parallel run (null = one process); not owned.
+std::unique_ptr<TrainingEngine> MakeEngine(models::Gpt model, const Config& config, at::Device device,
+                                           comm::Communicator* comm = nullptr);
 
 }  // namespace ps::trainer

@@ -2,8 +2,13 @@
 // The only place that decides how the process ends: user errors print one line
 // "ps_train: error: ..." and exit 2; runtime failures exit 1; a run stopped by
 // SIGTERM/SIGINT/SIGUSR1 exits 42 after writing a checkpoint (stop_signals.h).
+// Multi-process runs: `--nproc N` starts N local ranks (launcher.h); a rank started by
+// torchrun, Slurm or --nproc finds its place with comm::ResolveRankEnv, and main builds
+// the communicator (Gloo on CPU, NCCL on CUDA) that Train uses; ranks other than 0 log
+// warnings and errors only.
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
+#include <torch/cuda.h>
 #include <torch/version.h>
 
 #include <cxxopts.hpp>
@@ -11,10 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/nccl_info.h"
+#include "comm/rank_env.h"
 #include "data/data_error.h"
 #include "trainer/chunk_setup.h"
 #include "trainer/config_loader.h"
+#include "trainer/launcher.h"
 #include "trainer/stop_signals.h"
 #include "trainer/train_loop.h"
 
@@ -24,7 +32,36 @@ constexpr char kUsage[] =
     "--config FILE [--set key=value]... [--print-config | --plan]\n\n"
     "Trains a GPT as the YAML config describes. Every key is listed by --config-reference;\n"
     "--set overrides one key (repeatable), its value read as YAML: --set optimizer.betas=[0.9,0.95].\n"
-    "${VAR} and ${VAR:-default} in the config read the environment.";
+    "${VAR} and ${VAR:-default} in the config read the environment.\n"
+    "--nproc N starts N ranks of data-parallel training on this machine (one per GPU, or N CPU processes);\n"
+    "under torchrun or srun, ps_train reads the rank from the environment (distributed.launcher).";
+
+// Takes `--nproc N` / `--nproc=N` out of argv; 0 when absent.
+int ExtractNproc(int& argc, char** argv) {
+  int nproc = 0, out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    std::string value;
+    if (arg == "--nproc") {
+      if (i + 1 >= argc) throw ps::trainer::ConfigError("--nproc needs a number of processes");
+      value = argv[++i];
+    } else if (arg.rfind("--nproc=", 0) == 0) {
+      value = arg.substr(8);
+    } else {
+      argv[out++] = argv[i];
+      continue;
+    }
+    size_t used = 0;
+    try {
+      nproc = std::stoi(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != value.size() || nproc < 1) throw ps::trainer::ConfigError("--nproc " + value + ": expected a count >= 1");
+  }
+  argc = out;
+  return nproc;
+}
 
 // Takes `--set k=v` / `--set=k=v` out of argv: cxxopts would split values at commas.
 std::vector<std::string> ExtractOverrides(int& argc, char** argv) {
@@ -46,6 +83,8 @@ std::vector<std::string> ExtractOverrides(int& argc, char** argv) {
 }
 
 int Run(int argc, char** argv) {
+  const int nproc = ExtractNproc(argc, argv);
+  if (nproc > 0) return ps::trainer::LaunchLocalRanks(nproc, std::vector<std::string>(argv + 1, argv + argc));
   auto overrides = ExtractOverrides(argc, argv);
   cxxopts::Options options("ps_train", kUsage);
   options.add_options()
@@ -56,6 +95,8 @@ int Run(int argc, char** argv) {
                "without allocating, and exit: 0 if it fits, 3 if not")
       ("config-reference", "print every config key (type, default, meaning) as Markdown and exit")
       ("version", "print versions of ps_train, LibTorch and NCCL and exit")
+      ("nproc", "start N local ranks of data-parallel training (torchrun variables set for each)",
+       cxxopts::value<int>())
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -87,11 +128,23 @@ int Run(int argc, char** argv) {
     std::cout << ps::trainer::PlanReport(config, device, &fits);
     return fits ? 0 : 3;
   }
-  spdlog::set_level(spdlog::level::from_str(config.logging.level));
-  spdlog::set_pattern("[%H:%M:%S] %v");
+  const ps::comm::RankEnv rank_env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
+  spdlog::set_level(rank_env.rank == 0 ? spdlog::level::from_str(config.logging.level) : spdlog::level::warn);
+  spdlog::set_pattern(rank_env.distributed() ? "[%H:%M:%S rank " + std::to_string(rank_env.rank) + "] %v"
+                                             : "[%H:%M:%S] %v");
   ps::trainer::StopSignals signals;  // SIGTERM/SIGINT/SIGUSR1: checkpoint, then exit 42
   ps::trainer::TrainOptions train_options;
   train_options.stop_requested = &signals.requested();
+  std::unique_ptr<ps::comm::Communicator> communicator;
+  if (rank_env.distributed()) {
+    const bool cuda = config.run.device == ps::trainer::DeviceKind::kCuda ||
+                      (config.run.device == ps::trainer::DeviceKind::kAuto && torch::cuda::is_available());
+    spdlog::info("{}: connecting ({})", rank_env.Describe(), cuda ? "NCCL" : "Gloo");
+    communicator = ps::comm::CreateCommunicator(rank_env, config.distributed,
+                                                cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+    train_options.comm = communicator.get();
+    train_options.local_rank = rank_env.local_rank;
+  }
   const auto result = ps::trainer::Train(config, train_options);
   return result.stop_signal != 0 ? ps::trainer::kExitStoppedBySignal : 0;
 }

@@ -3,13 +3,61 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <functional>
+
 #include "trainer/autocast_scope.h"
 #include "trainer/engine_state_io.h"
 
 namespace ps::trainer {
 
-PlainEngine::PlainEngine(models::Gpt model, const Config& config, at::Device device)
-    : model_(std::move(model)), config_(config), device_(device) {
+namespace {
+
+// Runs `op` over `tensors` packed into contiguous fp32 buckets of about `bucket_bytes`:
+// bucket k+1 is packed while bucket k's collective runs; results are unpacked in order.
+void BucketedCollective(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes,
+                        const std::function<comm::WorkPtr(at::Tensor)>& op) {
+  struct Bucket {
+    std::vector<at::Tensor> members;
+    at::Tensor flat;
+    comm::WorkPtr work;
+  };
+  std::vector<Bucket> buckets;
+  auto launch = [&](std::vector<at::Tensor> members) {
+    std::vector<at::Tensor> views;
+    for (const auto& t : members) views.push_back(t.reshape({-1}).to(at::kFloat));
+    Bucket b;
+    b.flat = at::cat(views);
+    b.members = std::move(members);
+    b.work = op(b.flat);
+    buckets.push_back(std::move(b));
+  };
+  std::vector<at::Tensor> pending;
+  int64_t pending_bytes = 0;
+  for (const auto& t : tensors) {
+    pending.push_back(t);
+    pending_bytes += t.numel() * 4;
+    if (pending_bytes >= bucket_bytes) {
+      launch(std::move(pending));
+      pending.clear();
+      pending_bytes = 0;
+    }
+  }
+  if (!pending.empty()) launch(std::move(pending));
+  for (auto& b : buckets) {
+    b.work->Wait();
+    int64_t offset = 0;
+    for (auto& t : b.members) {
+      t.copy_(b.flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+}  // namespace
+
+PlainEngine::PlainEngine(models::Gpt model, const Config& config, at::Device device, comm::Communicator* comm)
+    : model_(std::move(model)), config_(config), device_(device), comm_(comm) {
+  if (comm_ != nullptr && comm_->world_size() == 1) comm_ = nullptr;
   model_->to(device_);
   model_->train();
   params_ = model_->BlockParameters();
@@ -19,6 +67,13 @@ PlainEngine::PlainEngine(models::Gpt model, const Config& config, at::Device dev
 
 void PlainEngine::BeginStep() {
   for (auto& p : param_tensors_) p.mutable_grad() = at::Tensor();
+  if (comm_ != nullptr && !params_broadcast_) {  // after Load(): every rank starts from rank 0's values
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> values;
+    for (const auto& p : param_tensors_) values.push_back(p.detach());
+    BucketedCollective(values, kBucketBytes, [this](at::Tensor flat) { return comm_->Broadcast(flat, 0); });
+    params_broadcast_ = true;
+  }
 }
 
 at::Tensor PlainEngine::Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) {
@@ -27,6 +82,16 @@ at::Tensor PlainEngine::Forward(const at::Tensor& x, const at::Tensor& y, int64_
 }
 
 void PlainEngine::Backward(const at::Tensor& loss) { loss.backward(); }
+
+void PlainEngine::SyncGradients() {
+  if (comm_ == nullptr) return;
+  std::vector<at::Tensor> grads;
+  for (auto& p : param_tensors_) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);  // same buckets on every rank
+    grads.push_back(p.grad());
+  }
+  BucketedCollective(grads, kBucketBytes, [this](at::Tensor flat) { return comm_->AllReduce(flat, comm::ReduceOp::kAvg); });
+}
 
 StepOutcome PlainEngine::OptimizerStep(double lr, double max_norm) {
   const optim::FusedAdamStepResult r = optimizer_->Step(lr, max_norm);

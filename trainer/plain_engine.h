@@ -1,12 +1,17 @@
 // PlainEngine: the training state of a plain LibTorch run: the model's own parameters
 // on the compute device and LibTorch's fused multi-tensor Adam/AdamW (optim/fused_adam.h;
 // decay on matrices only), bf16 by autocast. The baseline the chunk engine must match. See engine.h for the step order.
+// Plain data parallel: with a communicator of world size p > 1, every rank holds the
+// whole state; the first step broadcasts rank 0's parameters, and SyncGradients
+// averages the gradients over ranks in fp32 buckets of about kBucketBytes (one
+// all-reduce per bucket, the next bucket packed while the last one travels).
 #pragma once
 
 
 #include <memory>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "optim/fused_adam.h"
 #include "trainer/engine.h"
 
@@ -14,12 +19,16 @@ namespace ps::trainer {
 
 class PlainEngine final : public TrainingEngine {
  public:
-  // Moves `model` to `device`.
-  PlainEngine(models::Gpt model, const Config& config, at::Device device);
+  static constexpr int64_t kBucketBytes = 4 << 20;  // fp32 bytes per gradient all-reduce
+
+  // Moves `model` to `device`. `comm`: null or world size 1 = one process; else not
+  // owned, outlives the engine.
+  PlainEngine(models::Gpt model, const Config& config, at::Device device, comm::Communicator* comm = nullptr);
 
   void BeginStep() override;
   at::Tensor Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) override;
   void Backward(const at::Tensor& loss) override;
+  void SyncGradients() override;  // all-reduce average over ranks (no-op for one)
   StepOutcome OptimizerStep(double lr, double max_norm) override;
   void BeginEval() override;
   at::Tensor EvalLoss(const at::Tensor& x, const at::Tensor& y) override;
@@ -35,6 +44,8 @@ class PlainEngine final : public TrainingEngine {
   std::vector<models::BlockParameter> params_;  // each once, in model order
   std::vector<at::Tensor> param_tensors_;
   std::unique_ptr<optim::FusedAdam> optimizer_;
+  comm::Communicator* comm_ = nullptr;
+  bool params_broadcast_ = false;  // rank 0's parameters sent to all (first step)
 };
 
 }  // namespace ps::trainer

@@ -62,7 +62,7 @@ struct RunData {
   std::unique_ptr<data::BatchSampler> sampler;
 };
 
-RunData OpenData(const Config& c) {
+RunData OpenData(const Config& c, int rank, int world_size) {
   RunData d;
   const auto seed = static_cast<uint64_t>(c.run.seed);
   d.train = data::OpenTokenSource(c.data.format, c.data.train_path, c.model.vocab_size, seed, c.data.synthetic_tokens,
@@ -72,7 +72,7 @@ RunData OpenData(const Config& c) {
   } else if (!c.data.valid_path.empty()) {
     d.valid = data::OpenTokenSource(c.data.format, c.data.valid_path, c.model.vocab_size, 0, 0, "data.valid_path");
   }
-  d.sampler = std::make_unique<data::BatchSampler>(*d.train, c.data.seq_len, c.data.shuffle, seed);
+  d.sampler = std::make_unique<data::BatchSampler>(*d.train, c.data.seq_len, c.data.shuffle, seed, rank, world_size);
   if (d.valid) data::BatchSampler check(*d.valid, c.data.seq_len, /*shuffle=*/false, 0);
   return d;
 }
@@ -165,7 +165,9 @@ void RemoveEventFiles(const std::filesystem::path& dir) {
   }
 }
 
-RunStart StartRun(const Config& c) {
+// `writer`: rank 0 (or the only rank) claims the folder and opens the sinks; the other
+// ranks of a data-parallel run only find the checkpoint to resume.
+RunStart StartRun(const Config& c, bool writer) {
   RunStart s;
   const std::string ckpt_dir = CheckpointDir(c);
   const bool resume_auto = c.checkpoint.resume == "auto";
@@ -177,6 +179,7 @@ RunStart StartRun(const Config& c) {
   int unusable = 0;
   if (!c.run.overwrite || explicit_path) s.resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, &s.resume_path, &unusable);
   if (s.resume) CheckFingerprint(s.resume->fingerprint, RunFingerprint(c), s.resume_path);
+  if (!writer) return s;
   const bool resume_here = s.resume && CheckpointIsIn(s.resume_path, ckpt_dir);
   const bool continue_metrics = ClaimOutputDir(c, resume_here, resume_auto ? unusable : 0);
   if (resume_here) SetAsideNewerCheckpoints(ckpt_dir, s.resume->step, resume_auto);
@@ -227,7 +230,7 @@ struct StepRecord {
 
 // Runs optimizer step `step` (from 1): micro-batches with accumulation, then the update.
 StepRecord RunStep(TrainingEngine& engine, data::BatchSampler& sampler, const Config& c, int64_t accum, double lr,
-                   int64_t step) {
+                   int64_t step, comm::Communicator* comm) {
   const at::Device device = engine.device();
   // logging.step_breakdown: phase boundaries wait for the device so each phase's time is its own.
   auto phase_end = [&]() {
@@ -250,6 +253,7 @@ StepRecord RunStep(TrainingEngine& engine, data::BatchSampler& sampler, const Co
     loss_sum += loss.detach();
   }
   engine.SyncGradients();
+  if (comm) comm->AllReduce(loss_sum, comm::ReduceOp::kAvg)->Wait();  // the loss of the global batch
   const double max_norm = c.train.grad_clip > 0 ? c.train.grad_clip : std::numeric_limits<double>::infinity();
   const auto optimizer_start = phase_end();
   r.outcome = engine.OptimizerStep(lr, max_norm);
@@ -340,20 +344,31 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     throw ConfigError("precision.dtype: fp16 needs chunk.enabled: true (the chunk optimizer owns the loss scaler); "
                       "use bf16 or fp32 without chunks");
   }
-  const int64_t accum = GradAccumSteps(c.train, /*world_size=*/1);
+  const int world = options.comm ? options.comm->world_size() : 1;
+  const int rank = options.comm ? options.comm->rank() : 0;
+  const bool writer = rank == 0;
+  if (c.chunk.enabled && world > 1) {
+    throw ConfigError("chunk.enabled with world size " + std::to_string(world) +
+                      ": ZeRO over chunk groups is not built yet (run one process, or chunk.enabled: false for "
+                      "plain data parallel)");
+  }
+  const int64_t accum = GradAccumSteps(c.train, world);
   const int threads = CpuThreads(c.run);
   at::set_num_threads(threads);
-  const at::Device device = ChooseDevice(c.run.device);
+  at::Device device = ChooseDevice(c.run.device);
+  if (device.is_cuda() && world > 1) {
+    device = at::Device(at::kCUDA, static_cast<at::DeviceIndex>(options.local_rank % torch::cuda::device_count()));
+  }
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
-  RunData data = OpenData(c);  // every input is checked before a file is written
+  RunData data = OpenData(c, rank, world);  // every input is checked before a file is written
   if (c.checkpoint.export_hf) TokenizerFiles(TokenizerSource(c));  // a missing tokenizer fails now, not at the end
-  RunStart start = StartRun(c);
+  RunStart start = StartRun(c, writer);
   MetricsWriter* metrics = start.metrics.get();
   const LogSinks sinks{metrics, start.tensorboard.get()};
 
   models::Gpt model(c.model);
   const auto counts = model->CountParameters();  // before an engine takes the storage
-  std::unique_ptr<TrainingEngine> engine = MakeEngine(model, c, device);
+  std::unique_ptr<TrainingEngine> engine = MakeEngine(model, c, device, options.comm);
   if (!start.resume && !c.model.init_from.empty()) LoadInitialWeights(*engine, c);
   const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
   Checkpointer checkpointer(c.checkpoint, CheckpointDir(c));
@@ -382,16 +397,16 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   spdlog::info("device {}, {} CPU threads, {}; data {} ({} tokens, {} samples/epoch)", device.str(), threads,
                optim::ToString(c.precision.dtype), data.train->description(), data.train->num_tokens(),
                data.sampler->samples_per_epoch());
-  spdlog::info("batch: {} micro x {} accumulation = {} sequences = {} tokens per step; steps {} to {}",
-               c.train.micro_batch_size, accum, c.train.global_batch_size, tokens_per_step, result.start_step + 1,
-               c.train.max_steps);
+  spdlog::info("batch: {} micro x {} accumulation x {} ranks = {} sequences = {} tokens per step; steps {} to {}",
+               c.train.micro_batch_size, accum, world, c.train.global_batch_size, tokens_per_step,
+               result.start_step + 1, c.train.max_steps);
 
   double timed_s = 0.0;
   int64_t timed_tokens = 0;
   const auto run_start = Clock::now();
   Clock::time_point first_step_end;  // the ETA's pace: wall time per step after the first
   for (int64_t step = result.start_step + 1; step <= c.train.max_steps; ++step) {
-    const StepRecord r = RunStep(*engine, *data.sampler, c, accum, schedule.LrAt(step - 1), step);
+    const StepRecord r = RunStep(*engine, *data.sampler, c, accum, schedule.LrAt(step - 1), step, options.comm);
     divergence.Check(r.outcome, step);
     tokens_seen += tokens_per_step;
     result.losses.push_back(r.loss);
@@ -420,8 +435,13 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
       result.final_eval_loss = Evaluate(*engine, *data.valid, c);
       LogEval(result.final_eval_loss, step, sinks);
     }
-    const int signal = options.stop_requested ? options.stop_requested->load() : 0;
-    if (signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step)) {
+    int signal = options.stop_requested ? options.stop_requested->load() : 0;
+    if (options.comm) {  // every rank stops at the same step when any got a signal
+      at::Tensor flag = at::full({1}, static_cast<int64_t>(signal), at::TensorOptions().dtype(at::kLong).device(device));
+      options.comm->AllReduce(flag, comm::ReduceOp::kMax)->Wait();
+      signal = static_cast<int>(flag.item<int64_t>());
+    }
+    if (writer && (signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step))) {
       if (signal != 0) spdlog::warn("signal {} received: saving a checkpoint at step {} and stopping", signal, step);
       checkpointer.Save(
           Contents(*engine, c, step, data.sampler->consumed_samples(), tokens_seen, divergence.run(), device));
@@ -436,7 +456,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   }
   checkpointer.Wait();
   WriteSaveRecords(checkpointer, metrics);
-  if (c.checkpoint.export_hf) {
+  if (c.checkpoint.export_hf && writer) {
     const std::string final_checkpoint =
         c.checkpoint.at_end ? CheckpointDir(c) + "/step_" + std::to_string(c.train.max_steps) : std::string();
     const HfExportReport exported = ExportAtEnd(*engine, c, final_checkpoint);

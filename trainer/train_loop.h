@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "comm/communicator.h"
 #include "trainer/config.h"
 #include "trainer/train_result.h"
 
@@ -22,6 +23,11 @@ struct TrainOptions {
   // Tests: return right after this step as a killed process would (no checkpoint, no
   // summary). 0 = off.
   int64_t abort_after_step = 0;
+  // The ranks of a data-parallel run (main builds it from distributed.*); null = one
+  // process. Rank 0 alone writes the output folder, metrics and checkpoints; every rank
+  // reads its own micro-batches and the logged loss is the mean over ranks. Not owned.
+  comm::Communicator* comm = nullptr;
+  int local_rank = 0;  // picks the GPU: local_rank % device count
 };
 
 // Throws ConfigError for inconsistent settings (and a checkpoint of another model or
