@@ -10,6 +10,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/flat_maps.h"
 #include "tokenizer/utf8.h"
+#include "tokenizer/vocabulary.h"
 #include "tokenizer/word_cache.h"
 
 namespace ps::tokenizer {
@@ -22,30 +23,16 @@ constexpr size_t kHeapMergeMinSymbols = 128;
 // Words remembered by the cache (HF's BPE keeps 10,000).
 constexpr size_t kCacheWords = 65536;
 
-class ByteLevelBpe final : public Tokenizer {
+class ByteLevelBpe final : public VocabularyTokenizer {
  public:
   explicit ByteLevelBpe(ByteLevelBpeConfig config);
 
   TokenizerKind kind() const override { return TokenizerKind::kByteLevelBpe; }
   std::vector<int32_t> Encode(std::string_view text) const override;
   std::string Decode(const std::vector<int32_t>& ids) const override;
-  int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
-  std::optional<int32_t> TokenToId(std::string_view token) const override {
-    const int32_t id = token_to_id_.Find(token);
-    return id < 0 ? std::nullopt : std::optional<int32_t>(id);
-  }
-  std::string IdToToken(int32_t id) const override {
-    CheckId(id);
-    return id_to_token_[id];
-  }
   std::optional<int32_t> end_of_text_id() const override { return TokenToId("<|endoftext|>"); }
-  std::vector<std::string> source_files() const override { return config_.source_files; }
 
  private:
-  void CheckId(int32_t id) const {
-    TORCH_CHECK(id >= 0 && id < vocab_size() && known_[id], "tokenizer: id ", id,
-                " is not in the vocabulary of ", config_.source_files.at(0), " (", vocab_size(), " ids)");
-  }
   // Pre-tokenises and encodes text that holds no added token.
   void EncodeText(std::string_view text, std::vector<std::string_view>* pieces,
                   std::vector<std::string_view>* words, std::vector<int32_t>* ids) const;
@@ -55,11 +42,7 @@ class ByteLevelBpe final : public Tokenizer {
   void MergeByHeap(std::vector<int32_t>* symbols) const;
 
   ByteLevelBpeConfig config_;  // merges and vocab released after construction
-  std::vector<std::string> id_to_token_;
-  std::vector<uint8_t> known_;        // [vocab_size] 1 where an id has a token
   std::vector<std::string> decoded_;  // [vocab_size] the bytes each id decodes to
-  StringIdMap token_to_id_;           // model vocabulary, then added tokens
-  StringIdMap model_vocab_;           // model vocabulary only (ignore_merges)
   PairMap merges_;
   std::array<int32_t, 256> byte_id_;         // id of the one-character token of each byte, or -1
   std::array<std::string, 256> byte_chars_;  // UTF-8 of the character standing for each byte
@@ -70,50 +53,30 @@ class ByteLevelBpe final : public Tokenizer {
   WordCache cache_{kCacheWords};
 };
 
-ByteLevelBpe::ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config)) {
+ByteLevelBpe::ByteLevelBpe(ByteLevelBpeConfig config)
+    : VocabularyTokenizer(Vocabulary(config.vocab, config.added_tokens, config.source_files)),
+      config_(std::move(config)) {
   const std::string& file = config_.source_files.at(0);
-  int32_t max_id = -1;
-  for (const auto& [token, id] : config_.vocab) {
-    TORCH_CHECK(id >= 0, file, ": negative id ", id, " of token '", token, "'");
-    max_id = std::max(max_id, id);
-  }
-  for (const auto& t : config_.added_tokens) {
-    TORCH_CHECK(t.id >= 0, file, ": added token '", t.content, "' has a negative id");
-    max_id = std::max(max_id, t.id);
-  }
-  id_to_token_.resize(max_id + 1);
-  known_.assign(max_id + 1, 0);
-  for (const auto& [token, id] : config_.vocab) {
-    id_to_token_[id] = token;
-    known_[id] = 1;
-    token_to_id_.Insert(token, id);
-    model_vocab_.Insert(token, id);
-  }
-  for (const auto& t : config_.added_tokens) {
-    id_to_token_[t.id] = t.content;
-    known_[t.id] = 1;
-    token_to_id_.Insert(t.content, t.id);
-  }
-
+  const StringIdMap& model_vocab = vocabulary().model_tokens();
   std::array<int, 512> char_to_byte;
   char_to_byte.fill(-1);
   for (int b = 0; b < 256; ++b) {
     const char32_t c = ByteToChar(static_cast<uint8_t>(b));
     char_to_byte[c] = b;
     AppendUtf8(c, &byte_chars_[b]);
-    byte_id_[b] = model_vocab_.Find(byte_chars_[b]);
+    byte_id_[b] = model_vocab.Find(byte_chars_[b]);
   }
   if (config_.unk_token) {
-    unk_id_ = model_vocab_.Find(*config_.unk_token);
+    unk_id_ = model_vocab.Find(*config_.unk_token);
     TORCH_CHECK(unk_id_ >= 0, file, ": unk_token '", *config_.unk_token, "' is not in the vocabulary");
   }
 
   merges_ = PairMap(config_.merges.size());
   for (size_t rank = 0; rank < config_.merges.size(); ++rank) {
     const auto& [left, right] = config_.merges[rank];
-    const int32_t l = model_vocab_.Find(left);
-    const int32_t r = model_vocab_.Find(right);
-    const int32_t merged = model_vocab_.Find(left + right);
+    const int32_t l = model_vocab.Find(left);
+    const int32_t r = model_vocab.Find(right);
+    const int32_t merged = model_vocab.Find(left + right);
     TORCH_CHECK(l >= 0 && r >= 0 && merged >= 0, file, ": merge ", rank, " '", left, " ", right,
                 "' names a token missing from the vocabulary ('",
                 l < 0   ? left
@@ -123,9 +86,9 @@ ByteLevelBpe::ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config
     merges_.Insert(l, r, {static_cast<int32_t>(rank), merged});
   }
 
-  decoded_.resize(id_to_token_.size());
-  for (size_t id = 0; id < id_to_token_.size(); ++id) {
-    const std::string& token = id_to_token_[id];
+  decoded_.resize(vocabulary().vocab_size());
+  for (int32_t id = 0; id < vocabulary().vocab_size(); ++id) {
+    const std::string& token = vocabulary().token(id);
     if (!config_.byte_level_decoder) {
       decoded_[id] = token;
       continue;
@@ -220,7 +183,7 @@ void ByteLevelBpe::EncodeWord(std::string_view word, std::vector<int32_t>* symbo
   if (config_.ignore_merges) {
     std::string chars;
     for (char b : word) chars += byte_chars_[static_cast<uint8_t>(b)];
-    if (const int32_t id = model_vocab_.Find(chars); id >= 0) {
+    if (const int32_t id = vocabulary().model_tokens().Find(chars); id >= 0) {
       ids->push_back(id);
       cache_.Insert(word, &id, 1);
       return;
@@ -331,7 +294,7 @@ void ByteLevelBpe::MergeByHeap(std::vector<int32_t>* symbols) const {
 std::string ByteLevelBpe::Decode(const std::vector<int32_t>& ids) const {
   std::string joined;
   for (size_t k = 0; k < ids.size(); ++k) {
-    CheckId(ids[k]);
+    vocabulary().CheckId(ids[k]);
     if (!config_.byte_level_decoder && k > 0) joined.push_back(' ');
     joined += decoded_[ids[k]];
   }

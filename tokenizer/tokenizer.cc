@@ -104,6 +104,24 @@ void AddSideFiles(const fs::path& dir, std::vector<std::string>* files) {
   }
 }
 
+// Adds `token` as a special added token (kept whole in the text, matched in the raw text),
+// as transformers' slow tokenizers treat their special tokens, if `vocab` has it (its
+// first entry when a vocab.txt repeats it).
+void AddSpecialToken(const std::vector<std::pair<std::string, int32_t>>& vocab, std::string_view token,
+                     std::vector<AddedToken>* added_tokens) {
+  for (const auto& [content, id] : vocab) {
+    if (content == token) {
+      AddedToken t;
+      t.content = content;
+      t.id = id;
+      t.special = true;
+      t.normalized = false;
+      added_tokens->push_back(t);
+      return;
+    }
+  }
+}
+
 // ByteLevel pre-tokenizer options, from a ByteLevel object or a Sequence of Split and
 // ByteLevel.
 void ParseBpePreTokenizer(const json& pre, const std::string& file, ByteLevelBpeConfig* config) {
@@ -272,16 +290,7 @@ std::unique_ptr<Tokenizer> LoadVocabMerges(const std::string& vocab_file, const 
     config.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
   }
   // As transformers' GPT2Tokenizer: <|endoftext|> is a special token kept whole.
-  for (const auto& [token, id] : config.vocab) {
-    if (token == "<|endoftext|>") {
-      AddedToken t;
-      t.content = token;
-      t.id = id;
-      t.special = true;
-      t.normalized = false;
-      config.added_tokens.push_back(t);
-    }
-  }
+  AddSpecialToken(config.vocab, "<|endoftext|>", &config.added_tokens);
   return MakeByteLevelBpe(std::move(config));
 }
 
@@ -310,17 +319,7 @@ std::unique_ptr<Tokenizer> LoadVocabTxt(const std::string& file) {
     if (c.contains("unk_token") && c["unk_token"].is_string()) config.unk_token = c["unk_token"];
   }
   for (const char* special : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) {
-    for (const auto& [token, id] : config.vocab) {
-      if (token == special) {
-        AddedToken t;
-        t.content = token;
-        t.id = id;
-        t.special = true;
-        t.normalized = false;
-        config.added_tokens.push_back(t);
-        break;
-      }
-    }
+    AddSpecialToken(config.vocab, special, &config.added_tokens);
   }
   return MakeWordPiece(std::move(config));
 }

@@ -10,6 +10,7 @@
 
 #include "tokenizer/flat_maps.h"
 #include "tokenizer/utf8.h"
+#include "tokenizer/vocabulary.h"
 
 namespace ps::tokenizer {
 namespace {
@@ -87,39 +88,21 @@ void ReplaceAll(std::string* s, std::string_view from, std::string_view to) {
   }
 }
 
-class WordPiece final : public Tokenizer {
+class WordPiece final : public VocabularyTokenizer {
  public:
   explicit WordPiece(WordPieceConfig config);
 
   TokenizerKind kind() const override { return TokenizerKind::kWordPiece; }
   std::vector<int32_t> Encode(std::string_view text) const override;
   std::string Decode(const std::vector<int32_t>& ids) const override;
-  int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
-  std::optional<int32_t> TokenToId(std::string_view token) const override {
-    const int32_t id = token_to_id_.Find(token);
-    return id < 0 ? std::nullopt : std::optional<int32_t>(id);
-  }
-  std::string IdToToken(int32_t id) const override {
-    CheckId(id);
-    return id_to_token_[id];
-  }
   std::optional<int32_t> end_of_text_id() const override { return TokenToId("[SEP]"); }
-  std::vector<std::string> source_files() const override { return config_.source_files; }
 
  private:
-  void CheckId(int32_t id) const {
-    TORCH_CHECK(id >= 0 && id < vocab_size() && known_[id], "tokenizer: id ", id,
-                " is not in the vocabulary of ", config_.source_files.at(0), " (", vocab_size(), " ids)");
-  }
   // Pre-tokenises normalised text and runs WordPiece on each word.
   void EncodeNormalized(std::string_view text, std::vector<int32_t>* ids) const;
   void EncodeWord(std::string_view word, std::vector<int32_t>* ids) const;
 
-  WordPieceConfig config_;  // vocab released after construction
-  std::vector<std::string> id_to_token_;
-  std::vector<uint8_t> known_;
-  StringIdMap token_to_id_;    // model vocabulary, then added tokens
-  StringIdMap vocab_;          // model vocabulary
+  WordPieceConfig config_;     // vocab released after construction
   StringIdMap continuations_;  // tokens starting with the prefix, prefix removed
   size_t max_token_bytes_ = 0;
   size_t max_continuation_bytes_ = 0;
@@ -128,39 +111,26 @@ class WordPiece final : public Tokenizer {
   AddedTokenSplitter normalized_added_;  // contents normalised
 };
 
-WordPiece::WordPiece(WordPieceConfig config) : config_(std::move(config)) {
+// As HF (0.23): an id gives a normalized token's normalised content (so "Hello World"
+// decodes as "hello world" when lowercasing), while its written content gives the id.
+Vocabulary MakeWordPieceVocabulary(const WordPieceConfig& config) {
+  return Vocabulary(config.vocab, config.added_tokens, config.source_files, [&config](const AddedToken& t) {
+    return t.normalized ? BertNormalize(config.normalizer, t.content) : t.content;
+  });
+}
+
+WordPiece::WordPiece(WordPieceConfig config)
+    : VocabularyTokenizer(MakeWordPieceVocabulary(config)), config_(std::move(config)) {
   const std::string& file = config_.source_files.at(0);
-  int32_t max_id = -1;
-  for (const auto& [token, id] : config_.vocab) {
-    TORCH_CHECK(id >= 0, file, ": negative id ", id, " of token '", token, "'");
-    max_id = std::max(max_id, id);
-  }
-  for (const auto& t : config_.added_tokens) {
-    TORCH_CHECK(t.id >= 0, file, ": added token '", t.content, "' has a negative id");
-    max_id = std::max(max_id, t.id);
-  }
-  id_to_token_.resize(max_id + 1);
-  known_.assign(max_id + 1, 0);
   const std::string& prefix = config_.continuing_subword_prefix;
   for (const auto& [token, id] : config_.vocab) {
-    id_to_token_[id] = token;
-    known_[id] = 1;
-    token_to_id_.Insert(token, id);
-    vocab_.Insert(token, id);
     max_token_bytes_ = std::max(max_token_bytes_, token.size());
     if (token.compare(0, prefix.size(), prefix) == 0) {
       continuations_.Insert(std::string_view(token).substr(prefix.size()), id);
       max_continuation_bytes_ = std::max(max_continuation_bytes_, token.size() - prefix.size());
     }
   }
-  for (const auto& t : config_.added_tokens) {
-    // As HF (0.23): an id gives a normalized token's normalised content (so "Hello World"
-    // decodes as "hello world" when lowercasing), while its written content gives the id.
-    id_to_token_[t.id] = t.normalized ? BertNormalize(config_.normalizer, t.content) : t.content;
-    known_[t.id] = 1;
-    token_to_id_.Insert(t.content, t.id);
-  }
-  unk_id_ = vocab_.Find(config_.unk_token);
+  unk_id_ = vocabulary().model_tokens().Find(config_.unk_token);
   TORCH_CHECK(unk_id_ >= 0, file, ": unk_token '", config_.unk_token, "' is not in the vocabulary");
   TORCH_CHECK(config_.max_input_chars_per_word > 0, file, ": max_input_chars_per_word must be > 0");
 
@@ -230,7 +200,7 @@ void WordPiece::EncodeWord(std::string_view word, std::vector<int32_t>* ids) con
   const size_t first = ids->size();
   size_t start = 0;
   while (start < word.size()) {
-    const StringIdMap& map = start == 0 ? vocab_ : continuations_;
+    const StringIdMap& map = start == 0 ? vocabulary().model_tokens() : continuations_;
     size_t end = std::min(word.size(), start + (start == 0 ? max_token_bytes_ : max_continuation_bytes_));
     int32_t found = -1;
     while (end > start) {
@@ -255,8 +225,8 @@ std::string WordPiece::Decode(const std::vector<int32_t>& ids) const {
   std::string out;
   const std::string& prefix = config_.decoder_prefix;
   for (size_t k = 0; k < ids.size(); ++k) {
-    CheckId(ids[k]);
-    std::string token = id_to_token_[ids[k]];
+    vocabulary().CheckId(ids[k]);
+    std::string token = vocabulary().token(ids[k]);
     if (!config_.wordpiece_decoder) {
       if (k > 0) out.push_back(' ');
       out += token;
