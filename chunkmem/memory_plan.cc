@@ -38,60 +38,63 @@ int64_t AddBytes(int64_t a, int64_t b) {
 
 }  // namespace
 
+PlacementInput PlacementInputOf(const PlanInput& in) {
+  PlacementInput p;
+  p.compute_element_bytes = in.compute_element_bytes;
+  p.grads_in_compute_chunks = in.grads_in_compute_chunks;
+  p.device_budget_bytes = in.device_capacity_bytes > 0 ? in.device_capacity_bytes : in.device_budget_bytes;
+  p.device_chunk_room_bytes = in.device_budget_bytes;
+  p.device_room_name = in.device_room_name;
+  p.warmup_share_bytes = in.warmup_share_bytes;
+  p.host_budget_bytes = in.host_budget_bytes;
+  p.host_param_bytes = MulBytes(16, in.host_param_numel);
+  p.margin_use_ratio = in.margin_use_ratio;
+  p.host_scratch_chunks = in.host_scratch_chunks;
+  return p;
+}
+
 MemoryPlan PlanMemory(const PlanInput& in) {
   MemoryPlan plan;
   std::vector<ParamSpec> specs;
-  int max_block = 0;
+  std::vector<std::vector<int>> used_by;
   for (const auto& p : in.params) {
     specs.push_back({p.name, p.numel, p.used_by_blocks.front()});
-    for (int b : p.used_by_blocks) max_block = std::max(max_block, b);
+    used_by.push_back(p.used_by_blocks);
   }
   const int64_t chunk_numel = in.chunk_numel > 0 ? in.chunk_numel : ChooseChunkNumel(specs, 1);
   plan.layout = ChunkLayout::Plan(specs, {chunk_numel, 1, 32});
   plan.param_numel = plan.layout.param_numel();
   const int64_t capacity = plan.layout.capacity_numel();
   const int64_t k = in.compute_element_bytes;
-  const int64_t host_per_element =
-      (in.grads_in_compute_chunks ? 0 : 4 /*grad*/) + 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*master*/ : 0);
+  const int64_t grad_per_element = in.grads_in_compute_chunks ? 0 : 4;
+  const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*master*/ : 0);
+  const int64_t host_per_element = grad_per_element + optimizer_per_element;
   plan.compute_chunk_bytes = MulBytes(capacity, k);
   plan.host_only_bytes = MulBytes(capacity, host_per_element);
   const int64_t model_chunk_bytes = AddBytes(plan.compute_chunk_bytes, plan.host_only_bytes);
-
-  // Working set: chunks of block b's parameters plus chunks of shared parameters.
-  std::set<int> shared;
-  for (size_t i = 0; i < in.params.size(); ++i) {
-    if (in.params[i].used_by_blocks.size() > 1) shared.insert(plan.layout.placements()[i].chunk_id);
-  }
-  for (int b = 0; b <= max_block; ++b) {
-    std::set<int> chunks = shared;
-    for (size_t i = 0; i < in.params.size(); ++i) {
-      const auto& used = in.params[i].used_by_blocks;
-      if (std::find(used.begin(), used.end(), b) != used.end()) chunks.insert(plan.layout.placements()[i].chunk_id);
-    }
-    int64_t bytes = 0;
-    for (int c : chunks) bytes += plan.layout.chunks()[c].capacity_numel * k;  // <= compute_chunk_bytes
-    plan.min_device_bytes = std::max(plan.min_device_bytes, bytes);
-  }
-
-  plan.device_bytes = std::min(in.device_budget_bytes, plan.compute_chunk_bytes);
   plan.host_param_bytes = MulBytes(16, in.host_param_numel);
-  // host_only + compute - device <= model_chunk_bytes, which did not overflow.
-  plan.host_bytes = AddBytes(plan.host_only_bytes + (plan.compute_chunk_bytes - plan.device_bytes), plan.host_param_bytes);
+
+  // Where the chunks sit: the runtime's own function (placement.h), same input.
+  plan.placement = PlanPlacement(plan.layout, used_by, PlacementInputOf(in));
+  plan.min_device_bytes = plan.placement.working_set_bytes;
+  plan.device_bytes = plan.placement.device_bytes;
+  plan.host_bytes = plan.placement.host_bytes;
   plan.bytes_per_param = static_cast<double>(model_chunk_bytes) / plan.param_numel;
 
-  // Largest N with host(N) = h N u + max(0, k N u - D) <= H, u = capacity per parameter.
+  // Largest N (same bytes per parameter): the host holds compute and grad chunks,
+  // (k + g) N u, and the optimizer state, o N u, less what the device margin takes,
+  // A = margin_use_ratio x (D - working set): host(N) = (k + g) N u + max(0, o N u - A) <= H,
+  // u = capacity per parameter. The working set is taken as this model's.
   const double u = static_cast<double>(capacity) / plan.param_numel;
-  const double H = static_cast<double>(in.host_budget_bytes), D = static_cast<double>(in.device_budget_bytes);
-  const double h = static_cast<double>(host_per_element);
-  const double n = H <= h * D / k ? H / (h * u) : (H + D) / ((h + k) * u);
-  plan.largest_param_numel = static_cast<int64_t>(n);
+  const double H = static_cast<double>(in.host_budget_bytes) - static_cast<double>(plan.host_param_bytes);
+  const double D = static_cast<double>(std::min(PlacementInputOf(in).device_budget_bytes, in.device_budget_bytes));
+  const double A = std::max(0.0, in.margin_use_ratio * (D - static_cast<double>(plan.min_device_bytes)));
+  const double kg = static_cast<double>(k + grad_per_element), o = static_cast<double>(optimizer_per_element);
+  double n = H / (kg * u);
+  if (o * n * u > A) n = (H + A) / ((kg + o) * u);
+  plan.largest_param_numel = static_cast<int64_t>(std::max(0.0, n));
 
-  if (plan.min_device_bytes > in.device_budget_bytes) {
-    plan.why_not = "the device budget " + Bytes(D) + " is below the largest block working set " +
-                   Bytes(static_cast<double>(plan.min_device_bytes)) + " (lower chunk.size_elements or raise the budget)";
-  } else if (plan.host_bytes > in.host_budget_bytes) {
-    plan.why_not = "the host needs " + Bytes(static_cast<double>(plan.host_bytes)) + " but its budget is " + Bytes(H);
-  }
+  plan.why_not = plan.placement.why_not;
   plan.fits = plan.why_not.empty();
   return plan;
 }
@@ -123,11 +126,20 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
   if (in.non_model_bytes > 0) {
     out += "activations       ~" + Bytes(static_cast<double>(in.non_model_bytes)) + " (" + in.non_model_note + ")\n";
   }
+  const Placement& pl = p.placement;
   out += "device            " + Bytes(static_cast<double>(p.device_bytes)) + " of budget " +
          Bytes(static_cast<double>(in.device_budget_bytes)) + "; needs at least " +
          Bytes(static_cast<double>(p.min_device_bytes)) + " (largest block working set)\n";
+  out += "optimizer state   " + std::to_string(pl.device_optimizer_chunks) + " of " +
+         std::to_string(pl.optimizer_on_device.size()) + " chunks on the device from start-up (" +
+         Bytes(static_cast<double>(pl.device_optimizer_bytes)) + ", updated there), the rest on the host\n";
+  if (pl.warmup_device_bytes > 0) {
+    out += "warm-up           " + Bytes(static_cast<double>(pl.warmup_device_bytes)) +
+           " of chunks on the device (optimizer state + the warm-up share), more only for chunks in use\n";
+  }
   out += "host              " + Bytes(static_cast<double>(p.host_bytes)) + " of budget " +
-         Bytes(static_cast<double>(in.host_budget_bytes)) + "\n";
+         Bytes(static_cast<double>(in.host_budget_bytes)) +
+         " (at start-up, its most: every compute chunk is there)\n";
   std::snprintf(buf, sizeof(buf), "largest model     %.3f B parameters in these budgets (same bytes/parameter)\n",
                 p.largest_param_numel / 1e9);
   out += buf;

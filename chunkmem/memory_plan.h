@@ -1,12 +1,13 @@
 // MemoryPlan: model-data bytes per tier for a model and chunk settings, computed from
 // parameter shapes alone (nothing is allocated), for `ps_train --plan`.
 //
-// Placement assumed (as the runtime does it): compute-dtype chunks move and fill the
-// device budget; fp32 grad, master (when the compute dtype is lower) and Adam m/v
-// chunks live on the host, with the compute chunks that do not fit on the device.
-// The device must at least hold the working set of the most demanding block: the
-// chunks of its parameters plus the chunks of parameters shared between blocks, which
-// stay in use through backward.
+// Placement: PlanPlacement (chunkmem/placement.h), the very function the runtime's
+// constructor calls with the same PlacementInput (PlacementInputOf), so the plan's
+// verdict and reason are the run's: optimizer state of the chunks that fit the device
+// margin on the device from start-up, everything else on the host, which keeps room
+// for every compute chunk. The device must at least hold the working set of the most
+// demanding block: the chunks of its parameters plus the chunks of parameters shared
+// between blocks, which stay in use through backward.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "chunkmem/layout.h"
+#include "chunkmem/placement.h"
 
 namespace ps::chunkmem {
 
@@ -27,7 +29,14 @@ struct PlanInput {
   std::vector<PlanParam> params;
   int64_t chunk_numel = 0;               // 0 = ChooseChunkNumel
   int64_t compute_element_bytes = 4;     // 4 (fp32) or 2 (bf16/fp16)
-  int64_t device_budget_bytes = 0;       // chunk bytes allowed on the device
+  int64_t device_budget_bytes = 0;       // chunk bytes allowed on the device beside the activations
+  // The store's hard device budget (a traced capacity is more than device_budget_bytes,
+  // which then is what the estimated activations leave); 0 = device_budget_bytes.
+  int64_t device_capacity_bytes = 0;
+  std::string device_room_name = "the device budget";  // names device_budget_bytes in messages
+  int64_t warmup_share_bytes = 0;        // traced budget: chunk bytes during warm-up (PlacementInput)
+  double margin_use_ratio = 0.0;         // device margin share for optimizer state; 0 = all on the host
+  int64_t host_scratch_chunks = 0;       // the gradient path's host buffers (PlacementInput)
   int64_t host_budget_bytes = 0;
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (see RuntimeOptions)
   // fp32 parameters kept outside the chunks on the host (chunk.cpu_embedding): value,
@@ -46,8 +55,9 @@ struct MemoryPlan {
   int64_t host_only_bytes = 0;      // grad + master + m + v chunks
   int64_t host_param_bytes = 0;     // parameters outside the chunks (16 bytes each)
   int64_t min_device_bytes = 0;     // largest working set of one block
-  int64_t device_bytes = 0;         // planned chunk bytes on the device
-  int64_t host_bytes = 0;           // planned chunk bytes on the host
+  int64_t device_bytes = 0;         // most chunk bytes on the device (placement.device_bytes)
+  int64_t host_bytes = 0;           // most bytes on the host, at start-up (placement.host_bytes)
+  Placement placement;              // where each chunk sits (the runtime's own, same input)
   double bytes_per_param = 0;       // model data / parameters, chunk padding included
   int64_t largest_param_numel = 0;  // most parameters these budgets hold at this bytes/param
   bool fits = false;
@@ -55,6 +65,9 @@ struct MemoryPlan {
 };
 
 MemoryPlan PlanMemory(const PlanInput& input);
+
+// The placement part of `input`, as the runtime takes it (RuntimeOptions::placement).
+PlacementInput PlacementInputOf(const PlanInput& input);
 
 // Human-readable report (several lines, sizes in GiB/MiB).
 std::string FormatPlan(const MemoryPlan& plan, const PlanInput& input);

@@ -123,4 +123,19 @@ int64_t CudaDeviceTotalBytes(at::Device device) {
 #endif
 }
 
+double CapCudaMemory(at::Device device, int64_t bytes) {
+#ifdef PS_WITH_CUDA
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  const int64_t total = CudaDeviceTotalBytes(at::Device(at::kCUDA, index));
+  TORCH_CHECK(bytes > 0 && bytes <= total, "chunkmem: cannot cap CUDA device ", static_cast<int>(index), " at ", bytes,
+              " bytes: it has ", total);
+  const double fraction = static_cast<double>(bytes) / static_cast<double>(total);
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, index);
+  return fraction;
+#else
+  TORCH_CHECK(false, "chunkmem: this build has no CUDA (build with --config=cuda) to cap device ", device, " at ",
+              bytes, " bytes");
+#endif
+}
+
 }  // namespace ps::chunkmem

@@ -59,4 +59,10 @@ std::unique_ptr<DeviceMemoryProbe> MakeCudaMemoryProbe(at::Device device, const 
 // Total memory of CUDA device `device` in bytes (cudaMemGetInfo); throws without CUDA.
 int64_t CudaDeviceTotalBytes(at::Device device);
 
+// Caps LibTorch's CUDA caching allocator on `device` at `bytes` (its per-process
+// memory fraction, bytes / total), so allocating beyond a stated device memory
+// (chunk.device_memory_bytes below the card's) is an out-of-memory error, as on a card
+// that small. Returns the fraction set. Throws without CUDA.
+double CapCudaMemory(at::Device device, int64_t bytes);
+
 }  // namespace ps::chunkmem

@@ -55,23 +55,43 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   has_grad_.assign(params_.size(), false);
   for (const auto& p : params_) shapes_.push_back(p.tensor.sizes().vec());
 
+  // Where every chunk sits (placement.h; `--plan` calls the same function).
+  PlacementInput where = options_.placement;
+  where.compute_element_bytes = static_cast<int64_t>(c10::elementSize(options.compute_dtype));
+  where.grads_in_compute_chunks = options.grads_in_compute_chunks;
+  where.device_budget_bytes = store_.Budget(Tier::kDevice);
+  where.host_budget_bytes = store_.Budget(Tier::kHost);
+  where.host_scratch_chunks = HostGradScratchChunks(options.grads_in_compute_chunks);
+  if (traced_budget() && where.warmup_share_bytes == 0) {
+    where.warmup_share_bytes =
+        static_cast<int64_t>(options.warmup_chunk_ratio * static_cast<double>(options.device_memory_bytes));
+  }
+  std::vector<std::vector<int>> used_by;
+  for (const auto& p : params_) used_by.push_back(p.used_by_blocks);
+  placement_ = PlanPlacement(layout_, used_by, where);
+
   at::NoGradGuard no_grad;
   const auto empty = at::empty({0}, at::TensorOptions().dtype(options.compute_dtype).device(compute_device()));
   // Chunk by chunk: allocate its payloads, copy its parameters in, release their own
   // storage. Host memory then peaks near the chunks' bytes plus one chunk's parameters,
-  // not chunks plus the whole model (a 1.5B model in fp32 is 6 GB more).
-  for (const auto& chunk : layout_.chunks()) {
+  // not chunks plus the whole model (a 1.5B model in fp32 is 6 GB more). Optimizer
+  // state placed on the device goes there directly, never through the host; it is
+  // allocated before any compute chunk moves, so in an arena it is one block.
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    const auto& chunk = layout_.chunks()[c];
+    const Tier optimizer_tier = placement_.optimizer_on_device[c] ? Tier::kDevice : Tier::kHost;
     std::array<int, 5> ids{};
-    auto add = [&](at::ScalarType dtype) {
+    auto add = [&](at::ScalarType dtype, Tier tier) {
       const int id = store_.Add(chunk.capacity_numel, dtype);
-      store_.Allocate(id, Tier::kHost);  // zero-filled: m, v and grads start at 0
+      store_.Allocate(id, tier);  // zero-filled: m, v and grads start at 0
       return id;
     };
-    ids[kCompute] = add(options.compute_dtype);
-    ids[static_cast<int>(ChunkKind::kGrad)] = options.grads_in_compute_chunks ? ids[kCompute] : add(at::kFloat);
-    ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat) : ids[kCompute];
-    ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat);
-    ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat);
+    ids[kCompute] = add(options.compute_dtype, Tier::kHost);
+    ids[static_cast<int>(ChunkKind::kGrad)] =
+        options.grads_in_compute_chunks ? ids[kCompute] : add(at::kFloat, Tier::kHost);
+    ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat, optimizer_tier) : ids[kCompute];
+    ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat, optimizer_tier);
+    ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat, optimizer_tier);
     ids_.push_back(ids);
     for (int index : chunk.param_indices) {
       auto& param = params_[index].tensor;
@@ -144,8 +164,8 @@ int64_t ChunkRuntime::ChunkBudgetNow() const {
 }
 
 int64_t ChunkRuntime::WarmupShareBytes() const {
-  return std::min(store_.Budget(Tier::kDevice),
-                  static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(options_.device_memory_bytes)));
+  // The pinned optimizer state plus the warm-up share, within the chunk room (placement.h).
+  return std::min(store_.Budget(Tier::kDevice), placement_.warmup_device_bytes);
 }
 
 int64_t ChunkRuntime::MinChunkBudgetBytes() const {
@@ -166,7 +186,10 @@ void ChunkRuntime::Moment(const char* what, int block) {
     }
   }
   if (!budget_at_.empty() && store_.BytesUsed(Tier::kDevice) > ChunkBudgetNow()) {
-    if (!EvictDownTo(ChunkBudgetNow(), /*keep=*/-1)) ++stats_.budget_overruns;
+    // Gradient staging slots give way to compute chunks (their partial sums go to the host).
+    if (!EvictDownTo(ChunkBudgetNow(), /*keep=*/-1) && !(ReleaseGradSlots() && EvictDownTo(ChunkBudgetNow(), -1))) {
+      ++stats_.budget_overruns;
+    }
     interval_chunk_peak_ = store_.BytesUsed(Tier::kDevice);  // the new interval starts after the shrink
   }
   if (timeline_) timeline_->Moment(std::string(what) + " " + std::to_string(block));
@@ -233,7 +256,8 @@ void ChunkRuntime::FetchToDevice(int chunk) {
   if (store_.tier(id) == Tier::kDevice) return;
   const int64_t need = store_.chunk_bytes(id);
   const int64_t budget = ChunkBudgetNow();
-  if (!EvictDownTo(budget - need, chunk, need)) {
+  // Gradient staging slots give way to compute chunks (their partial sums go to the host).
+  if (!EvictDownTo(budget - need, chunk, need) && !(ReleaseGradSlots() && EvictDownTo(budget - need, chunk, need))) {
     // During a traced warm-up the small warm-up share may be exceeded when the chunks in
     // use need it (up to the store's budget); otherwise the chunks in use do not fit.
     const bool soft = traced_budget() && budget_at_.empty() && store_.CanHold(Tier::kDevice, need);
@@ -331,27 +355,7 @@ void ChunkRuntime::PreBackward(int block) {
   Prefetch();
 }
 
-void ChunkRuntime::OnGradAccumulated(int index) {
-  auto& param = params_[index].tensor;
-  at::NoGradGuard no_grad;
-  at::Tensor grad = param.grad();
-  TORCH_INTERNAL_ASSERT(grad.defined(), "grad hook without a gradient for ", params_[index].name);
-  if (options_.grads_in_compute_chunks) {
-    // The parameter's last backward use is done: its slot now holds its gradient.
-    View(ChunkKind::kCompute, index).copy_(grad);
-  } else {
-    View(ChunkKind::kGrad, index).add_(grad.to(at::kFloat).to(store_.device_of(Tier::kHost)));
-  }
-  param.mutable_grad() = at::Tensor();
-  has_grad_[index] = true;
-  if (states_[index] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
-}
-
-void ChunkRuntime::AfterBackward() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (states_[i] == TensorState::kCompute) Release(static_cast<int>(i), TensorState::kHoldAfterBwd);
-  }
-}
+// OnGradAccumulated, AfterBackward, ZeroGrads: the gradient path, in runtime_grads.cc.
 
 void ChunkRuntime::EndIteration() {
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -373,16 +377,20 @@ void ChunkRuntime::FinishWarmupIfDone() {
     non_model_peak_.resize(moments, 0);
     for (int t = 0; t < moments; ++t) {
       const int64_t budget = options_.device_memory_bytes - non_model_peak_[t];
-      int64_t needed = 0;
+      // The pinned optimizer state and the chunks this moment uses must be there.
+      int64_t needed = placement_.device_optimizer_bytes;
       for (int c : trace_.ChunksAt(t)) needed += store_.chunk_bytes(chunk_id(ChunkKind::kCompute, c));
-      TORCH_CHECK(budget >= needed, "chunkmem: the traced device memory of ", options_.device_memory_bytes,
-                  " bytes is too small: at moment ", t, " non-model memory peaks at ", non_model_peak_[t],
-                  " bytes, leaving ", budget, " for chunks, but the chunks used there need ", needed,
-                  " (raise chunk.device_memory_bytes / chunk.device_mem_ratio, lower the micro-batch, or turn on "
-                  "model.activation_checkpointing)");
       // Static placement: the warm-up share (exceeded where the chunks in use need more,
       // as in warm-up), never more than this moment's activations leave.
-      budget_at_.push_back(options_.static_placement ? std::min(budget, std::max(WarmupShareBytes(), needed)) : budget);
+      int64_t b = options_.static_placement ? std::min(budget, std::max(WarmupShareBytes(), needed)) : budget;
+      if (b < needed) {
+        // The activations measured more than the start-up placement assumed (the
+        // plan's estimate): the chunks in use still get their room, up to the store's
+        // hard budget, and the moment counts as an overrun (metrics: budget_overruns).
+        b = needed;
+        ++stats_.budget_overruns;
+      }
+      budget_at_.push_back(b);
     }
     if (!budget_at_.empty()) min_budget_at_ = *std::min_element(budget_at_.begin(), budget_at_.end());
   }
@@ -430,17 +438,6 @@ int64_t ChunkRuntime::OptimizerStateBytes(int chunk) const {
   return bytes;
 }
 
-bool ChunkRuntime::PinOptimizerState(int chunk) {
-  const int64_t bytes = OptimizerStateBytes(chunk);
-  if (!FreeDeviceBytes(bytes)) return false;
-  for (ChunkKind kind : {ChunkKind::kMaster, ChunkKind::kAdamM, ChunkKind::kAdamV}) {
-    const int id = chunk_id(kind, chunk);
-    if (id != chunk_id(ChunkKind::kCompute, chunk)) store_.Move(id, Tier::kDevice, /*long_lived=*/true);
-  }
-  interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
-  return true;
-}
-
 void ChunkRuntime::PlaceComputeChunk(int chunk, Tier tier, bool async) {
   TORCH_CHECK(ComputeCount(chunk) == 0, "chunkmem: chunk ", chunk, " has parameters in use; it cannot move now");
   const Tier now = store_.tier(chunk_id(ChunkKind::kCompute, chunk));
@@ -482,13 +479,6 @@ int64_t ChunkRuntime::PeakWorkingSetBytes() const {
     peak = std::max(peak, bytes);
   }
   return peak;
-}
-
-void ChunkRuntime::ZeroGrads() {
-  if (!options_.grads_in_compute_chunks) {  // reused slots are overwritten, not accumulated
-    for (int c = 0; c < layout_.num_chunks(); ++c) store_.payload(chunk_id(ChunkKind::kGrad, c)).zero_();
-  }
-  std::fill(has_grad_.begin(), has_grad_.end(), false);
 }
 
 }  // namespace ps::chunkmem

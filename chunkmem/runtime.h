@@ -6,10 +6,16 @@
 // (docs/chunkmem.md, invariant 4). Chunk kinds per layout chunk i: compute (params,
 // moved between tiers), grad (fp32, host), master (fp32, host; only when the compute
 // dtype is not fp32), Adam m and v (fp32, host); with grads_in_compute_chunks there are
-// no grad chunks and kGrad views are the compute slots. Placement: compute chunks are fetched
-// to the device tier on access, evicting by Belady (after warm-up) or LRU (before).
-// The runtime is the only placement owner: the optimizer asks it to move chunks
-// (PlaceComputeChunk, ReturnToDeviceIfRoom, PinOptimizerState), never the store directly.
+// no grad chunks and kGrad views are the compute slots. Placement (chunkmem/placement.h,
+// the same function `--plan` calls): at construction the optimizer state of the chunks
+// that fit the device margin is allocated on the device for good, everything else on
+// the host; compute chunks are fetched to the device tier on access, evicting by Belady
+// (after warm-up) or LRU (before). The runtime is the only placement owner: the
+// optimizer asks it to move chunks (PlaceComputeChunk, ReturnToDeviceIfRoom), never the
+// store directly.
+// Gradients (runtime_grads.cc; docs/chunkmem.md, "Gradients"): added into a grad chunk
+// pinned on the device, or into a device staging slot per chunk and micro-batch that is
+// copied to the host grad chunk, whole, once the chunk's gradients are in.
 // Threads: the training thread, and the autograd thread that runs backward (the
 // calling thread for CPU tensors; autograd's device thread for CUDA tensors, which
 // the training thread waits on inside backward(), so calls never overlap).
@@ -18,6 +24,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <array>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +33,7 @@
 #include "chunkmem/eviction.h"
 #include "chunkmem/layout.h"
 #include "chunkmem/memory_probe.h"
+#include "chunkmem/placement.h"
 #include "chunkmem/tensor_state.h"
 #include "chunkmem/timeline.h"
 
@@ -65,6 +73,12 @@ struct RuntimeOptions {
   // activations leave, instead of all they leave (PatrickStar's static partition:
   // fewer chunks on the device, more moves, more headroom). Belady still applies.
   bool static_placement = false;
+  // Budgets and ratios of the start-up placement (PlanPlacement). The runtime fills in
+  // what it knows itself: compute_element_bytes, grads_in_compute_chunks, the store's
+  // budgets (device_budget_bytes, host_budget_bytes) and, with a traced budget and no
+  // warmup_share_bytes, warmup_chunk_ratio x device_memory_bytes. The defaults put every
+  // chunk's optimizer state on the host (margin_use_ratio 0).
+  PlacementInput placement;
 };
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
@@ -92,6 +106,9 @@ struct RuntimeStats {
   int64_t peak_device_total_bytes = 0;
   int64_t budget_overruns = 0;          // moments whose traced budget chunks in use exceeded
   double move_ms = 0;                   // training-thread time in chunk moves (async: submitting), cumulative
+  int64_t grad_flushes = 0;             // staging slots copied to a host grad chunk (one per chunk and micro-batch)
+  int64_t grad_host_fallbacks = 0;      // gradients copied one by one (no device room for a staging slot)
+  int grad_chunks_on_device = 0;        // fp32 grad chunks pinned on the device
 };
 
 class ChunkRuntime {
@@ -111,13 +128,19 @@ class ChunkRuntime {
   void PreForward(int block);
   void PostForward(int block);
   void PreBackward(int block);
-  // After the last backward of an iteration: parameters still in kCompute (no gradient
-  // arrived, e.g. inputs without grad) go to kHoldAfterBwd.
+  // After each backward (micro-batch): parameters still in kCompute (no gradient
+  // arrived, e.g. inputs without grad) go to kHoldAfterBwd; open gradient staging slots
+  // are flushed and every flush is waited for, so the grad chunks are complete.
   void AfterBackward();
   // After the optimizer step: every parameter back to kHold; ends warm-up tracing.
   void EndIteration();
-  // Zeroes the fp32 gradient chunks (start of an optimizer step).
+  // Start of an optimizer step: zeroes the fp32 grad chunks written since the last call.
+  // The first call after warm-up pins on the device the grad chunks of the chunks whose
+  // optimizer state is there, as far as the room left by the working set allows.
   void ZeroGrads();
+  // Bytes of layout chunk `chunk`'s fp32 grad chunk (0 when gradients reuse the compute
+  // slots).
+  int64_t GradChunkBytes(int chunk) const;
 
   // For the optimizer, between AfterBackward and EndIteration (no parameter in
   // kCompute): moves compute chunk `chunk` to `tier` (to the device: evicting as for an
@@ -133,10 +156,16 @@ class ChunkRuntime {
   // Bytes of the optimizer state of layout chunk `chunk`: fp32 master (when it is not the
   // compute chunk), Adam m and v.
   int64_t OptimizerStateBytes(int chunk) const;
-  // Moves that optimizer state to the device for good (the hybrid Adam's device
-  // chunks), evicting compute chunks not in use to make room. Returns false, moving
-  // nothing, when the room cannot be made.
-  bool PinOptimizerState(int chunk);
+  // The start-up placement (fixed for the run): whose optimizer state is on the device,
+  // the bytes per tier it plans for, and whether it fits (the runtime does not refuse a
+  // placement that does not fit; the trainer does, before constructing it).
+  const Placement& placement() const { return placement_; }
+  bool optimizer_on_device(int chunk) const { return placement_.optimizer_on_device.at(chunk); }
+  // fp32 grad-chunk-sized host buffers the gradient path may hold at once (the
+  // placement reserves them: PlacementInput::host_scratch_chunks).
+  static int64_t HostGradScratchChunks(bool grads_in_compute_chunks) {
+    return grads_in_compute_chunks ? 0 : static_cast<int64_t>(kMaxGradFlushesInFlight);
+  }
   // The warm-up's results, and restoring them (before the first iteration, same layout;
   // throws c10::Error naming the mismatch otherwise).
   WarmupState SaveWarmup() const;
@@ -206,20 +235,47 @@ class ChunkRuntime {
   void CloseInterval();                // non-model peak of the moment just ended
   void FinishWarmupIfDone();           // budgets per moment and Belady, once warmed up
   bool traced_budget() const { return options_.device_memory_bytes > 0; }
-  int64_t WarmupShareBytes() const;  // traced budget: chunk bytes allowed during warm-up
+  int64_t WarmupShareBytes() const;  // traced budget: chunk bytes allowed during warm-up (pinned state included)
   // The device can take `bytes` more without evicting (an arena: in one free range) and
   // stay within `budget`.
   bool FitsOnDevice(int64_t bytes, int64_t budget) const;
+  // Gradient path (runtime_grads.cc).
+  struct GradFlush {                   // a staging slot's copy to the host, in flight
+    int chunk = 0;
+    at::Tensor slot;                   // device staging slot (borrowed from the store)
+    at::Tensor landing;                // host landing buffer, added on completion; undefined:
+                                       // the copy went straight into the (zero) grad chunk
+    std::shared_ptr<CopyTicket> ticket;  // null: the copy was synchronous
+  };
+  static constexpr size_t kMaxGradFlushesInFlight = 2;
+  void InitGradState();                // sizes the vectors below (first use)
+  void PinGradChunks();                // after warm-up, between steps (ZeroGrads)
+  void AddGrad(int index, const at::Tensor& grad);
+  bool OpenGradSlot(int chunk);        // false: no device room even after evicting
+  void FlushGradSlot(int chunk);
+  void CompleteOldestGradFlush();
+  void CompleteGradFlushes(int chunk); // all in flight up to the last one of `chunk` (-1: all)
+  // Flushes every open staging slot and waits for every flush, so compute chunks get the
+  // device bytes back; returns whether anything was released.
+  bool ReleaseGradSlots();
+  bool GradsOfMicroBatchIn(int chunk) const;  // no parameter of it still awaits its gradient
 
   std::vector<ManagedParam> params_;
   ChunkStore& store_;
   RuntimeOptions options_;
   ChunkLayout layout_;
+  Placement placement_;                            // decided in the constructor
   std::vector<std::vector<int>> params_of_block_;  // [block] -> param indices
   std::vector<std::array<int, 5>> ids_;            // [chunk][kind] -> store id
   std::vector<TensorState> states_;                // [param]
   std::vector<std::array<int, kNumTensorStates>> counts_;  // [chunk][state] -> params
   std::vector<bool> has_grad_;                     // [param]
+  // Gradient path; sized on first use (runtime_grads.cc).
+  std::vector<bool> grad_arrived_;                 // [param] gradient in during this backward
+  std::vector<at::Tensor> grad_slot_;              // [chunk] open device staging slot
+  std::vector<bool> grad_dirty_;                   // [chunk] grad chunk written since ZeroGrads
+  std::vector<bool> host_grad_written_;            // [chunk] host grad chunk written this step
+  std::deque<GradFlush> grad_flushes_;             // in flight, oldest first
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   bool trace_paused_ = false;
   ChunkTimeline* timeline_ = nullptr;

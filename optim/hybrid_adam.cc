@@ -38,7 +38,14 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
   }
   steps_.assign(decay_.size(), 0);
   device_steps_.resize(decay_.size());
+  // The runtime placed each chunk's optimizer state at start-up (chunkmem/placement.h):
+  // chunks whose state is on the device update there, from the first step on.
   on_device_.assign(runtime.layout().num_chunks(), false);
+  for (int c = 0; c < runtime.layout().num_chunks(); ++c) {
+    if (!runtime.optimizer_on_device(c)) continue;
+    on_device_[c] = true;
+    device_chunks_.push_back(c);
+  }
 }
 
 void HybridAdam::AddHostParam(const std::string& name, const at::Tensor& param) {
@@ -69,9 +76,7 @@ void HybridAdam::set_host_param_steps(const std::string& name, int64_t steps) {
   TORCH_CHECK(false, "HybridAdam: no host parameter '", name, "'");
 }
 
-void HybridAdam::RestorePlacement() {
-  if (!placed_ && runtime_.warmed_up()) DecidePlacement();
-}
+void HybridAdam::RestorePlacement() {}  // the placement is the runtime's, fixed at start-up
 
 void HybridAdam::ClearHostGrads() {
   for (auto& hp : host_params_) hp.param.mutable_grad() = at::Tensor();
@@ -95,36 +100,6 @@ void HybridAdam::UpdateHostParams(double lr, double grad_scale) {
     work.push_back(w);
   }
   ParallelAdam(kernels_, work, options_.cpu_threads);
-}
-
-void HybridAdam::DecidePlacement() {
-  placed_ = true;
-  if (!options_.optimizer.hybrid_adam) return;
-  // The optimizer's chunks stay on the device at every moment: the margin is taken
-  // under the lowest chunk budget of any moment (traced budgets vary per moment).
-  const double margin = static_cast<double>(runtime_.MinChunkBudgetBytes() - runtime_.PeakWorkingSetBytes());
-  if (margin <= 0) return;
-  double allowed = margin * options_.margin_use_ratio;
-  const int n = runtime_.layout().num_chunks();
-  // Chunks used latest in the traced iteration first (their gradients are most likely
-  // on the device after backward); from the trace only, so the choice is reproducible.
-  std::vector<int> order(n);
-  std::vector<int64_t> last_use(n, -1);
-  for (int c = 0; c < n; ++c) {
-    order[c] = c;
-    const auto& moments = runtime_.trace().chunk_moments();
-    if (c < static_cast<int>(moments.size()) && !moments[c].empty()) last_use[c] = moments[c].back();
-  }
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return last_use[a] > last_use[b]; });
-  for (int c : order) {
-    const int64_t bytes = runtime_.OptimizerStateBytes(c);
-    if (static_cast<double>(bytes) > allowed) continue;
-    if (!runtime_.PinOptimizerState(c)) continue;
-    allowed -= static_cast<double>(bytes);
-    on_device_[c] = true;
-    device_chunks_.push_back(c);
-  }
-  std::sort(device_chunks_.begin(), device_chunks_.end());
 }
 
 double HybridAdam::SumSquares() {
@@ -275,7 +250,6 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   at::NoGradGuard no_grad;
   StepReport r;
   r.loss_scale = scaler.scale();
-  if (!placed_ && runtime_.warmed_up()) DecidePlacement();
   const double sum_squares = SumSquares();
   const bool overflow = !std::isfinite(sum_squares);
   r.grad_norm = std::sqrt(sum_squares) / r.loss_scale;

@@ -2,14 +2,13 @@
 // chunk updated either on the compute device (LibTorch's fused multi-tensor AdamW: one
 // call per chunk and decay group) or on the host (our SIMD CPU kernels, all threads).
 //
-// Placement (hybrid): after warm-up, the device budget left over by the compute chunks'
-// peak working set (ChunkRuntime::PeakWorkingSetBytes), times margin_use_ratio, decides
-// how many chunks keep their fp32 master, m and v on the device and update there;
-// chunks used latest in the traced iteration (the last backward's, most likely still
-// resident) are preferred. The choice depends on the warm-up trace only, so a run that
-// restores the trace (a resumed checkpoint) chooses the same chunks. The runtime moves
-// them (ChunkRuntime::PinOptimizerState). The rest update on the host. Before warm-up
-// ends, and with hybrid off, every chunk updates on the host.
+// Placement (hybrid): the runtime decides it at start-up (chunkmem/placement.h, the
+// function `--plan` calls too): the chunks whose fp32 master, m and v fit
+// chunk.margin_use_ratio x (device chunk room - largest block working set), in layout
+// order, have that state on the device from the first step and update there; the rest
+// update on the host. The choice depends on the layout and the budgets only, so a
+// resumed run chooses the same chunks. With hybrid off (RuntimeOptions::placement's
+// margin_use_ratio 0) every chunk updates on the host.
 // Host updates of chunks whose compute chunk sits on a CUDA device are pipelined: chunk
 // k+1 comes to the host while chunk k updates, and chunk k goes back to the device
 // (when it fits without evicting) while chunk k+1 updates; copies are asynchronous
@@ -40,8 +39,6 @@ struct HybridAdamOptions {
   OptimizerConfig optimizer;
   CpuIsa cpu_isa = CpuIsa::kScalar;  // usually BestCpuIsa()
   int cpu_threads = 1;
-  double margin_use_ratio = 0.8;     // share of the device margin given to optimizer chunks
-                                     // (chunk.margin_use_ratio)
   // Host updates of device-resident compute chunks go through the pipeline (to the host
   // one chunk ahead, updated, sent back) also on a simulated device tier, where the CPU
   // kernels could read them in place: tests run the CUDA path's logic this way.
@@ -70,10 +67,10 @@ class HybridAdam {
   // CPU kernels in every step with its own m and v; its .grad is read and cleared.
   void AddHostParam(const std::string& name, const at::Tensor& param);
 
-  // Chunks whose optimizer state lives (and updates) on the device; empty before the
-  // placement is decided.
+  // Chunks whose optimizer state lives (and updates) on the device (the runtime's
+  // start-up placement).
   const std::vector<int>& device_chunks() const { return device_chunks_; }
-  bool placement_decided() const { return placed_; }
+  bool placement_decided() const { return true; }
   CpuIsa cpu_isa() const { return kernels_.isa; }
 
   // Checkpoints (between steps). Updates applied to runtime parameter `index` so far.
@@ -87,12 +84,11 @@ class HybridAdam {
   };
   std::vector<HostParamState> host_param_states() const;
   void set_host_param_steps(const std::string& name, int64_t steps);
-  // After the runtime's warm-up was restored: decides the placement now (the same
-  // chunks the saving run chose, see above). No-op before warm-up ends.
+  // After the runtime's warm-up was restored. A no-op: the placement is fixed at
+  // start-up from the layout and the budgets, so a resumed run has the saving run's.
   void RestorePlacement();
 
  private:
-  void DecidePlacement();
   double SumSquares();
   void UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale);
   // `unscale`: 1 / grad_scale as a 0-dim fp32 tensor on the device, as the fused op wants.
@@ -117,7 +113,6 @@ class HybridAdam {
   std::vector<at::Tensor> device_steps_;  // [param] step counters of the fused op (device chunks)
   std::vector<int> device_chunks_;
   std::vector<bool> on_device_;   // [chunk]
-  bool placed_ = false;
 };
 
 }  // namespace ps::optim

@@ -76,7 +76,18 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
 }  // namespace
 
 ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device) {
-  const ChunkBudgets budgets = ResolveChunkBudgets(c, device);
+  // The run places its chunks by the plan `--plan` prints, and refuses what it refuses,
+  // with the same reason, before allocating anything.
+  const RunPlan run_plan = PlanRun(c, device);
+  if (!run_plan.plan.fits) throw ConfigError("this run does not fit its memory budgets: " + run_plan.plan.why_not);
+  const ChunkBudgets& budgets = run_plan.budgets;
+  // A stated device memory below the card's is a hard limit (issue #9 §7): the caching
+  // allocator is capped there, so going beyond it is an out-of-memory error, as on a
+  // card that small.
+  if (device.is_cuda() && c.chunk.device_memory_bytes > 0 &&
+      c.chunk.device_memory_bytes < chunkmem::CudaDeviceTotalBytes(device)) {
+    chunkmem::CapCudaMemory(device, c.chunk.device_memory_bytes);
+  }
   ChunkSetup s;
   const bool arena = c.chunk.device_arena && budgets.traced_capacity_bytes == 0 && budgets.device_bytes < kUnlimitedBytes;
   s.store = std::make_unique<chunkmem::ChunkStore>(
@@ -107,12 +118,17 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   options.device_memory_bytes = budgets.traced_capacity_bytes;
   options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
   options.static_placement = c.chunk.placement == chunkmem::PlacementKind::kStatic;
+  options.placement = chunkmem::PlacementInputOf(run_plan.input);
   s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, options);
+  // Same function, same input: the runtime's placement is the plan's.
+  TORCH_INTERNAL_ASSERT(s.runtime->placement().optimizer_on_device == run_plan.plan.placement.optimizer_on_device &&
+                            s.runtime->placement().host_bytes == run_plan.plan.placement.host_bytes &&
+                            s.runtime->placement().device_bytes == run_plan.plan.placement.device_bytes,
+                        "the runtime's chunk placement differs from the memory plan's");
   s.runtime->set_memory_probe(s.probe.get());
   optim::HybridAdamOptions adam;
   adam.optimizer = c.optimizer;
   adam.cpu_threads = CpuThreads(c.run);
-  adam.margin_use_ratio = c.chunk.margin_use_ratio;
   switch (c.optimizer.cpu_adam) {
     case optim::CpuAdamChoice::kAuto: adam.cpu_isa = optim::BestCpuIsa(); break;
     case optim::CpuAdamChoice::kScalar: adam.cpu_isa = optim::CpuIsa::kScalar; break;
@@ -138,9 +154,11 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   return s;
 }
 
-std::string PlanReport(const Config& c, at::Device device, bool* fits) {
-  const ChunkBudgets budgets = ResolveChunkBudgets(c, device);
-  chunkmem::PlanInput input;
+RunPlan PlanRun(const Config& c, at::Device device) {
+  RunPlan r;
+  r.budgets = ResolveChunkBudgets(c, device);
+  const ChunkBudgets& budgets = r.budgets;
+  chunkmem::PlanInput& input = r.input;
   for (const auto& p : models::GptParameterShapes(c.model)) {
     if (EmbeddingOnHost(c, p.name)) {
       input.host_param_numel += p.numel;
@@ -150,38 +168,54 @@ std::string PlanReport(const Config& c, at::Device device, bool* fits) {
   }
   input.chunk_numel = c.chunk.size_elements;
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
-  const int64_t activation_bytes =
+  r.activation_bytes =
       models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, input.compute_element_bytes);
   const bool traced = budgets.traced_capacity_bytes > 0;
   // A traced budget shares the device with the activations: chunks get what they leave
   // (static placement: at most the warm-up share of it).
+  input.device_capacity_bytes = budgets.device_bytes;
   input.device_budget_bytes = budgets.device_bytes;
+  input.device_room_name = budgets.device_bytes >= kUnlimitedBytes ? "the simulated device"
+                           : "the device budget of " + std::to_string(budgets.device_bytes) +
+                                 " bytes (chunk.device_budget_bytes)";
   if (traced) {
-    input.device_budget_bytes = std::max<int64_t>(0, budgets.traced_capacity_bytes - activation_bytes);
+    const auto share = static_cast<int64_t>(c.chunk.warmup_device_chunk_ratio *
+                                            static_cast<double>(budgets.traced_capacity_bytes));
+    input.warmup_share_bytes = share;
+    input.device_budget_bytes = std::max<int64_t>(0, budgets.traced_capacity_bytes - r.activation_bytes);
+    input.device_room_name = "the traced device capacity of " + std::to_string(budgets.traced_capacity_bytes) +
+                             " bytes (chunk.device_memory_bytes x chunk.device_mem_ratio) less the activation "
+                             "estimate of " + std::to_string(r.activation_bytes) + " bytes";
     if (c.chunk.placement == chunkmem::PlacementKind::kStatic) {
-      const auto share = static_cast<int64_t>(c.chunk.warmup_device_chunk_ratio *
-                                              static_cast<double>(budgets.traced_capacity_bytes));
       input.device_budget_bytes = std::min(input.device_budget_bytes, share);
+      input.device_room_name += ", at most the warm-up share of " + std::to_string(share) + " bytes (static)";
     }
   }
   input.host_budget_bytes = budgets.host_bytes;
   input.grads_in_compute_chunks = GradsInComputeChunks(c);
-  input.non_model_bytes = activation_bytes;
+  input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
+  input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
+  input.non_model_bytes = r.activation_bytes;
   input.non_model_note = "per micro-batch, estimated from the model shape; ";
   input.non_model_note += traced ? "taken off the traced device capacity, the warm-up measures the real peak"
                           : budgets.device_bytes >= kUnlimitedBytes ? "the simulated device has no limit"
                                                                     : "needed on the device besides the fixed chunk budget";
-  auto plan = chunkmem::PlanMemory(input);
-  if (traced && activation_bytes >= budgets.traced_capacity_bytes) {
-    plan.fits = false;
-    plan.why_not = "the activations (~" + std::to_string(activation_bytes >> 20) + " MiB, estimated) fill the traced "
-                   "device capacity of " + std::to_string(budgets.traced_capacity_bytes >> 20) +
-                   " MiB (lower train.micro_batch_size or turn on model.activation_checkpointing)";
+  r.plan = chunkmem::PlanMemory(input);
+  if (traced && r.activation_bytes >= budgets.traced_capacity_bytes) {
+    r.plan.fits = false;
+    r.plan.why_not = "the activations (~" + std::to_string(r.activation_bytes >> 20) + " MiB, estimated) fill the "
+                     "traced device capacity of " + std::to_string(budgets.traced_capacity_bytes >> 20) +
+                     " MiB (lower train.micro_batch_size or turn on model.activation_checkpointing)";
   }
-  *fits = plan.fits;
+  return r;
+}
+
+std::string PlanReport(const Config& c, at::Device device, bool* fits) {
+  const RunPlan r = PlanRun(c, device);
+  *fits = r.plan.fits;
   std::string head = "memory plan for '" + c.run.name + "' (" + optim::ToString(c.precision.dtype) + ", " +
-                     (budgets.simulated ? "simulated device" : "CUDA device") + ")\n";
-  return head + chunkmem::FormatPlan(plan, input);
+                     (r.budgets.simulated ? "simulated device" : "CUDA device") + ")\n";
+  return head + chunkmem::FormatPlan(r.plan, r.input);
 }
 
 }  // namespace ps::trainer

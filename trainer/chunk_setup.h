@@ -1,6 +1,6 @@
 // ChunkSetup: the chunk memory manager of one run (store, runtime, chunk Adam, model
 // hooks, loss scaler), built from the config; and the memory plan of a config (`ps_train --plan`).
-// Both resolve the tier budgets the same way (ResolveChunkBudgets).
+// Both come from one PlanRun: the same budgets and the same placement function.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -11,6 +11,7 @@
 
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/copy_engine.h"
+#include "chunkmem/memory_plan.h"
 #include "chunkmem/memory_probe.h"
 #include "chunkmem/runtime.h"
 #include "chunkmem/timeline.h"
@@ -49,8 +50,20 @@ struct ChunkSetup {
 };
 
 // Moves `model`'s parameters into chunks (the model keeps its modules; its parameter
-// tensors are bound to chunk slots while in use).
+// tensors are bound to chunk slots while in use), placed as PlanRun(config) says;
+// throws ConfigError with the plan's reason when it does not fit.
 ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& config, at::Device device);
+
+// The memory plan of a run, from the model's shapes alone (nothing allocated): what
+// `--plan` prints and what MakeChunkSetup places chunks by (and refuses by, with the
+// same reason).
+struct RunPlan {
+  ChunkBudgets budgets;
+  chunkmem::PlanInput input;
+  chunkmem::MemoryPlan plan;
+  int64_t activation_bytes = 0;  // estimated, per micro-batch
+};
+RunPlan PlanRun(const Config& config, at::Device device);
 
 // The `--plan` report for `config`: model data per tier, the largest model the budgets
 // hold, and whether this run fits. Allocates nothing. Sets `fits`.

@@ -56,6 +56,8 @@ struct Rig {
     ro.eviction = chunkmem::EvictionKind::kLru;
     ro.warmup_iterations = 0;
     ro.grads_in_compute_chunks = dtype != at::kFloat;
+    // Hybrid: optimizer state into the device margin at start-up (chunkmem/placement.h).
+    ro.placement.margin_use_ratio = hybrid ? 0.8 : 0.0;
     runtime = std::make_unique<chunkmem::ChunkRuntime>(managed, *store, ro);
     HybridAdamOptions o;
     o.optimizer.lr = 1e-2;
@@ -75,6 +77,7 @@ struct Rig {
       params[i].mutable_grad() = (grads[i] * scale).to(runtime->compute_dtype());
       runtime->OnGradAccumulated(static_cast<int>(i));
     }
+    runtime->AfterBackward();  // the grad chunks are complete only after it (staging flushes)
   }
 
   at::Tensor Master(int i) const { return runtime->View(ChunkKind::kMaster, i).clone(); }
@@ -138,9 +141,11 @@ TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back
     for (bool async : {false, true}) {
       INFO(c10::toString(dtype) << (async ? ", async copies" : ", synchronous copies"));
       Rig plain(dtype, /*hybrid=*/false, kUnlimited);
-      // A device budget of exactly the two compute chunks: the pipeline never needs more.
+      // A device budget of the two compute chunks (the pipeline never needs more) and one
+      // fp32 gradient staging slot (else a slot would evict a compute chunk in backward).
       const int64_t both = plain.store->chunk_bytes(plain.runtime->chunk_id(ChunkKind::kCompute, 0)) +
-                           plain.store->chunk_bytes(plain.runtime->chunk_id(ChunkKind::kCompute, 1));
+                           plain.store->chunk_bytes(plain.runtime->chunk_id(ChunkKind::kCompute, 1)) +
+                           std::max(plain.runtime->GradChunkBytes(0), plain.runtime->GradChunkBytes(1));
       Rig piped(dtype, /*hybrid=*/false, both, /*pipeline=*/true, async);
       const int n = piped.runtime->layout().num_chunks();
       REQUIRE(n == 2);

@@ -120,19 +120,66 @@ TEST_CASE("activation checkpointing through evicting chunks: same losses as plai
   CHECK(chunked.peak_device_chunk_bytes <= chunked.device_budget_bytes);
 }
 
-TEST_CASE("gradient accumulation through chunks matches plain accumulation", "[chunk][parity]") {
-  const std::vector<std::string> accum = {"train.micro_batch_size=2", "train.global_batch_size=4",
+// Per-step deltas of a cumulative counter in metrics.jsonl (chunk runs log every step).
+std::vector<double> StepDeltas(const std::string& metrics_path, const std::string& key);
+
+TEST_CASE("gradient accumulation through chunks matches plain accumulation: resident, evicting, traced",
+          "[chunk][parity][accum]") {
+  const std::vector<std::string> accum = {"train.micro_batch_size=1", "train.global_batch_size=4",
                                           "train.max_steps=8"};
   const TrainResult plain = Train(Tiny("accum_plain", accum));
-  auto chunk_accum = accum;
-  chunk_accum.push_back("chunk.device_budget_bytes=320000");
-  CheckSameLosses(plain, Train(Chunked("accum_chunk", chunk_accum)));
+  const std::vector<std::pair<std::string, std::vector<std::string>>> budgets = {
+      {"resident", {}},
+      {"evicting", {"chunk.device_budget_bytes=320000"}},  // only the chunks in use fit: per-parameter fallback
+      {"evicting_room", {"chunk.device_budget_bytes=560000"}},  // room for staging slots
+      {"evicting_async", {"chunk.device_budget_bytes=560000", "chunk.async_prefetch=true"}},
+      {"traced", {"chunk.device_memory_bytes=3800000", "chunk.device_mem_ratio=1.0"}}};
+  for (const auto& [name, extra] : budgets) {
+    INFO(name);
+    auto args = accum;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Config c = Chunked("accum_" + name, args);
+    const TrainResult r = Train(c);
+    CheckSameLosses(plain, r);
+    const std::string metrics = c.run.output_dir + "/metrics.jsonl";
+    const auto flushes = StepDeltas(metrics, "grad_flushes");
+    const auto fallbacks = StepDeltas(metrics, "grad_host_fallbacks");
+    const auto copies = StepDeltas(metrics, "d2h_copies");
+    const auto evictions = StepDeltas(metrics, "evictions");
+    REQUIRE(flushes.size() == 8);
+    for (size_t s = 0; s < flushes.size(); ++s) {
+      INFO("step " << s + 1 << ": " << copies[s] << " device-to-host copies, " << evictions[s] << " evictions, "
+                   << flushes[s] << " grad flushes, " << fallbacks[s] << " per-parameter grad copies");
+      // Every device-to-host copy is an eviction, a flush (at most one per chunk and
+      // micro-batch: 4 x 16) or a fallback.
+      CHECK(copies[s] == evictions[s] + flushes[s] + fallbacks[s]);
+      CHECK(flushes[s] <= 4 * 16);
+      if (name == "resident" && s >= 1) CHECK(copies[s] == 0);  // grads pinned with device-updated Adam state
+      if (name == "evicting_room" || name == "evicting_async") CHECK(fallbacks[s] == 0);
+    }
+    if (name == "resident") CHECK(r.adam_device_chunks == 16);
+    if (name == "evicting") CHECK(fallbacks[1] > 0);  // the budget-starved path is exercised too
+    CHECK(r.peak_device_chunk_bytes <= r.device_budget_bytes);
+  }
 }
 
 // The number after "key": in a metrics.jsonl line (NaN when absent).
 double JsonNumber(const std::string& line, const std::string& key) {
   const auto at = line.find("\"" + key + "\": ");
   return at == std::string::npos ? std::nan("") : std::stod(line.substr(at + key.size() + 4));
+}
+
+std::vector<double> StepDeltas(const std::string& metrics_path, const std::string& key) {
+  std::ifstream in(metrics_path);
+  std::vector<double> out;
+  double last = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"evictions\"") == std::string::npos || line.find("\"step\"") == std::string::npos) continue;
+    const double now = JsonNumber(line, key);
+    out.push_back(now - last);
+    last = now;
+  }
+  return out;
 }
 
 TEST_CASE("model data many times the device budget trains, within budget", "[chunk]") {
@@ -212,7 +259,7 @@ TEST_CASE("--plan: model data per tier, the largest model, whether it fits; noth
                                                                   "chunk.host_budget_bytes=1000000"}), at::kCPU, &fits);
   INFO(host_no);
   CHECK_FALSE(fits);
-  CHECK(host_no.find("fits              NO: the host needs") != std::string::npos);
+  CHECK(host_no.find("fits              NO: the host budget of 1000000 bytes (0.95 MiB) is ") != std::string::npos);
   // A traced budget: the estimated activations come off the device capacity first.
   // 3.8 MB leaves the chunks about 0.5 MB: enough for a block's working set (0.32 MB).
   const std::string traced = PlanReport(Chunked("plan_traced", {"chunk.device_memory_bytes=3800000",
@@ -227,10 +274,12 @@ TEST_CASE("--plan: model data per tier, the largest model, whether it fits; noth
   CHECK_FALSE(fits);
 }
 
-TEST_CASE("a budget below one block's chunks fails with the parameters in use named", "[chunk]") {
+TEST_CASE("a budget below one block's chunks fails before training, with the plan's reason", "[chunk]") {
+  // (tests/trainer/capacity_test.cc sweeps this.)
   CHECK_THROWS_WITH(Train(Chunked("too_small", {"chunk.device_budget_bytes=200000"})),
-                    Catch::Contains("does not fit the device budget of 200000 bytes") &&
-                        Catch::Contains("are held by chunks in use (by "));
+                    Catch::Contains("this run does not fit its memory budgets: the device budget of 200000 bytes "
+                                    "(chunk.device_budget_bytes) leaves 200000 bytes (0.19 MiB) for chunks, 120000 "
+                                    "bytes (0.11 MiB) short of the largest block working set of 320000 bytes"));
 }
 
 TEST_CASE("bf16 chunks track fp32 training within 5% per step", "[chunk][bf16]") {
@@ -305,9 +354,11 @@ TEST_CASE("traced budget: chunks get what activations leave, per moment (or the 
   // Static placement with a fixed budget is refused (a fixed budget is static already).
   CHECK_THROWS_WITH(Train(Chunked("static_fixed", {"chunk.placement=static", "chunk.device_budget_bytes=320000"})),
                     Catch::Contains("chunk.placement: static needs a traced budget"));
-  // Too little device memory for the activations themselves: a clear error.
+  // Too little device memory for the activations themselves: refused before training,
+  // with --plan's reason.
   CHECK_THROWS_WITH(Train(Chunked("traced_small", {"chunk.device_memory_bytes=2000000", "chunk.device_mem_ratio=1.0"})),
-                    Catch::Contains("is too small: at moment") && Catch::Contains("non-model memory peaks at"));
+                    Catch::Contains("this run does not fit its memory budgets: the activations (~3 MiB, estimated) "
+                                    "fill the traced device capacity"));
   // A fixed and a traced budget together are refused.
   CHECK_THROWS_WITH(Train(Chunked("traced_both", {"chunk.device_memory_bytes=3800000",
                                                   "chunk.device_budget_bytes=320000"})),

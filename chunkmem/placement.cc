@@ -1,0 +1,123 @@
+#include "chunkmem/placement.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+namespace ps::chunkmem {
+namespace {
+
+int64_t Mul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  TORCH_CHECK(!__builtin_mul_overflow(a, b, &out), "placement: ", a, " x ", b, " bytes overflows int64");
+  return out;
+}
+
+int64_t Add(int64_t a, int64_t b) {
+  int64_t out = 0;
+  TORCH_CHECK(!__builtin_add_overflow(a, b, &out), "placement: ", a, " + ", b, " bytes overflows int64");
+  return out;
+}
+
+// "123456789 bytes (117.74 MiB)": exact, and readable.
+std::string Bytes(int64_t b) {
+  char buf[64];
+  const double d = static_cast<double>(b);
+  if (d >= 1024.0 * 1024 * 1024) {
+    std::snprintf(buf, sizeof(buf), "%lld bytes (%.2f GiB)", static_cast<long long>(b), d / (1024.0 * 1024 * 1024));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld bytes (%.2f MiB)", static_cast<long long>(b), d / (1024.0 * 1024));
+  }
+  return buf;
+}
+
+}  // namespace
+
+Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
+                        const PlacementInput& in) {
+  TORCH_CHECK(used_by_blocks.size() == layout.placements().size(), "placement: ", used_by_blocks.size(),
+              " parameters' blocks for a layout of ", layout.placements().size());
+  Placement p;
+  const int n = layout.num_chunks();
+  const int64_t k = in.compute_element_bytes;
+  const bool separate_master = k != 4;
+  const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (separate_master ? 4 : 0);
+  std::vector<int64_t> compute(n), optimizer(n);
+  int64_t largest_grad = 0;
+  for (int c = 0; c < n; ++c) {
+    const int64_t capacity = layout.chunks()[c].capacity_numel;
+    if (!in.grads_in_compute_chunks) largest_grad = std::max(largest_grad, Mul(capacity, 4));
+    compute[c] = Mul(capacity, k);
+    optimizer[c] = Mul(capacity, optimizer_per_element);
+    p.compute_bytes = Add(p.compute_bytes, compute[c]);
+    if (!in.grads_in_compute_chunks) p.grad_bytes = Add(p.grad_bytes, Mul(capacity, 4));
+  }
+
+  // Working set: the chunks of block b's parameters plus the chunks of shared
+  // parameters (in use from their first access through backward).
+  std::set<int> shared;
+  int max_block = 0;
+  for (size_t i = 0; i < used_by_blocks.size(); ++i) {
+    if (used_by_blocks[i].size() > 1) shared.insert(layout.placements()[i].chunk_id);
+    for (int b : used_by_blocks[i]) max_block = std::max(max_block, b);
+  }
+  for (int b = 0; b <= max_block; ++b) {
+    std::set<int> chunks = shared;
+    for (size_t i = 0; i < used_by_blocks.size(); ++i) {
+      const auto& used = used_by_blocks[i];
+      if (std::find(used.begin(), used.end(), b) != used.end()) chunks.insert(layout.placements()[i].chunk_id);
+    }
+    int64_t bytes = 0;
+    for (int c : chunks) bytes += compute[c];  // <= compute_bytes, which did not overflow
+    p.working_set_bytes = std::max(p.working_set_bytes, bytes);
+  }
+
+  const int64_t room = std::min(in.device_budget_bytes,
+                                in.device_chunk_room_bytes >= 0 ? in.device_chunk_room_bytes : in.device_budget_bytes);
+  // Optimizer state into the margin, in layout order.
+  p.optimizer_on_device.assign(n, false);
+  if (in.margin_use_ratio > 0 && room > p.working_set_bytes) {
+    double allowed = in.margin_use_ratio * static_cast<double>(room - p.working_set_bytes);
+    for (int c = 0; c < n; ++c) {
+      if (static_cast<double>(optimizer[c]) > allowed) continue;
+      allowed -= static_cast<double>(optimizer[c]);
+      p.optimizer_on_device[c] = true;
+      ++p.device_optimizer_chunks;
+      p.device_optimizer_bytes += optimizer[c];
+    }
+  }
+  int64_t all_optimizer = 0;
+  for (int c = 0; c < n; ++c) all_optimizer = Add(all_optimizer, optimizer[c]);
+  p.host_optimizer_bytes = all_optimizer - p.device_optimizer_bytes;
+  const int64_t compute_room = std::max<int64_t>(0, room - p.device_optimizer_bytes);
+  p.device_bytes = p.device_optimizer_bytes + std::min(p.compute_bytes, compute_room);
+  if (in.warmup_share_bytes > 0) {
+    p.warmup_device_bytes = p.device_optimizer_bytes + std::min(in.warmup_share_bytes, compute_room);
+  }
+  p.host_scratch_bytes = Mul(in.host_scratch_chunks, largest_grad);
+  p.host_bytes = Add(Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes),
+                     in.host_param_bytes);
+
+  if (p.working_set_bytes > room) {
+    p.why_not = in.device_room_name + " leaves " + Bytes(room) + " for chunks, " + Bytes(p.working_set_bytes - room) +
+                " short of the largest block working set of " + Bytes(p.working_set_bytes) +
+                " (lower chunk.size_elements or raise the device budget)";
+  } else if (p.host_bytes > in.host_budget_bytes) {
+    std::string parts = "compute chunks " + Bytes(p.compute_bytes);
+    if (p.grad_bytes > 0) parts += ", fp32 grad chunks " + Bytes(p.grad_bytes);
+    if (p.host_scratch_bytes > 0) parts += ", gradient landing buffers " + Bytes(p.host_scratch_bytes);
+    parts += ", optimizer state of " + std::to_string(n - p.device_optimizer_chunks) + " of " + std::to_string(n) +
+             " chunks " + Bytes(p.host_optimizer_bytes);
+    if (in.host_param_bytes > 0) parts += ", parameters outside the chunks " + Bytes(in.host_param_bytes);
+    p.why_not = "the host budget of " + Bytes(in.host_budget_bytes) + " is " +
+                Bytes(p.host_bytes - in.host_budget_bytes) + " short: the host holds " + Bytes(p.host_bytes) +
+                " from start-up (" + parts + "; the device holds the optimizer state of " +
+                std::to_string(p.device_optimizer_chunks) + " chunks, " + Bytes(p.device_optimizer_bytes) +
+                ") (raise chunk.host_budget_bytes or give the optimizer more device memory)";
+  }
+  return p;
+}
+
+}  // namespace ps::chunkmem

@@ -1,0 +1,81 @@
+// Placement: which tier every chunk of a run sits on from start-up, decided before
+// anything is allocated, from the layout and the tier budgets alone. `ps_train --plan`
+// (PlanMemory) and the ChunkRuntime constructor call the same PlanPlacement with the
+// same input, so the plan and the run cannot disagree (docs/chunkmem.md, "Placement").
+//
+// The rule:
+// - Optimizer state (fp32 master when it is not the compute chunk, Adam m, v) of the
+//   chunks chosen here is allocated on the device at start-up and stays there; the
+//   hybrid Adam updates those chunks on the device. Chosen in layout order (chunk 0
+//   first: the embedding and first blocks, whose backward runs last, so their compute
+//   chunks are on the device when the optimizer runs) while the state fits
+//   margin_use_ratio x (device chunk room - largest block working set).
+// - Everything else starts on the host: fp32 grad chunks, the other chunks' optimizer
+//   state, and every compute chunk. The host keeps room for all compute chunks for the
+//   whole run (they move to the device on access and back on eviction), so its bytes at
+//   start-up are its most at any moment.
+// - The device holds the pinned optimizer state plus moving compute chunks; the plan
+//   requires the room left for them to hold the largest block working set.
+// Pure function; no tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chunkmem/layout.h"
+
+namespace ps::chunkmem {
+
+struct PlacementInput {
+  int64_t compute_element_bytes = 4;     // 4 (fp32: the compute chunk is the master) or 2
+  bool grads_in_compute_chunks = false;  // no fp32 grad chunks (RuntimeOptions)
+  // Chunk bytes the device tier may hold at all (the store's budget: fixed budget, or
+  // the traced capacity).
+  int64_t device_budget_bytes = 0;
+  // Chunk bytes the device may hold beside the activations: the fixed budget, or the
+  // traced capacity minus the activation estimate (static placement: at most the
+  // warm-up share). < 0: device_budget_bytes.
+  int64_t device_chunk_room_bytes = -1;
+  // How the message names that room ("the device budget of chunk.device_budget_bytes").
+  std::string device_room_name = "the device budget";
+  // Traced budget: chunk bytes allowed on the device during warm-up besides the pinned
+  // optimizer state (warmup_device_chunk_ratio x capacity); 0 = not traced.
+  int64_t warmup_share_bytes = 0;
+  int64_t host_budget_bytes = 0;
+  int64_t host_param_bytes = 0;          // parameters kept outside the chunks, on the host
+  // fp32 grad-chunk-sized buffers the gradient path borrows on the host at once
+  // (landing buffers of gradient flushes; ChunkRuntime::HostGradScratchChunks).
+  int64_t host_scratch_chunks = 0;
+  // Share of the device margin given to optimizer state (chunk.margin_use_ratio);
+  // 0 = every chunk's optimizer state on the host (optimizer.hybrid_adam: false).
+  double margin_use_ratio = 0.0;
+};
+
+struct Placement {
+  std::vector<bool> optimizer_on_device;  // [chunk]: master/m/v on the device from start-up
+  int device_optimizer_chunks = 0;
+  int64_t device_optimizer_bytes = 0;     // pinned on the device for the whole run
+  int64_t working_set_bytes = 0;          // compute chunks of the most demanding block
+  int64_t compute_bytes = 0;              // all compute chunks
+  int64_t grad_bytes = 0;                 // all fp32 grad chunks (host)
+  int64_t host_optimizer_bytes = 0;       // optimizer state of the other chunks (host)
+  int64_t host_scratch_bytes = 0;         // the gradient path's host buffers, at most
+  // Most chunk bytes the device holds: the pinned state plus compute chunks up to the room.
+  int64_t device_bytes = 0;
+  // Traced budget: chunk bytes allowed on the device during warm-up (pinned state plus
+  // the warm-up share, within the room; more only while the chunks in use need it).
+  int64_t warmup_device_bytes = 0;
+  // Most chunk bytes the host holds at any moment (start-up: every compute chunk there),
+  // plus the parameters outside the chunks.
+  int64_t host_bytes = 0;
+  std::string why_not;                    // empty when it fits; names the budget and the shortfall
+  bool fits() const { return why_not.empty(); }
+};
+
+// `used_by_blocks[i]`: the blocks that use parameter i of the layout (several for a
+// shared parameter, whose chunk stays in use through backward).
+Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
+                        const PlacementInput& input);
+
+}  // namespace ps::chunkmem
