@@ -37,7 +37,7 @@ struct ChunkConfig {
   double device_mem_ratio = 0.8;    // usable fraction of device memory (overall_gpu_mem_ratio)
   double host_mem_ratio = 0.8;      // usable fraction of host memory (overall_cpu_mem_ratio)
   double warmup_device_chunk_ratio = 0.1;  // device fraction for chunks during warm-up
-  double margin_use_ratio = 0.8;    // fraction of post-warm-up margin for optimizer chunks
+  double margin_use_ratio = 0.8;    // fraction of the device margin for optimizer state, from start-up
 };
 
 }  // namespace ps::chunkmem

@@ -34,8 +34,9 @@ void LogSetup(const ChunkSetup& s, const Config& c) {
     spdlog::info("traced device budget: chunks + non-model memory within {} bytes; warm-up chunk share {}",
                  s.store->Budget(chunkmem::Tier::kDevice), c.chunk.warmup_device_chunk_ratio);
   }
-  spdlog::info("optimizer: hybrid {} (device chunks after warm-up: {}), CPU kernels: {}, loss scale: {}",
-               optim::ToString(c.optimizer.type), c.optimizer.hybrid_adam ? "by margin" : "none (all on the CPU)",
+  spdlog::info("optimizer: hybrid {} (optimizer state of {} of {} chunks on the device from start-up), CPU kernels: {}, "
+               "loss scale: {}",
+               optim::ToString(c.optimizer.type), s.adam->device_chunks().size(), s.runtime->layout().num_chunks(),
                optim::ToString(s.adam->cpu_isa()),
                s.scaler->enabled() ? fmt::format("{:g}", s.scaler->scale()) : std::string("none"));
 }

@@ -409,7 +409,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
             "traced budget: device fraction for chunks during warm-up (static placement: for good)",
             FloatRange(0.0, 1.0, true)),
       Float("chunk.margin_use_ratio", PS_ACCESS(chunk.margin_use_ratio),
-            "fraction of the post-warm-up device margin given to optimizer chunks", FloatRange(0.0, 1.0)),
+            "fraction of the device margin (chunk room minus the largest block's working set) given to optimizer state from start-up", FloatRange(0.0, 1.0)),
       // distributed
       Enum<comm::Launcher>("distributed.launcher", PS_ACCESS(distributed.launcher),
                            "auto: torchrun env (RANK, WORLD_SIZE), else Slurm env (SLURM_PROCID, SLURM_NTASKS > 1), else one process",
