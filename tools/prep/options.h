@@ -1,0 +1,42 @@
+// The options of one ps_prep run (tools/ps_prep.cc parses them from the command line) and
+// the error type for bad input. Plain data, read by every piece of tools/prep/.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ps::prep {
+
+enum class OutputFormat { kMegatron, kLlmc };
+// How a text (non-JSONL) input becomes documents: the whole file, one per paragraph
+// (blank lines between), or one per line.
+enum class TextSplit { kFile, kBlankLine, kLine };
+
+struct Options {
+  std::string tokenizer_path;
+  std::vector<std::string> inputs;  // .jsonl/.ndjson: a document per line; else text
+  std::string output_prefix;        // writes <prefix>_train.* and <prefix>_valid.*
+  OutputFormat format = OutputFormat::kMegatron;
+  std::string jsonl_field = "text";  // the JSON string field holding a document's text
+  TextSplit text_split = TextSplit::kFile;
+  double valid_fraction = 0.01;  // of the documents, rounded; at least 1 when > 0
+  int64_t valid_docs = -1;       // >= 0: exactly this many validation documents
+  uint64_t seed = 1234;          // of the train/valid split
+  int threads = 1;               // encoding threads
+  bool skip_bad_input = false;   // count and skip bad inputs (else stop at the first)
+  bool append_eot = true;        // the end-of-text id after each document
+};
+
+// A user error in the input (or a missing input): printed as is, exit status 1.
+class BadInput : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The message of `e`, without the backtrace of a c10::Error.
+std::string ErrorText(const std::exception& e);
+
+}  // namespace ps::prep

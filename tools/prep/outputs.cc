@@ -1,0 +1,118 @@
+#include "tools/prep/outputs.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "data/megatron_format.h"
+#include "data/token_source.h"
+
+namespace ps::prep {
+namespace {
+
+class MegatronSplitWriter final : public SplitWriter {
+ public:
+  MegatronSplitWriter(const std::string& prefix, int64_t vocab_size)
+      : dtype_(data::MegatronDtypeForVocab(vocab_size)), writer_(prefix, dtype_) {}
+  void AddDocument(const std::vector<int32_t>& ids) override {
+    writer_.AddDocument(ids.data(), static_cast<int64_t>(ids.size()));
+  }
+  void Finish() override { writer_.Finish(); }
+  int64_t num_documents() const override { return writer_.num_documents(); }
+  int64_t num_tokens() const override { return writer_.num_tokens(); }
+  std::vector<std::string> files() const override {
+    return {writer_.paths().bin_path, writer_.paths().idx_path};
+  }
+  std::string dtype() const override { return data::ToString(dtype_); }
+
+ private:
+  data::MegatronDtype dtype_;
+  data::MegatronWriter writer_;
+};
+
+// An llm.c shard (dev/data/data_common.py): 256 x int32 header {magic, version, count},
+// then uint16 ids (GPT-2 magic) or uint32 ids (Llama-3 magic) when they do not fit 16 bits.
+// Written as "<path>.tmp", renamed by Finish(); removed if never finished.
+class LlmcSplitWriter final : public SplitWriter {
+ public:
+  LlmcSplitWriter(const std::string& path, int64_t vocab_size)
+      : path_(path), tmp_(path + ".tmp"), wide_(vocab_size > 65536) {
+    file_ = std::fopen(tmp_.c_str(), "wb");
+    TORCH_CHECK(file_ != nullptr, tmp_, ": cannot create: ", std::strerror(errno));
+    const std::vector<int32_t> header(256, 0);  // written for real by Finish()
+    Write(header.data(), data::kLlmcHeaderBytes);
+  }
+  ~LlmcSplitWriter() override {
+    if (file_ == nullptr) return;
+    std::fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+  void AddDocument(const std::vector<int32_t>& ids) override;
+  void Finish() override;
+  int64_t num_documents() const override { return num_documents_; }
+  int64_t num_tokens() const override { return num_tokens_; }
+  std::vector<std::string> files() const override { return {path_}; }
+  std::string dtype() const override { return wide_ ? "uint32" : "uint16"; }
+
+ private:
+  void Write(const void* data, size_t bytes) {
+    TORCH_CHECK(bytes == 0 || std::fwrite(data, 1, bytes, file_) == bytes, tmp_,
+                ": write failed: ", std::strerror(errno));
+  }
+
+  std::string path_, tmp_;
+  bool wide_;
+  std::FILE* file_ = nullptr;
+  std::vector<uint16_t> narrow_;
+  int64_t num_tokens_ = 0, num_documents_ = 0;
+};
+
+void LlmcSplitWriter::AddDocument(const std::vector<int32_t>& ids) {
+  TORCH_CHECK(num_tokens_ + static_cast<int64_t>(ids.size()) <= INT32_MAX, path_,
+              ": an llm.c shard holds at most 2^31 - 1 tokens (int32 count); use --format megatron");
+  if (wide_) {
+    Write(ids.data(), 4 * ids.size());
+  } else {
+    narrow_.assign(ids.begin(), ids.end());
+    Write(narrow_.data(), 2 * narrow_.size());
+  }
+  num_tokens_ += static_cast<int64_t>(ids.size());
+  ++num_documents_;
+}
+
+void LlmcSplitWriter::Finish() {
+  std::vector<int32_t> header(256, 0);
+  header[0] = wide_ ? data::kLlmcMagicLlama3 : data::kLlmcMagicGpt2;
+  header[1] = wide_ ? 7 : 1;
+  header[2] = static_cast<int32_t>(num_tokens_);
+  TORCH_CHECK(std::fseek(file_, 0, SEEK_SET) == 0, tmp_, ": seek failed: ", std::strerror(errno));
+  Write(header.data(), data::kLlmcHeaderBytes);
+  const bool ok = std::ferror(file_) == 0;
+  const int rc = std::fclose(file_);
+  file_ = nullptr;
+  TORCH_CHECK(ok && rc == 0, tmp_, ": write failed: ", std::strerror(errno));
+  TORCH_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, path_, ": cannot rename from ", tmp_, ": ",
+              std::strerror(errno));
+}
+
+}  // namespace
+
+int64_t ValidCount(const Options& opt, int64_t num_docs) {
+  if (opt.valid_docs >= 0) return std::min(opt.valid_docs, num_docs > 0 ? num_docs - 1 : 0);
+  if (opt.valid_fraction <= 0 || num_docs < 2) return 0;
+  const int64_t k = static_cast<int64_t>(std::llround(opt.valid_fraction * num_docs));
+  return std::clamp<int64_t>(k, 1, num_docs - 1);
+}
+
+std::unique_ptr<SplitWriter> MakeWriter(const Options& opt, const std::string& split, int64_t vocab_size) {
+  const std::string name = opt.output_prefix + "_" + split;
+  if (opt.format == OutputFormat::kLlmc) return std::make_unique<LlmcSplitWriter>(name + ".bin", vocab_size);
+  return std::make_unique<MegatronSplitWriter>(name, vocab_size);
+}
+
+}  // namespace ps::prep
