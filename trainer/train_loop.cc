@@ -337,6 +337,78 @@ void WriteSummary(MetricsWriter& metrics, const TrainResult& result, const Confi
                     .Add("threads", static_cast<int64_t>(threads)));
 }
 
+// The device of this rank: run.device, and with several ranks on CUDA the GPU of its
+// local rank. Chunk runs are single-rank until ZeRO exists.
+at::Device RankDevice(const Config& c, int world, int local_rank) {
+  if (c.chunk.enabled && world > 1) {
+    throw ConfigError("chunk.enabled with world size " + std::to_string(world) +
+                      ": ZeRO over chunk groups is not built yet (run one process, or chunk.enabled: false for "
+                      "plain data parallel)");
+  }
+  const at::Device device = ChooseDevice(c.run.device);
+  if (device.is_cuda() && world > 1) {
+    return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(local_rank % torch::cuda::device_count()));
+  }
+  return device;
+}
+
+// What the loop carries from step to step besides the engine and the sampler.
+struct RunProgress {
+  int64_t start_step = 0;   // optimizer steps done before this process started
+  int64_t tokens_seen = 0;
+  DivergenceGuard divergence;
+};
+
+// Restores a checkpoint's state into the engine, the sampler, the generators and `progress`.
+void ResumeFrom(const CheckpointContents& r, const std::string& path, const Config& c, at::Device device,
+                TrainingEngine& engine, data::BatchSampler& sampler, RunProgress& progress, MetricsWriter* metrics) {
+  LogConfigChanges(r.config_yaml, ConfigToYaml(c));
+  engine.Load(r.engine);
+  sampler.set_consumed_samples(r.consumed_samples);
+  RestoreRngStates(r.rng, device);
+  progress.start_step = r.step;
+  progress.divergence.set_run(r.min_scale_skips);
+  progress.tokens_seen = r.tokens_seen;
+  spdlog::info("resumed from {} (step {}, {} samples consumed, written by {})", path, r.step, r.consumed_samples,
+               r.version);
+  if (metrics) metrics->Write(JsonLine().Add("resumed_from_step", r.step).Add("checkpoint_path", path));
+}
+
+// The stop signal this step acts on: this process's, or with several ranks the largest
+// any rank got, so that every rank stops at the same step.
+int AgreedStopSignal(const TrainOptions& options, at::Device device) {
+  int signal = options.stop_requested ? options.stop_requested->load() : 0;
+  if (options.comm) {
+    at::Tensor flag = at::full({1}, static_cast<int64_t>(signal), at::TensorOptions().dtype(at::kLong).device(device));
+    options.comm->AllReduce(flag, comm::ReduceOp::kMax)->Wait();
+    signal = static_cast<int>(flag.item<int64_t>());
+  }
+  return signal;
+}
+
+// checkpoint.export_hf: from the checkpoint just written at the end when there is one.
+void ExportAtEndOfRun(TrainingEngine& engine, const Config& c, MetricsWriter* metrics) {
+  const std::string final_checkpoint =
+      c.checkpoint.at_end ? CheckpointDir(c) + "/step_" + std::to_string(c.train.max_steps) : std::string();
+  const HfExportReport exported = ExportAtEnd(engine, c, final_checkpoint);
+  if (metrics) metrics->Write(JsonLine().Add("hf_export", exported.folder).Add("hf_export_bytes", exported.bytes));
+}
+
+// The "done" console line and the metrics summary.
+void ReportDone(const TrainResult& result, const Config& c, double elapsed_s, double flops_per_token, int64_t params,
+                at::Device device, int threads, MetricsWriter* metrics) {
+  if (result.losses.empty()) {
+    spdlog::info("done: nothing to train (the checkpoint is at step {} = train.max_steps)", result.start_step);
+    return;
+  }
+  spdlog::info("done: steps {} to {} in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} (perplexity {:.3f}) | "
+               "{} tok/s | {:.3f} TFLOPS",
+               result.start_step + 1, c.train.max_steps, elapsed_s, result.losses.front(), result.losses.back(),
+               result.final_eval_loss, Perplexity(result.final_eval_loss), FormatThousands(result.tokens_per_s),
+               flops_per_token * result.tokens_per_s / 1e12);
+  if (metrics) WriteSummary(*metrics, result, c, elapsed_s, flops_per_token, params, device, threads);
+}
+
 }  // namespace
 
 TrainResult Train(const Config& c, const TrainOptions& options) {
@@ -347,18 +419,10 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   const int world = options.comm ? options.comm->world_size() : 1;
   const int rank = options.comm ? options.comm->rank() : 0;
   const bool writer = rank == 0;
-  if (c.chunk.enabled && world > 1) {
-    throw ConfigError("chunk.enabled with world size " + std::to_string(world) +
-                      ": ZeRO over chunk groups is not built yet (run one process, or chunk.enabled: false for "
-                      "plain data parallel)");
-  }
   const int64_t accum = GradAccumSteps(c.train, world);
   const int threads = CpuThreads(c.run);
   at::set_num_threads(threads);
-  at::Device device = ChooseDevice(c.run.device);
-  if (device.is_cuda() && world > 1) {
-    device = at::Device(at::kCUDA, static_cast<at::DeviceIndex>(options.local_rank % torch::cuda::device_count()));
-  }
+  const at::Device device = RankDevice(c, world, options.local_rank);
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
   RunData data = OpenData(c, rank, world);  // every input is checked before a file is written
   if (c.checkpoint.export_hf) TokenizerFiles(TokenizerSource(c));  // a missing tokenizer fails now, not at the end
@@ -375,22 +439,12 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   TrainResult result;
   result.final_eval_loss = std::numeric_limits<double>::quiet_NaN();
   const int64_t tokens_per_step = c.train.global_batch_size * c.data.seq_len;
-  int64_t tokens_seen = 0;
-  DivergenceGuard divergence(c.precision);
+  RunProgress progress{0, 0, DivergenceGuard(c.precision)};
   if (start.resume) {
-    const CheckpointContents& r = *start.resume;
-    LogConfigChanges(r.config_yaml, ConfigToYaml(c));
-    engine->Load(r.engine);
-    data.sampler->set_consumed_samples(r.consumed_samples);
-    RestoreRngStates(r.rng, device);
-    result.start_step = r.step;
-    divergence.set_run(r.min_scale_skips);
-    tokens_seen = r.tokens_seen;
-    spdlog::info("resumed from {} (step {}, {} samples consumed, written by {})", start.resume_path, r.step,
-                 r.consumed_samples, r.version);
-    if (metrics) metrics->Write(JsonLine().Add("resumed_from_step", r.step).Add("checkpoint_path", start.resume_path));
+    ResumeFrom(*start.resume, start.resume_path, c, device, *engine, *data.sampler, progress, metrics);
     start.resume.reset();  // frees the loaded tensors
   }
+  result.start_step = progress.start_step;
   const double flops_per_token = TrainingFlopsPerToken(counts.total_numel, c.model.n_layer, c.model.n_embd, c.data.seq_len);
   spdlog::info("run '{}': GPT {} layers x {} wide, {} heads; {:.2f}M parameters ({:.2f}M non-embedding)", c.run.name,
                c.model.n_layer, c.model.n_embd, c.model.n_head, counts.total_numel / 1e6, counts.non_embedding_numel / 1e6);
@@ -407,8 +461,8 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   Clock::time_point first_step_end;  // the ETA's pace: wall time per step after the first
   for (int64_t step = result.start_step + 1; step <= c.train.max_steps; ++step) {
     const StepRecord r = RunStep(*engine, *data.sampler, c, accum, schedule.LrAt(step - 1), step, options.comm);
-    divergence.Check(r.outcome, step);
-    tokens_seen += tokens_per_step;
+    progress.divergence.Check(r.outcome, step);
+    progress.tokens_seen += tokens_per_step;
     result.losses.push_back(r.loss);
     result.lrs.push_back(r.lr);
     result.loss_scales.push_back(r.outcome.loss_scale);
@@ -427,7 +481,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
       const int64_t paced_steps = step - (result.start_step + 1);
       const double s_per_step =
           paced_steps > 0 ? std::chrono::duration<double>(step_end - first_step_end).count() / paced_steps : r.step_s;
-      LogStep(r, step, tokens_seen, tokens_per_s, flops_per_token * tokens_per_s / 1e12,
+      LogStep(r, step, progress.tokens_seen, tokens_per_s, flops_per_token * tokens_per_s / 1e12,
               s_per_step * static_cast<double>(c.train.max_steps - step), c, *engine, sinks);
     }
     if (options.abort_after_step == step) return result;  // tests: as if killed here
@@ -435,16 +489,12 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
       result.final_eval_loss = Evaluate(*engine, *data.valid, c);
       LogEval(result.final_eval_loss, step, sinks);
     }
-    int signal = options.stop_requested ? options.stop_requested->load() : 0;
-    if (options.comm) {  // every rank stops at the same step when any got a signal
-      at::Tensor flag = at::full({1}, static_cast<int64_t>(signal), at::TensorOptions().dtype(at::kLong).device(device));
-      options.comm->AllReduce(flag, comm::ReduceOp::kMax)->Wait();
-      signal = static_cast<int>(flag.item<int64_t>());
-    }
+    const int signal = AgreedStopSignal(options, device);
     if (writer && (signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step))) {
       if (signal != 0) spdlog::warn("signal {} received: saving a checkpoint at step {} and stopping", signal, step);
       checkpointer.Save(
-          Contents(*engine, c, step, data.sampler->consumed_samples(), tokens_seen, divergence.run(), device));
+          Contents(*engine, c, step, data.sampler->consumed_samples(), progress.tokens_seen, progress.divergence.run(),
+                   device));
     }
     if (signal != 0) checkpointer.Wait();
     WriteSaveRecords(checkpointer, metrics);
@@ -456,25 +506,11 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   }
   checkpointer.Wait();
   WriteSaveRecords(checkpointer, metrics);
-  if (c.checkpoint.export_hf && writer) {
-    const std::string final_checkpoint =
-        c.checkpoint.at_end ? CheckpointDir(c) + "/step_" + std::to_string(c.train.max_steps) : std::string();
-    const HfExportReport exported = ExportAtEnd(*engine, c, final_checkpoint);
-    if (metrics) metrics->Write(JsonLine().Add("hf_export", exported.folder).Add("hf_export_bytes", exported.bytes));
-  }
+  if (c.checkpoint.export_hf && writer) ExportAtEndOfRun(*engine, c, metrics);
   result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0.0;
   engine->FillResult(result);
-  const double elapsed_s = std::chrono::duration<double>(Clock::now() - run_start).count();
-  if (result.losses.empty()) {
-    spdlog::info("done: nothing to train (the checkpoint is at step {} = train.max_steps)", result.start_step);
-    return result;
-  }
-  spdlog::info("done: steps {} to {} in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} (perplexity {:.3f}) | "
-               "{} tok/s | {:.3f} TFLOPS",
-               result.start_step + 1, c.train.max_steps, elapsed_s, result.losses.front(),
-               result.losses.back(), result.final_eval_loss, Perplexity(result.final_eval_loss),
-               FormatThousands(result.tokens_per_s), flops_per_token * result.tokens_per_s / 1e12);
-  if (metrics) WriteSummary(*metrics, result, c, elapsed_s, flops_per_token, counts.total_numel, device, threads);
+  ReportDone(result, c, std::chrono::duration<double>(Clock::now() - run_start).count(), flops_per_token,
+             counts.total_numel, device, threads, metrics);
   return result;
 }
 
