@@ -66,18 +66,6 @@ std::map<std::string, std::vector<int64_t>> ExpectedShapes(const GptConfig& c) {
 }
 
 
-void WriteText(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    TORCH_CHECK(out.good(), tmp, ": cannot open for writing");
-    out << text;
-    out.flush();
-    TORCH_CHECK(out.good(), tmp, ": write failed");
-  }
-  TORCH_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename from ", tmp, " failed");
-}
-
 }  // namespace
 
 GptConfig ReadHfGpt2Config(const std::string& folder) {
@@ -202,7 +190,7 @@ std::vector<std::string> WriteHfGpt2Weights(const std::string& folder, const Ten
     cj["eos_token_id"] = options.eos_token_id;
   }
   std::vector<std::string> written;
-  WriteText((fs::path(folder) / "config.json").string(), cj.dump(2) + "\n");
+  WriteHfJsonFile((fs::path(folder) / "config.json").string(), cj);
   written.push_back("config.json");
 
   for (const auto& f : SaveShardedSafetensors(folder, ToHfGpt2StateDict(params, config), options.max_shard_bytes)) {

@@ -47,11 +47,7 @@ LoadedModel FromHf(const std::string& folder) {
 }
 
 LoadedModel FromCheckpoint(const std::string& path) {
-  std::string folder = path;
-  if (!fs::exists(fs::path(path) / "state.json")) {
-    const auto found = ps::trainer::ListCheckpoints(path);
-    if (!found.empty()) folder = found.front();
-  }
+  const std::string folder = ps::trainer::ResolveCheckpointFolder(path);
   auto contents = ps::trainer::ReadCheckpoint(folder, ps::trainer::CheckpointParts::kParamsOnly);
   const ps::trainer::Config config = ps::trainer::ConfigOfCheckpoint(contents.config_yaml, folder);
   LoadedModel m;

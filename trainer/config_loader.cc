@@ -303,7 +303,12 @@ class Loader {
     } catch (const c10::Error& e) {
       throw ConfigError(At("model.init_from") + ": model.init_from: " + e.what_without_backtrace());
     }
-    auto given = [&](const std::string& key) { return set_at_.count(key) || (!m.preset.empty() && key != "model.layer_norm_eps" && key != "model.tie_word_embeddings"); };
+    // Set in the config, or (the five shape keys) filled by model.preset.
+    const bool preset_shape = !m.preset.empty();
+    auto given = [&](const std::string& key) {
+      const bool shape_key = key != "model.layer_norm_eps" && key != "model.tie_word_embeddings";
+      return set_at_.count(key) > 0 || (preset_shape && shape_key);
+    };
     auto disagree = [&](const std::string& key, const std::string& ours, const std::string& theirs) {
       const std::string by = set_at_.count(key) ? At(key) : At("model.preset") + " (model.preset '" + m.preset + "')";
       throw ConfigError(by + ": " + key + " " + ours + " disagrees with model.init_from '" + m.init_from +

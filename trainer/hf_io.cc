@@ -31,7 +31,9 @@ bool IsTokenizerFileName(const std::string& name) {
   return false;
 }
 
-// A step_N folder, or the newest complete one in a folder of them.
+
+}  // namespace
+
 std::string ResolveCheckpointFolder(const std::string& path) {
   if (fs::exists(fs::path(path) / "state.json")) return path;
   TORCH_CHECK(fs::is_directory(path), path, ": not a checkpoint folder (",
@@ -40,8 +42,6 @@ std::string ResolveCheckpointFolder(const std::string& path) {
   TORCH_CHECK(!found.empty(), path, ": neither a checkpoint (no state.json) nor a folder of step_N checkpoints");
   return found.front();
 }
-
-}  // namespace
 
 void LoadInitialWeights(TrainingEngine& engine, const Config& config) {
   const auto start = std::chrono::steady_clock::now();

@@ -42,6 +42,10 @@ struct HfExportReport {
 HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& config, const std::string& out_dir,
                               bool replace, int64_t max_shard_bytes = 5'000'000'000);
 
+// `path` when it is a step_N checkpoint (it has a state.json), else the newest complete
+// checkpoint in the folder `path`; throws naming `path` when it is neither.
+std::string ResolveCheckpointFolder(const std::string& path);
+
 // ps_export: the parameters and config of the checkpoint folder `checkpoint` (a step_N
 // folder, or a folder of them: its newest), verified, exported as above.
 HfExportReport ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, bool replace,
