@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -90,7 +91,11 @@ std::vector<int> RunRanks(int world, const std::function<std::string(Communicato
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   texts->clear();
-  for (int r = 0; r < world; ++r) texts->push_back(ReadFile(dir + "/rank" + std::to_string(r) + ".txt"));
+  for (int r = 0; r < world; ++r) {
+    const std::string path = dir + "/rank" + std::to_string(r) + ".txt";
+    texts->push_back(ReadFile(path));
+    std::remove(path.c_str());  // a rank killed by a signal must not show an earlier call's text
+  }
   return codes;
 }
 
