@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <string>
 
 #include "chunkmem/copy_engine.h"
 #include "chunkmem/device_arena.h"
@@ -46,33 +47,57 @@ class DeviceAllocator final : public TierAllocator {
   at::Device device_;
 };
 
+// The device arena (chunk.device_arena) and the host pool: one DeviceArena each.
 class ArenaAllocator final : public TierAllocator {
  public:
   // The store counts exact payload bytes; the arena rounds each payload up to 64 bytes,
-  // so it reserves that rounding for payloads of 4 KiB or more on top of the budget.
-  ArenaAllocator(at::Device device, int64_t bytes)
-      : arena_(device, bytes + DeviceArena::kAlignBytes * (bytes / 4096 + 1)), device_(device) {}
+  // so it reserves that rounding for payloads of 4 KiB or more on top of `bytes`.
+  ArenaAllocator(at::Device device, int64_t bytes, DeviceArena::Memory memory, bool keeps_home_slots)
+      : arena_(device, bytes + DeviceArena::kAlignBytes * (bytes / 4096 + 1), memory),
+        device_(device),
+        keeps_home_slots_(keeps_home_slots) {}
   at::Tensor Allocate(int64_t numel, at::ScalarType dtype) override { return Take(numel, dtype, false); }
   at::Tensor AllocateLongLived(int64_t numel, at::ScalarType dtype) override { return Take(numel, dtype, true); }
   at::Device device() const override { return device_; }
   bool CanFit(int64_t bytes) const override { return arena_.CanFit(bytes); }
+  int64_t reserved_bytes() const override { return arena_.capacity_bytes(); }
+  int64_t peak_used_bytes() const override { return arena_.peak_used_bytes(); }
+  int64_t largest_free_bytes() const override { return arena_.largest_free_bytes(); }
+  bool keeps_home_slots() const override { return keeps_home_slots_; }
 
  private:
   at::Tensor Take(int64_t numel, at::ScalarType dtype, bool long_lived) {
     at::Tensor t = arena_.TryAllocate(numel, dtype, long_lived);
-    TORCH_CHECK(t.defined(), "chunkmem: device arena has no free range of ", numel * c10::elementSize(dtype),
-                " bytes (", arena_.free_bytes(), " free, largest range ", arena_.largest_free_bytes(), ")");
+    TORCH_CHECK(t.defined(), "chunkmem: ", keeps_home_slots_ ? "host pool" : "device arena", " of ",
+                arena_.capacity_bytes(), " bytes has no free range of ", numel * c10::elementSize(dtype), " bytes (",
+                arena_.free_bytes(), " free, largest range ", arena_.largest_free_bytes(), ")");
     return t;
   }
 
   DeviceArena arena_;
   at::Device device_;
+  bool keeps_home_slots_;
 };
 
 }  // namespace
 
 std::unique_ptr<TierAllocator> MakeArenaAllocator(at::Device device, int64_t bytes) {
-  return std::make_unique<ArenaAllocator>(device, bytes);
+  return std::make_unique<ArenaAllocator>(device, bytes, DeviceArena::Memory::kOfDevice, /*keeps_home_slots=*/false);
+}
+
+std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes) {
+  TORCH_CHECK(bytes > 0, "chunkmem: the host pool needs a size > 0, got ", bytes);
+  try {
+    return std::make_unique<ArenaAllocator>(
+        at::kCPU, bytes, pinned ? DeviceArena::Memory::kPinnedHost : DeviceArena::Memory::kOfDevice,
+        /*keeps_home_slots=*/true);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "chunkmem: the host chunk pool of ", bytes, " bytes (", pinned ? "pinned" : "plain",
+                " host memory) cannot be reserved: ", e.what_without_backtrace(),
+                " The pool holds the chunks the host tier keeps, as the memory plan counts them (the host figure of "
+                "`ps_train --plan`, which chunk.host_budget_bytes admitted); train a smaller model or free host "
+                "memory.");
+  }
 }
 
 std::unique_ptr<TierAllocator> MakeHostAllocator(bool pinned) { return std::make_unique<HostAllocator>(pinned); }
@@ -143,9 +168,19 @@ TierAllocator& ChunkStore::allocator(Tier tier) {
 }
 
 void ChunkStore::CheckBudget(int id, Tier tier) const {
-  TORCH_CHECK(CanHold(tier, chunk_bytes(id)), "chunkmem: ", ToString(tier), " budget of ", Budget(tier),
-              " bytes cannot take chunk ", id, " (", chunk_bytes(id), " bytes): ", BytesUsed(tier),
-              " bytes already held");
+  // A chunk coming back to its host slot needs budget, not a free range.
+  const bool slot_waiting = tier == Tier::kHost && chunks_.at(id).home.defined();
+  CheckRoom(tier, chunk_bytes(id), "chunk " + std::to_string(id), /*need_range=*/!slot_waiting);
+}
+
+void ChunkStore::CheckRoom(Tier tier, int64_t bytes, const std::string& what, bool need_range) const {
+  TORCH_CHECK(BytesUsed(tier) + bytes <= Budget(tier), "chunkmem: ", ToString(tier), " budget of ", Budget(tier),
+              " bytes cannot take ", what, " (", bytes, " bytes): ", BytesUsed(tier), " bytes already held");
+  if (!need_range) return;
+  const TierAllocator& a = tier == Tier::kHost ? *host_ : *device_;
+  TORCH_CHECK(a.CanFit(bytes), "chunkmem: the ", ToString(tier), " tier's reservation of ", a.reserved_bytes(),
+              " bytes has no free range for ", what, " (", bytes, " bytes; largest free range ",
+              a.largest_free_bytes(), " bytes; ", BytesUsed(tier), " bytes held)");
 }
 
 void ChunkStore::Account(Tier tier, int64_t bytes) {
@@ -164,6 +199,7 @@ void ChunkStore::Allocate(int id, Tier tier) {
   CheckBudget(id, tier);
   ProbePause pause(probe_);
   e.payload = allocator(tier).Allocate(e.capacity_numel, e.dtype);
+  if (tier == Tier::kHost && host_->keeps_home_slots()) e.home = e.payload;
   e.payload.zero_();
   e.tier = tier;
   Account(tier, chunk_bytes(id));
@@ -180,8 +216,14 @@ void ChunkStore::Relocate(int id, Tier to, bool long_lived, bool async) {
   Ready(id);
   CheckBudget(id, to);
   ProbePause pause(probe_);
-  at::Tensor dst = long_lived ? allocator(to).AllocateLongLived(e.capacity_numel, e.dtype)
-                              : allocator(to).Allocate(e.capacity_numel, e.dtype);
+  at::Tensor dst;
+  if (to == Tier::kHost && e.home.defined()) {
+    dst = e.home;  // back into its slot (free since the chunk left: see Entry::home)
+  } else {
+    dst = long_lived ? allocator(to).AllocateLongLived(e.capacity_numel, e.dtype)
+                     : allocator(to).Allocate(e.capacity_numel, e.dtype);
+    if (to == Tier::kHost && host_->keeps_home_slots()) e.home = dst;
+  }
   if (async) {
     e.pending = engine_->Start(dst, e.payload);  // the engine keeps the old payload alive until done
   } else {
@@ -218,13 +260,13 @@ void ChunkStore::Free(int id) {
   ProbePause pause(probe_);
   Account(e.tier, -chunk_bytes(id));
   e.payload = at::Tensor();
+  e.home = at::Tensor();
   e.tier = Tier::kNone;
 }
 
 at::Tensor ChunkStore::Borrow(Tier tier, int64_t numel, at::ScalarType dtype, bool zero) {
   const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
-  TORCH_CHECK(CanHold(tier, bytes), "chunkmem: ", ToString(tier), " budget of ", Budget(tier),
-              " bytes cannot take a scratch payload of ", bytes, " bytes: ", BytesUsed(tier), " bytes already held");
+  CheckRoom(tier, bytes, "a scratch payload", /*need_range=*/true);
   ProbePause pause(probe_);
   at::Tensor t = allocator(tier).Allocate(numel, dtype);
   if (zero) t.zero_();
@@ -259,6 +301,12 @@ at::Tensor ChunkStore::ToHostSync(const at::Tensor& t) {
   ++stats_.d2h_copies;
   ++stats_.syncs;
   return t.to(host_->device());
+}
+
+const StoreStats& ChunkStore::stats() const {
+  stats_.host_pool_bytes = host_->reserved_bytes();
+  stats_.peak_host_pool_used_bytes = host_->peak_used_bytes();
+  return stats_;
 }
 
 void ChunkStore::ResetPeaks() {

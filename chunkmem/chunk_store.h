@@ -1,6 +1,9 @@
 // ChunkStore: the payloads of all chunks, in two tiers with exact byte budgets.
 //
-// Host tier: pinned host memory when CUDA is available, plain host memory otherwise.
+// Host tier: pinned host memory when CUDA is available, plain host memory otherwise;
+// in a run, a pool reserved once at the plan's host figure (MakeHostPoolAllocator), in
+// which every chunk that has lived on the host keeps its slot while it is on the device,
+// so a chunk always comes back to the same bytes and the pool never fragments.
 // Device tier: CUDA memory, or a simulated device (host memory with its own budget and
 // real copies) so the same placement code runs, and is tested, without a GPU.
 // The store never exceeds a tier's budget: Allocate/Move throw instead, and the runtime
@@ -12,7 +15,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace ps::chunkmem {
@@ -34,6 +39,14 @@ class TierAllocator {
   virtual at::Device device() const = 0;
   // Whether a payload of `bytes` can be placed now (an arena may be fragmented).
   virtual bool CanFit(int64_t bytes) const { return true; }
+  // A reservation (arena, pool): its bytes, the most of them in payloads at once, and
+  // its largest free range; 0, 0 and "no limit" for per-payload allocation.
+  virtual int64_t reserved_bytes() const { return 0; }
+  virtual int64_t peak_used_bytes() const { return 0; }
+  virtual int64_t largest_free_bytes() const { return INT64_MAX; }
+  // Whether a chunk keeps its payload's slot here while it is on the other tier, and
+  // comes back into it (the host pool: it holds room for every such chunk anyway).
+  virtual bool keeps_home_slots() const { return false; }
 };
 
 // Host memory, pinned if `pinned` (needs a CUDA runtime).
@@ -42,6 +55,12 @@ std::unique_ptr<TierAllocator> MakeHostAllocator(bool pinned);
 std::unique_ptr<TierAllocator> MakeDeviceAllocator(at::Device device);
 // `bytes` of `device` reserved once (DeviceArena) and carved into payloads.
 std::unique_ptr<TierAllocator> MakeArenaAllocator(at::Device device, int64_t bytes);
+// The host pool: `bytes` of host memory (pinned if `pinned`: one cudaHostAlloc, CUDA
+// builds) reserved once, plus the arena's alignment rounding, carved into payloads;
+// chunks keep their slot while on the device (keeps_home_slots). Size it to the most
+// chunk bytes the host holds (Placement::host_chunk_bytes). A size that cannot be
+// reserved throws c10::Error naming the bytes.
+std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes);
 
 struct StoreStats {
   int64_t host_bytes = 0;         // payload bytes held now
@@ -55,6 +74,10 @@ struct StoreStats {
   // Cumulative host waits for a copy: each synchronous copy between tiers, and each
   // wait for an asynchronous one (on a GPU, each is a host synchronisation).
   int64_t syncs = 0;
+  // The host pool (MakeHostPoolAllocator; 0 without one): its reserved bytes, and the
+  // most of them in payloads at once since start (chunk slots and scratch buffers).
+  int64_t host_pool_bytes = 0;
+  int64_t peak_host_pool_used_bytes = 0;
 };
 
 class ChunkStore {
@@ -89,7 +112,7 @@ class ChunkStore {
   // the first payload(id), Move or Free of the chunk waits for it. Accounting is
   // immediate, as for Move.
   void MoveAsync(int id, Tier to);
-  // Drops the payload.
+  // Drops the payload (and its host slot).
   void Free(int id);
 
   // A scratch payload on `tier` (zero-filled if `zero`), counted against the tier's
@@ -114,7 +137,7 @@ class ChunkStore {
   void set_memory_probe(DeviceMemoryProbe* probe) { probe_ = probe; }
   // Copies for MoveAsync (not owned; null = MoveAsync is Move).
   void set_copy_engine(CopyEngine* engine) { engine_ = engine; }
-  const StoreStats& stats() const { return stats_; }
+  const StoreStats& stats() const;
   void ResetPeaks();
 
  private:
@@ -124,11 +147,15 @@ class ChunkStore {
     Tier tier = Tier::kNone;
     at::Tensor payload;
     mutable std::shared_ptr<CopyTicket> pending;  // copy into payload still in flight
+    at::Tensor home;  // its slot in the host pool, kept while it is on the device (keeps_home_slots)
   };
   void Ready(int id) const;                       // waits for a pending copy
   void Relocate(int id, Tier to, bool long_lived, bool async);  // Move and MoveAsync
   void Account(Tier tier, int64_t bytes);  // bytes may be negative
   void CheckBudget(int id, Tier tier) const;
+  // Throws naming `what` unless `tier` has `bytes` of budget left and (`need_range`) a
+  // free range of its allocator that large.
+  void CheckRoom(Tier tier, int64_t bytes, const std::string& what, bool need_range) const;
   TierAllocator& allocator(Tier tier);
 
   std::unique_ptr<TierAllocator> host_, device_;

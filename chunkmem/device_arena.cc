@@ -7,11 +7,33 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <string>
+
+#ifdef PS_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace ps::chunkmem {
 
 namespace {
 int64_t RoundUp(int64_t bytes) { return (bytes + DeviceArena::kAlignBytes - 1) / DeviceArena::kAlignBytes * DeviceArena::kAlignBytes; }
+
+// `bytes` of page-locked host memory in one cudaHostAlloc, freed with cudaFreeHost when
+// the last tensor referencing it dies. Not at::empty(pinned_memory(true)): LibTorch's
+// pinned allocator would round the request up to a power of two (88 GB -> 128 GiB).
+at::Tensor PinnedHostBytes(int64_t bytes) {
+#ifdef PS_WITH_CUDA
+  void* ptr = nullptr;
+  const cudaError_t err = cudaHostAlloc(&ptr, static_cast<size_t>(bytes), cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky error state of the failed call
+    TORCH_CHECK(false, "cudaHostAlloc of ", bytes, " bytes failed: ", cudaGetErrorString(err));
+  }
+  return at::from_blob(ptr, {bytes}, [](void* p) { cudaFreeHost(p); }, at::TensorOptions().dtype(at::kByte));
+#else
+  TORCH_CHECK(false, "pinned host memory needs a CUDA build (--config=cuda); asked for ", bytes, " bytes");
+#endif
+}
 }  // namespace
 
 struct DeviceArena::State {
@@ -21,6 +43,7 @@ struct DeviceArena::State {
   mutable std::mutex mu;
   std::map<int64_t, int64_t> free;     // offset -> length, non-adjacent ranges
   int64_t free_bytes = 0;
+  int64_t peak_used = 0;               // capacity - free_bytes, at its highest
 
   void Release(int64_t offset, int64_t length) {
     std::lock_guard<std::mutex> lock(mu);
@@ -46,10 +69,20 @@ struct DeviceArena::State {
   }
 };
 
-DeviceArena::DeviceArena(at::Device device, int64_t bytes) : state_(std::make_shared<State>()) {
-  TORCH_CHECK(bytes > 0, "chunkmem: device arena size must be > 0, got ", bytes);
+DeviceArena::DeviceArena(at::Device device, int64_t bytes, Memory memory) : state_(std::make_shared<State>()) {
+  TORCH_CHECK(bytes > 0, "chunkmem: arena size must be > 0, got ", bytes);
+  TORCH_CHECK(memory == Memory::kOfDevice || device.is_cpu(), "chunkmem: a pinned host arena lives on the CPU, not ",
+              device);
   state_->capacity = bytes / kAlignBytes * kAlignBytes;
-  state_->buffer = at::empty({state_->capacity}, at::TensorOptions().dtype(at::kByte).device(device));
+  try {
+    state_->buffer = memory == Memory::kPinnedHost
+                         ? PinnedHostBytes(state_->capacity)
+                         : at::empty({state_->capacity}, at::TensorOptions().dtype(at::kByte).device(device));
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "chunkmem: cannot reserve ", state_->capacity, " bytes of ",
+                memory == Memory::kPinnedHost ? std::string("pinned host memory") : device.str(), ": ",
+                e.what_without_backtrace());
+  }
   state_->base = static_cast<char*>(state_->buffer.data_ptr());
   state_->free[0] = state_->capacity;
   state_->free_bytes = state_->capacity;
@@ -82,7 +115,10 @@ at::Tensor DeviceArena::TryAllocate(int64_t numel, at::ScalarType dtype, bool lo
         break;
       }
     }
-    if (offset >= 0) state_->free_bytes -= bytes;
+    if (offset >= 0) {
+      state_->free_bytes -= bytes;
+      state_->peak_used = std::max(state_->peak_used, state_->capacity - state_->free_bytes);
+    }
   }
   if (offset < 0) return at::Tensor();
   std::shared_ptr<State> state = state_;  // the range outlives the arena object if needed
@@ -112,6 +148,16 @@ int64_t DeviceArena::largest_free_bytes() const {
   int64_t best = 0;
   for (const auto& [offset, length] : state_->free) best = std::max(best, length);
   return best;
+}
+
+int64_t DeviceArena::peak_used_bytes() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->peak_used;
+}
+
+bool DeviceArena::Contains(const void* ptr) const {
+  const auto* p = static_cast<const char*>(ptr);
+  return p >= state_->base && p < state_->base + state_->capacity;
 }
 
 }  // namespace ps::chunkmem

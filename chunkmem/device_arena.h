@@ -1,10 +1,13 @@
-// DeviceArena: device memory reserved once and carved into chunk payloads.
+// DeviceArena: memory of one tier reserved once and carved into chunk payloads. The
+// device tier's arena (chunk.device_arena), and the host tier's pool (pinned host
+// memory under CUDA, plain host memory on the simulated tier; docs/chunkmem.md).
 //
-// The whole device chunk budget is allocated up front (one allocation, so a budget that
-// does not fit the device fails at start, not mid-training), and payloads are byte
-// ranges of it: first fit over a free list of 64-byte-aligned ranges, coalesced on
-// free. After construction the arena never calls an allocator, so the chunk bytes on
-// the device are exactly what the budget says, whatever the caching allocator does.
+// The whole size is allocated up front (one allocation, so a size that does not fit
+// fails at start, not mid-training), and payloads are byte ranges of it: first fit over
+// a free list of 64-byte-aligned ranges, coalesced on free. After construction the
+// arena never calls an allocator, so the chunk bytes of the tier are exactly what was
+// reserved, whatever LibTorch's caching allocators (device, or pinned host: it rounds
+// every block to a power of two and caches freed ones) would do.
 // Payload tensors own their range: it returns to the free list when the last tensor
 // referencing it dies (on any thread), even after the arena object is gone.
 #pragma once
@@ -18,8 +21,13 @@ namespace ps::chunkmem {
 
 class DeviceArena {
  public:
-  // Reserves `bytes` on `device` (a CUDA device, or the CPU for the simulated tier).
-  DeviceArena(at::Device device, int64_t bytes);
+  enum class Memory {
+    kOfDevice,    // at::empty on `device`: a CUDA device, or the CPU (simulated tier, plain host)
+    kPinnedHost,  // page-locked host memory, one cudaHostAlloc (`device` must be the CPU; CUDA builds)
+  };
+  // Reserves `bytes` (rounded down to the alignment) of `memory`; throws c10::Error
+  // naming the bytes when the reservation fails.
+  DeviceArena(at::Device device, int64_t bytes, Memory memory = Memory::kOfDevice);
   ~DeviceArena();
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
@@ -35,6 +43,10 @@ class DeviceArena {
   int64_t capacity_bytes() const;
   int64_t free_bytes() const;
   int64_t largest_free_bytes() const;
+  // Most bytes in payloads at once since construction (64-byte rounding included).
+  int64_t peak_used_bytes() const;
+  // Whether `ptr` lies inside the reservation.
+  bool Contains(const void* ptr) const;
   static constexpr int64_t kAlignBytes = 64;
 
  private:

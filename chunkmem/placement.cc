@@ -97,8 +97,8 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
     p.warmup_device_bytes = p.device_optimizer_bytes + std::min(in.warmup_share_bytes, compute_room);
   }
   p.host_scratch_bytes = Mul(in.host_scratch_chunks, largest_grad);
-  p.host_bytes = Add(Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes),
-                     in.host_param_bytes);
+  p.host_chunk_bytes = Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes);
+  p.host_bytes = Add(p.host_chunk_bytes, in.host_param_bytes);
 
   if (p.working_set_bytes > room) {
     p.why_not = in.device_room_name + " leaves " + Bytes(room) + " for chunks, " + Bytes(p.working_set_bytes - room) +

@@ -69,6 +69,9 @@ struct Placement {
   // Most chunk bytes the host holds at any moment (start-up: every compute chunk there),
   // plus the parameters outside the chunks.
   int64_t host_bytes = 0;
+  // host_bytes less the parameters outside the chunks: what the store's host tier
+  // holds at most, and the size of its pool (MakeHostPoolAllocator).
+  int64_t host_chunk_bytes = 0;
   std::string why_not;                    // empty when it fits; names the budget and the shortfall
   bool fits() const { return why_not.empty(); }
 };

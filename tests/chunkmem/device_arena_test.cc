@@ -83,5 +83,23 @@ TEST_CASE("arena: bad size is refused", "[arena]") {
   CHECK_THROWS_WITH(DeviceArena(at::kCPU, 0), Catch::Contains("must be > 0"));
 }
 
+TEST_CASE("arena: peak use since construction; which pointers are inside", "[arena]") {
+  DeviceArena arena(at::kCPU, 4096);
+  CHECK(arena.peak_used_bytes() == 0);
+  at::Tensor a = arena.TryAllocate(256, at::kFloat);  // 1024 B
+  at::Tensor b = arena.TryAllocate(10, at::kFloat);   // 40 B -> 64
+  CHECK(arena.peak_used_bytes() == 1088);
+  CHECK(arena.Contains(a.data_ptr()));
+  CHECK(arena.Contains(static_cast<char*>(b.data_ptr()) + 39));
+  const at::Tensor outside = at::empty({16});
+  CHECK_FALSE(arena.Contains(outside.data_ptr()));
+  a = at::Tensor();
+  b = at::Tensor();
+  CHECK(arena.free_bytes() == 4096);
+  CHECK(arena.peak_used_bytes() == 1088);  // a peak, not the current use
+  at::Tensor c = arena.TryAllocate(512, at::kFloat);
+  CHECK(arena.peak_used_bytes() == 2048);
+}
+
 }  // namespace
 }  // namespace ps::chunkmem
