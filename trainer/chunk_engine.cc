@@ -136,6 +136,8 @@ void ChunkEngine::AddStepMetrics(JsonLine& line, const StepOutcome& /*outcome*/)
   const auto& rs = chunks_.runtime->stats();
   line.Add("device_chunk_bytes", ss.device_bytes)
       .Add("host_chunk_bytes", ss.host_bytes)
+      .Add("host_pool_bytes", ss.host_pool_bytes)
+      .Add("peak_host_pool_used_bytes", ss.peak_host_pool_used_bytes)
       .Add("peak_device_chunk_bytes", ss.peak_device_bytes)
       .Add("h2d_bytes", ss.h2d_bytes)
       .Add("d2h_bytes", ss.d2h_bytes)
@@ -169,6 +171,8 @@ void ChunkEngine::FillResult(TrainResult& result) const {
   const auto& rt = *chunks_.runtime;
   result.peak_device_chunk_bytes = std::max(peak_device_chunk_bytes_, store.stats().peak_device_bytes);
   result.device_budget_bytes = store.Budget(chunkmem::Tier::kDevice);
+  result.host_pool_bytes = store.stats().host_pool_bytes;
+  result.peak_host_pool_used_bytes = store.stats().peak_host_pool_used_bytes;
   result.evictions = rt.stats().evictions;
   result.prefetch_hits = rt.stats().prefetch_hits;
   result.skipped_steps = chunks_.scaler->state().overflows;

@@ -91,7 +91,7 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
   ChunkSetup s;
   const bool arena = c.chunk.device_arena && budgets.traced_capacity_bytes == 0 && budgets.device_bytes < kUnlimitedBytes;
   s.store = std::make_unique<chunkmem::ChunkStore>(
-      chunkmem::MakeHostAllocator(/*pinned=*/device.is_cuda()),
+      chunkmem::MakeHostPoolAllocator(/*pinned=*/device.is_cuda(), run_plan.plan.placement.host_chunk_bytes),
       arena ? chunkmem::MakeArenaAllocator(device, budgets.device_bytes) : chunkmem::MakeDeviceAllocator(device),
       budgets.host_bytes, budgets.device_bytes);
   if (c.chunk.async_prefetch) {

@@ -122,6 +122,7 @@ TEST_CASE("activation checkpointing through evicting chunks: same losses as plai
 
 // Per-step deltas of a cumulative counter in metrics.jsonl (chunk runs log every step).
 std::vector<double> StepDeltas(const std::string& metrics_path, const std::string& key);
+double JsonNumber(const std::string& line, const std::string& key);
 
 TEST_CASE("gradient accumulation through chunks matches plain accumulation: resident, evicting, traced",
           "[chunk][parity][accum]") {
@@ -161,6 +162,38 @@ TEST_CASE("gradient accumulation through chunks matches plain accumulation: resi
     if (name == "evicting") CHECK(fallbacks[1] > 0);  // the budget-starved path is exercised too
     CHECK(r.peak_device_chunk_bytes <= r.device_budget_bytes);
   }
+}
+
+TEST_CASE("host pool: reserved once at the plan's host figure, used within it; same losses", "[chunk][pool]") {
+  // Accumulating and evicting: fp32 grad chunks on the host, gradient landing buffers
+  // borrowed from the pool, compute chunks leaving and coming back every step.
+  const std::vector<std::string> accum = {"train.micro_batch_size=1", "train.global_batch_size=4",
+                                          "train.max_steps=6"};
+  auto args = accum;
+  args.push_back("chunk.device_budget_bytes=560000");
+  const Config c = Chunked("pool", args);
+  const TrainResult r = Train(c);
+  CheckSameLosses(Train(Tiny("pool_plain", accum)), r);
+  const chunkmem::Placement plan = PlanRun(c, at::kCPU).plan.placement;
+  // The plan's host figure (less parameters outside the chunks), plus the arena's
+  // 64-byte rounding (at most 64 bytes per 4 KiB).
+  CHECK(r.host_pool_bytes >= plan.host_chunk_bytes);
+  CHECK(r.host_pool_bytes <= plan.host_chunk_bytes + plan.host_chunk_bytes / 64 + 64);
+  // Every chunk's slot from start-up on, and landing buffers in the scratch room.
+  const int64_t slots = plan.host_chunk_bytes - plan.host_scratch_bytes;
+  CHECK(plan.host_scratch_bytes > 0);
+  CHECK(r.peak_host_pool_used_bytes > slots);
+  CHECK(r.peak_host_pool_used_bytes <= plan.host_chunk_bytes);
+  std::ifstream metrics(c.run.output_dir + "/metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"evictions\"") == std::string::npos) continue;
+    ++steps;
+    CHECK(JsonNumber(line, "host_pool_bytes") == r.host_pool_bytes);  // never grows
+    CHECK(JsonNumber(line, "peak_host_pool_used_bytes") <= r.peak_host_pool_used_bytes);
+  }
+  CHECK(steps == 6);
+  CHECK(r.evictions > 0);
 }
 
 // The number after "key": in a metrics.jsonl line (NaN when absent).
