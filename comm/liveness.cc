@@ -8,6 +8,9 @@ namespace ps::comm {
 namespace {
 
 std::string Key(int rank) { return "ps/heartbeat/" + std::to_string(rank); }
+// Set by a rank when one of its collectives failed: it stops later because of another
+// rank, not on its own.
+std::string FailedKey(int rank) { return "ps/failed/" + std::to_string(rank); }
 
 std::string ErrorText(const std::exception& e) {
   if (auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
@@ -56,17 +59,27 @@ std::string Heartbeat::Diagnose() {
     return out;
   };
   try {
+    store_->set(FailedKey(rank_), std::vector<uint8_t>{'1'});
     const auto before = read_all();
     const auto wait = interval_ * 3;
     std::this_thread::sleep_for(wait);
     const auto after = read_all();
-    std::string dead;
+    // The ranks that went quiet: first those that did on their own (the cause), then
+    // those that had a collective fail as this one did (and exited after reporting it).
+    std::string dead, failed_too;
     for (int r = 0; r < world_size_; ++r) {
-      if (r != rank_ && before[r] == after[r]) dead += (dead.empty() ? "" : ", ") + std::to_string(r);
+      if (r == rank_ || before[r] != after[r]) continue;
+      std::string& list = store_->check({FailedKey(r)}) ? failed_too : dead;
+      list += (list.empty() ? "" : ", ") + std::to_string(r);
     }
-    if (dead.empty()) return "every rank still sends heartbeats (one may be stuck outside the collectives)";
-    return "rank " + dead + " stopped answering (no heartbeat for " +
-           std::to_string(std::chrono::duration<double>(wait).count()).substr(0, 3) + " s: it exited or hangs)";
+    if (dead.empty() && failed_too.empty()) {
+      return "every rank still sends heartbeats (one may be stuck outside the collectives)";
+    }
+    const std::string seconds = std::to_string(std::chrono::duration<double>(wait).count()).substr(0, 3);
+    if (dead.empty()) return "rank " + failed_too + " stopped answering after a collective failed there too";
+    std::string out = "rank " + dead + " stopped answering (no heartbeat for " + seconds + " s: it exited or hangs)";
+    if (!failed_too.empty()) out += "; rank " + failed_too + " stopped after a collective failed there too";
+    return out;
   } catch (const std::exception& e) {
     return "rank 0 stopped answering: the rendezvous store it serves at " + store_address_ +
            " is unreachable (" + ErrorText(e) + ")";
