@@ -1,5 +1,5 @@
 // BatchSampler: cuts a TokenSource into samples of seq_len + 1 tokens (stride seq_len),
-// permutes them per epoch (seeded by seed and epoch), and shards them by rank.
+// permutes them per epoch (SampleOrder: seeded by seed and epoch), and shards them by rank.
 //
 // The global sample stream is 0, 1, 2, ...; one call of Next(B) on every rank consumes
 // B * world samples, rank r taking [consumed + r*B, consumed + (r+1)*B). The whole
@@ -9,8 +9,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <vector>
+#include <memory>
 
+#include "data/sample_order.h"
 #include "data/token_source.h"
 
 namespace ps::data {
@@ -29,18 +30,13 @@ class BatchSampler {
   int64_t samples_per_epoch() const { return samples_per_epoch_; }
 
  private:
-  int64_t WindowOf(int64_t global_sample);
-
   const TokenSource& source_;
   int64_t seq_len_;
-  bool shuffle_;
-  uint64_t seed_;
   int rank_;
   int world_size_;
   int64_t samples_per_epoch_;
   int64_t consumed_samples_ = 0;
-  int64_t cached_epoch_ = -1;
-  std::vector<int64_t> permutation_;  // [samples_per_epoch] for cached_epoch_
+  std::unique_ptr<SampleOrder> order_;
 };
 
 }  // namespace ps::data

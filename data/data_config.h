@@ -13,6 +13,10 @@ enum class DataFormat {
   kRawU16,     // headerless uint16 tokens (nanoGPT train.bin)
   kRawU32,     // headerless uint32 tokens
   kMegatron,   // Megatron-LM indexed dataset: <prefix>.bin + <prefix>.idx (ps_prep writes it)
+  // Labelled text for sequence classification (model.type bert, model.num_labels > 0):
+  // a .jsonl file ({"text": ..., "text_pair": ... (optional), "label": <int>} per line)
+  // or a .tsv file (text [TAB text_pair] TAB label per line, an optional header line).
+  kClassification,
 };
 
 struct DataConfig {

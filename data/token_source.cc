@@ -22,6 +22,7 @@ const char* ToString(DataFormat f) {
     case DataFormat::kRawU16: return "raw_u16";
     case DataFormat::kRawU32: return "raw_u32";
     case DataFormat::kMegatron: return "megatron";
+    case DataFormat::kClassification: return "classification";
   }
   return "?";
 }
@@ -233,6 +234,8 @@ std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::strin
     case DataFormat::kMegatron:  // opened above (two files)
     case DataFormat::kSynthetic:
       break;
+    case DataFormat::kClassification:
+      PS_DATA_CHECK(false, path, ": data.format classification holds labelled examples, not a token stream");
   }
   TORCH_INTERNAL_ASSERT(false, "unhandled data format");
 }

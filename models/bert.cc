@@ -152,7 +152,8 @@ at::Tensor BertImpl::NspLogits(const at::Tensor& hidden) {
   return Linear(nsp, Pooled(hidden));
 }
 
-at::Tensor BertImpl::MlmLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks) {
+at::Tensor BertImpl::MlmLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks, at::Tensor* correct,
+                            at::Tensor* counted) {
   LayerHooks none;
   LayerHooks& hk = hooks ? *hooks : none;
   const at::Tensor hidden = Encode(in, hooks);
@@ -161,19 +162,27 @@ at::Tensor BertImpl::MlmLoss(const BertInputs& in, const at::Tensor& labels, Lay
   const at::Tensor flat_labels = labels.reshape({-1});
   const at::Tensor picked = flat_labels.ne(-100).nonzero().squeeze(1);  // the masked positions only
   const at::Tensor rows = hidden.reshape({-1, hidden.size(-1)}).index_select(0, picked);
-  const at::Tensor logits = MlmLogits(rows);
-  at::Tensor loss = F::cross_entropy(logits.to(at::kFloat), flat_labels.index_select(0, picked));
+  const at::Tensor logits = MlmLogits(rows).to(at::kFloat);
+  const at::Tensor targets = flat_labels.index_select(0, picked);
+  // No masked position: cross_entropy's mean would be 0/0.
+  at::Tensor loss = picked.numel() > 0 ? F::cross_entropy(logits, targets) : logits.sum() * 0.0;
+  if (correct != nullptr) *correct = logits.detach().argmax(-1).eq(targets).sum();
+  if (counted != nullptr) {
+    *counted = at::scalar_tensor(picked.numel(), at::TensorOptions().dtype(at::kLong).device(logits.device()));
+  }
   return hk.PostForward(head, loss);
 }
 
-at::Tensor BertImpl::ClassificationLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks) {
+at::Tensor BertImpl::ClassificationLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks,
+                                        at::Tensor* correct) {
   LayerHooks none;
   LayerHooks& hk = hooks ? *hooks : none;
   const at::Tensor hidden = Encode(in, hooks);
   const int head = num_blocks() - 1;
   hk.PreForward(head);
-  const at::Tensor logits = ClassifierLogits(hidden);
-  return hk.PostForward(head, F::cross_entropy(logits.to(at::kFloat), labels.reshape({-1})));
+  const at::Tensor logits = ClassifierLogits(hidden).to(at::kFloat);
+  if (correct != nullptr) *correct = logits.detach().argmax(-1).eq(labels.reshape({-1})).sum();
+  return hk.PostForward(head, F::cross_entropy(logits, labels.reshape({-1})));
 }
 
 std::vector<BlockParameter> BertImpl::BlockParameters() const {

@@ -68,10 +68,15 @@ class BertImpl : public torch::nn::Module {
   at::Tensor NspLogits(const at::Tensor& hidden);         // [B, T, C] -> [B, 2]
 
   // Mean cross-entropy over positions whose label is not -100 (HF's ignore index); only
-  // those positions go through the MLM head. labels [B, T].
-  at::Tensor MlmLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks = nullptr);
-  // Mean cross-entropy of the classifier; labels [B].
-  at::Tensor ClassificationLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks = nullptr);
+  // those positions go through the MLM head. labels [B, T]. A batch with no such
+  // position has loss 0 (still connected to the parameters, so backward runs).
+  // `correct` / `counted` (optional): how many of those positions the argmax predicts,
+  // out of how many (int64 scalars, detached).
+  at::Tensor MlmLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks = nullptr,
+                     at::Tensor* correct = nullptr, at::Tensor* counted = nullptr);
+  // Mean cross-entropy of the classifier; labels [B]. `correct`: as above.
+  at::Tensor ClassificationLoss(const BertInputs& in, const at::Tensor& labels, LayerHooks* hooks = nullptr,
+                                at::Tensor* correct = nullptr);
 
   std::vector<BlockParameter> BlockParameters() const;
   ParameterCounts CountParameters() const;

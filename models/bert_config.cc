@@ -35,4 +35,59 @@ void ValidateBertConfig(const BertConfig& c) {
               "or model.num_labels > 0");
 }
 
+std::vector<ParameterShape> BertParameterShapes(const BertConfig& c) {
+  const int64_t e = c.n_embd, m = c.mlp_width();
+  const int head = static_cast<int>(c.n_layer) + 1;
+  std::vector<ParameterShape> out;
+  out.push_back({"embeddings.word_embeddings.weight", c.vocab_size * e,
+                 c.mlm_head ? std::vector<int>{0, head} : std::vector<int>{0}});
+  out.push_back({"embeddings.position_embeddings.weight", c.n_positions * e, {0}});
+  out.push_back({"embeddings.token_type_embeddings.weight", c.type_vocab_size * e, {0}});
+  out.push_back({"embeddings.LayerNorm.weight", e, {0}});
+  out.push_back({"embeddings.LayerNorm.bias", e, {0}});
+  for (int b = 1; b <= c.n_layer; ++b) {
+    const std::string p = "encoder.layer." + std::to_string(b - 1) + ".";
+    const std::pair<const char*, int64_t> block[] = {
+        {"attention.self.query.weight", e * e},   {"attention.self.query.bias", e},
+        {"attention.self.key.weight", e * e},     {"attention.self.key.bias", e},
+        {"attention.self.value.weight", e * e},   {"attention.self.value.bias", e},
+        {"attention.output.dense.weight", e * e}, {"attention.output.dense.bias", e},
+        {"attention.output.LayerNorm.weight", e}, {"attention.output.LayerNorm.bias", e},
+        {"intermediate.dense.weight", m * e},     {"intermediate.dense.bias", m},
+        {"output.dense.weight", e * m},           {"output.dense.bias", e},
+        {"output.LayerNorm.weight", e},           {"output.LayerNorm.bias", e}};
+    for (const auto& [name, numel] : block) out.push_back({p + name, numel, {b}});
+  }
+  auto add_head = [&](const std::string& name, int64_t numel) { out.push_back({name, numel, {head}}); };
+  if (c.has_pooler()) {
+    add_head("pooler.dense.weight", e * e);
+    add_head("pooler.dense.bias", e);
+  }
+  if (c.mlm_head) {
+    add_head("cls.predictions.transform.dense.weight", e * e);
+    add_head("cls.predictions.transform.dense.bias", e);
+    add_head("cls.predictions.transform.LayerNorm.weight", e);
+    add_head("cls.predictions.transform.LayerNorm.bias", e);
+    add_head("cls.predictions.bias", c.vocab_size);
+  }
+  if (c.nsp_head) {
+    add_head("cls.seq_relationship.weight", 2 * e);
+    add_head("cls.seq_relationship.bias", 2);
+  }
+  if (c.num_labels > 0) {
+    add_head("classifier.weight", c.num_labels * e);
+    add_head("classifier.bias", c.num_labels);
+  }
+  return out;
+}
+
+int64_t EstimateBertActivationBytes(const BertConfig& c, int64_t tokens, int64_t element_bytes) {
+  const int64_t e = c.n_embd;
+  const int64_t per_block = 13 * e + 2 * c.mlp_width();
+  const int64_t blocks = c.activation_checkpointing ? c.n_layer * e + per_block : c.n_layer * per_block;
+  const int64_t outside = 3 * e;  // embedding sum, its LayerNorm, the head's input
+  const int64_t masked_tokens = tokens * 15 / 100 + 1;
+  return (blocks + outside) * element_bytes * tokens + masked_tokens * c.vocab_size * (element_bytes + 8);
+}
+
 }  // namespace ps::models

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "models/gpt_config.h"  // ParameterShape
+
 namespace ps::models {
 
 struct BertConfig {
@@ -42,5 +44,16 @@ std::optional<BertPreset> FindBertPreset(const std::string& name);
 
 // Positive sizes, n_head divides n_embd; throws c10::Error naming the "model." key.
 void ValidateBertConfig(const BertConfig& config);
+
+// The parameters of the BERT a config describes, without building it, in the order of
+// BertImpl::BlockParameters() (names, element counts, blocks that use them).
+std::vector<ParameterShape> BertParameterShapes(const BertConfig& config);
+
+// Estimated peak activation bytes of one training micro-batch of `tokens` tokens, as
+// EstimateActivationBytes does for GPT: per block and token about 13 x n_embd + 2 x the
+// MLP width elements kept for backward (or n_embd per block plus one block recomputed,
+// with activation checkpointing), plus the embeddings; the MLM head runs on the masked
+// positions only (mask_ratio 0.15 of the tokens, with their fp32 logits and gradient).
+int64_t EstimateBertActivationBytes(const BertConfig& config, int64_t tokens, int64_t element_bytes);
 
 }  // namespace ps::models

@@ -59,12 +59,12 @@ chunkmem::WarmupState WarmupFromJson(const nlohmann::json& j) {
 
 }  // namespace
 
-ChunkEngine::ChunkEngine(models::Gpt model, const Config& config, at::Device device)
+ChunkEngine::ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device)
     : model_(std::move(model)), config_(config), device_(device) {
   // The model stays on the host: the runtime copies each parameter into the (host)
   // chunks and releases it, so a model larger than the device never has to fit there.
-  model_->train();
-  chunks_ = MakeChunkSetup(model_, config_, device_);
+  model_->module().train();
+  chunks_ = MakeChunkSetup(*model_, config_, device_);
   LogSetup(chunks_, config_);
 }
 
@@ -73,9 +73,11 @@ void ChunkEngine::BeginStep() {
   chunks_.runtime->ZeroGrads();
 }
 
-at::Tensor ChunkEngine::Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) {
+models::LossOutput ChunkEngine::Forward(const models::Batch& batch, int64_t accum_steps) {
   // The chunks hold the compute dtype already: no autocast.
-  return model_->Loss(x, y, chunks_.hooks.get()) / static_cast<double>(accum_steps);
+  models::LossOutput out = model_->Loss(batch, chunks_.hooks.get());
+  out.loss = out.loss / static_cast<double>(accum_steps);
+  return out;
 }
 
 void ChunkEngine::Backward(const at::Tensor& loss) {
@@ -116,19 +118,19 @@ void ChunkEngine::EndStep(int64_t step) {
 
 // Evaluation neither advances nor records moments (EndEval always un-pauses).
 void ChunkEngine::BeginEval() {
-  model_->eval();
+  model_->module().eval();
   chunks_.runtime->set_trace_paused(true);
 }
 
-at::Tensor ChunkEngine::EvalLoss(const at::Tensor& x, const at::Tensor& y) {
+models::LossOutput ChunkEngine::EvalLoss(const models::Batch& batch) {
   at::NoGradGuard no_grad;
   AutocastScope autocast(device_, config_.precision.dtype);
-  return model_->Loss(x, y, chunks_.hooks.get());
+  return model_->Loss(batch, chunks_.hooks.get());
 }
 
 void ChunkEngine::EndEval() {
   chunks_.runtime->set_trace_paused(false);
-  model_->train();
+  model_->module().train();
 }
 
 void ChunkEngine::AddStepMetrics(JsonLine& line, const StepOutcome& /*outcome*/) {

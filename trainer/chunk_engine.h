@@ -18,15 +18,15 @@ namespace ps::trainer {
 class ChunkEngine final : public TrainingEngine {
  public:
   // Takes `model` (on the host) into chunks; logs the layout and the optimizer.
-  ChunkEngine(models::Gpt model, const Config& config, at::Device device);
+  ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device);
 
   void BeginStep() override;
-  at::Tensor Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) override;
+  models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;
   void Backward(const at::Tensor& loss) override;
   StepOutcome OptimizerStep(double lr, double max_norm) override;
   void EndStep(int64_t step) override;
   void BeginEval() override;
-  at::Tensor EvalLoss(const at::Tensor& x, const at::Tensor& y) override;
+  models::LossOutput EvalLoss(const models::Batch& batch) override;
   void EndEval() override;
   void AddStepMetrics(JsonLine& line, const StepOutcome& outcome) override;
   void FillResult(TrainResult& result) const override;
@@ -39,7 +39,7 @@ class ChunkEngine final : public TrainingEngine {
   // activations (a trace from another layout or micro-batch is not reused).
   std::string WarmupKey() const;
 
-  models::Gpt model_;
+  std::unique_ptr<models::TrainableModel> model_;
   const Config& config_;
   at::Device device_;
   ChunkSetup chunks_;

@@ -6,6 +6,7 @@
 
 #include "chunkmem/memory_plan.h"
 #include "trainer/config_loader.h"
+#include "trainer/model_factory.h"
 
 namespace ps::trainer {
 
@@ -75,7 +76,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
 
 }  // namespace
 
-ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device) {
+ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::Device device) {
   // The run places its chunks by the plan `--plan` prints, and refuses what it refuses,
   // with the same reason, before allocating anything.
   const RunPlan run_plan = PlanRun(c, device);
@@ -98,14 +99,14 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
     s.copies = device.is_cuda() ? chunkmem::MakeCudaCopyEngine(device) : chunkmem::MakeThreadCopyEngine();
     s.store->set_copy_engine(s.copies.get());
   }
-  model->set_save_weight_leaves(true);  // no saved views pinning evicted chunk payloads
+  model.set_save_weight_leaves(true);  // no saved views pinning evicted chunk payloads
   if (budgets.traced_capacity_bytes > 0) {
     s.probe = device.is_cuda() ? chunkmem::MakeCudaMemoryProbe(device, *s.store) : chunkmem::MakeCpuMemoryProbe();
     s.store->set_memory_probe(s.probe.get());
   }
   std::vector<chunkmem::ManagedParam> params;
   std::vector<std::pair<std::string, at::Tensor>> host_params;  // chunk.cpu_embedding
-  for (const auto& p : model->BlockParameters()) {
+  for (const auto& p : model.BlockParameters()) {
     if (EmbeddingOnHost(c, p.name)) {
       at::Tensor param = p.tensor;
       param.set_data(param.data().to(at::kCPU, at::kFloat).contiguous());
@@ -144,7 +145,7 @@ ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& c, at::Device device
     s.adam->AddHostParam(name, param);
     s.host_param_names.push_back(name);
   }
-  if (c.chunk.cpu_embedding) model->set_host_embedding(true, device, s.runtime->compute_dtype());
+  if (c.chunk.cpu_embedding) model.set_host_embedding(true, device, s.runtime->compute_dtype());
   s.scaler = std::make_unique<optim::LossScaler>(c.precision);
   s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
   if (c.chunk.timeline_steps > 0) {
@@ -159,7 +160,7 @@ RunPlan PlanRun(const Config& c, at::Device device) {
   r.budgets = ResolveChunkBudgets(c, device);
   const ChunkBudgets& budgets = r.budgets;
   chunkmem::PlanInput& input = r.input;
-  for (const auto& p : models::GptParameterShapes(c.model)) {
+  for (const auto& p : ParameterShapesOf(c)) {
     if (EmbeddingOnHost(c, p.name)) {
       input.host_param_numel += p.numel;
     } else {
@@ -169,7 +170,7 @@ RunPlan PlanRun(const Config& c, at::Device device) {
   input.chunk_numel = c.chunk.size_elements;
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
   r.activation_bytes =
-      models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, input.compute_element_bytes);
+      ActivationBytesOf(c, c.train.micro_batch_size * c.data.seq_len, input.compute_element_bytes);
   const bool traced = budgets.traced_capacity_bytes > 0;
   // A traced budget shares the device with the activations: chunks get what they leave
   // (static placement: at most the warm-up share of it).

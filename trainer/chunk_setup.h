@@ -15,7 +15,7 @@
 #include "chunkmem/memory_probe.h"
 #include "chunkmem/runtime.h"
 #include "chunkmem/timeline.h"
-#include "models/gpt.h"
+#include "models/trainable.h"
 #include "optim/hybrid_adam.h"
 #include "optim/loss_scaler.h"
 #include "trainer/chunk_hooks.h"
@@ -52,7 +52,7 @@ struct ChunkSetup {
 // Moves `model`'s parameters into chunks (the model keeps its modules; its parameter
 // tensors are bound to chunk slots while in use), placed as PlanRun(config) says;
 // throws ConfigError with the plan's reason when it does not fit.
-ChunkSetup MakeChunkSetup(models::Gpt& model, const Config& config, at::Device device);
+ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& config, at::Device device);
 
 // The memory plan of a run, from the model's shapes alone (nothing allocated): what
 // `--plan` prints and what MakeChunkSetup places chunks by (and refuses by, with the

@@ -12,6 +12,7 @@
 #include "comm/comm_config.h"
 #include "data/data_config.h"
 #include "models/gpt_config.h"
+#include "models/model_type.h"
 #include "optim/optim_config.h"
 
 namespace ps::trainer {
@@ -68,7 +69,9 @@ struct LoggingConfig {
 struct Config {
   int64_t schema_version = 1;
   RunConfig run;
-  models::GptConfig model;
+  models::ModelType model_type = models::ModelType::kGpt;  // model.type
+  models::GptConfig model;  // the shape keys (model.*), shared by GPT and BERT
+  models::BertKeys bert;    // model.* keys of BERT only
   data::DataConfig data;
   TrainConfig train;
   optim::OptimizerConfig optimizer;

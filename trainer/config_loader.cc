@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "models/bert_config.h"
+#include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
 #include "trainer/config_schema.h"
 
@@ -118,6 +120,7 @@ class Loader {
 
   Config Finish() {
     ResolvePreset();
+    ApplyBertDefaults();
     ResolveInitFrom();
     Validate();
     return config_;
@@ -267,11 +270,23 @@ class Loader {
   void ResolvePreset() {
     auto& m = config_.model;
     if (m.preset.empty()) return;
-    auto preset = models::FindGptPreset(m.preset);
-    if (!preset) {
-      std::string names;
+    const bool bert = config_.model_type == models::ModelType::kBert;
+    // The preset's shape, from the zoo of this model.type.
+    struct Shape {
+      int64_t n_layer, n_head, n_embd, n_positions, vocab_size;
+    };
+    std::optional<Shape> preset;
+    std::string names;
+    if (bert) {
+      if (auto p = models::FindBertPreset(m.preset)) preset = Shape{p->n_layer, p->n_head, p->n_embd, p->n_positions, p->vocab_size};
+      for (const auto& p : models::BertPresets()) names += (names.empty() ? "" : ", ") + p.name;
+    } else {
+      if (auto p = models::FindGptPreset(m.preset)) preset = Shape{p->n_layer, p->n_head, p->n_embd, p->n_positions, p->vocab_size};
       for (const auto& p : models::GptPresets()) names += (names.empty() ? "" : ", ") + p.name;
-      throw ConfigError(At("model.preset") + ": model.preset: unknown preset '" + m.preset + "'; known: " + names);
+    }
+    if (!preset) {
+      throw ConfigError(At("model.preset") + ": model.preset: unknown preset '" + m.preset + "'" +
+                        (bert ? " for model.type bert" : "") + "; known: " + names);
     }
     // A shape key set as well must agree with the preset: otherwise the run would
     // train one shape while its config names another.
@@ -292,14 +307,35 @@ class Loader {
     fill("vocab_size", m.vocab_size, preset->vocab_size);
   }
 
+  // BERT's own defaults where they differ from GPT's (HF BertConfig's): LayerNorm eps
+  // 1e-12 and dropout 0.1, unless set.
+  void ApplyBertDefaults() {
+    if (config_.model_type != models::ModelType::kBert) return;
+    if (!set_at_.count("model.layer_norm_eps")) config_.model.layer_norm_eps = 1e-12;
+    if (!set_at_.count("model.dropout")) config_.model.dropout = 0.1;
+  }
+
   // model.init_from: the HF folder's config.json gives the shape. Keys set in the config
   // (or by model.preset) must agree with it; those left unset take its values.
   void ResolveInitFrom() {
     auto& m = config_.model;
     if (m.init_from.empty()) return;
+    const bool bert = config_.model_type == models::ModelType::kBert;
     models::GptConfig hf;
+    models::BertConfig hf_bert;
     try {
-      hf = models::ReadHfGpt2Config(m.init_from);
+      if (bert) {
+        hf_bert = models::ReadHfBertConfig(m.init_from);
+        hf.n_layer = hf_bert.n_layer;
+        hf.n_head = hf_bert.n_head;
+        hf.n_embd = hf_bert.n_embd;
+        hf.n_positions = hf_bert.n_positions;
+        hf.vocab_size = hf_bert.vocab_size;
+        hf.layer_norm_eps = hf_bert.layer_norm_eps;
+        hf.tie_word_embeddings = m.tie_word_embeddings;  // not a BERT key
+      } else {
+        hf = models::ReadHfGpt2Config(m.init_from);
+      }
     } catch (const c10::Error& e) {
       throw ConfigError(At("model.init_from") + ": model.init_from: " + e.what_without_backtrace());
     }
@@ -327,6 +363,17 @@ class Loader {
     fill("n_embd", m.n_embd, hf.n_embd);
     fill("n_positions", m.n_positions, hf.n_positions);
     fill("vocab_size", m.vocab_size, hf.vocab_size);
+    if (bert) {  // no preset sets these: only the config can disagree
+      auto fill_bert = [&](const std::string& key, int64_t& field, int64_t value) {
+        if (!set_at_.count(key)) {
+          field = value;
+        } else if (field != value) {
+          disagree(key, std::to_string(field), std::to_string(value));
+        }
+      };
+      fill_bert("model.intermediate_size", config_.bert.intermediate_size, hf_bert.mlp_width());
+      fill_bert("model.type_vocab_size", config_.bert.type_vocab_size, hf_bert.type_vocab_size);
+    }
     if (!given("model.layer_norm_eps")) {
       m.layer_norm_eps = hf.layer_norm_eps;
     } else if (m.layer_norm_eps != hf.layer_norm_eps) {
@@ -340,7 +387,54 @@ class Loader {
     }
   }
 
+  // What model.type: bert needs and refuses.
+  void ValidateModelType() const {
+    const auto& c = config_;
+    const bool classification = c.data.format == data::DataFormat::kClassification;
+    if (classification && (c.model_type != models::ModelType::kBert || c.bert.num_labels == 0)) {
+      throw ConfigError(At("data.format") + ": data.format classification trains a sequence classifier: it needs "
+                        "model.type: bert and model.num_labels > 0");
+    }
+    if (c.bert.num_labels > 0 && !classification) {
+      throw ConfigError(At("model.num_labels") + ": model.num_labels " + std::to_string(c.bert.num_labels) +
+                        " fine-tunes a classifier, which reads labelled examples: set data.format: classification");
+    }
+    // A key at its default is no contradiction (config.resolved.yaml lists every key).
+    if (c.model_type == models::ModelType::kGpt) {
+      const models::BertKeys defaults;
+      const std::pair<const char*, bool> bert_keys[] = {
+          {"model.intermediate_size", c.bert.intermediate_size != defaults.intermediate_size},
+          {"model.type_vocab_size", c.bert.type_vocab_size != defaults.type_vocab_size},
+          {"model.num_labels", c.bert.num_labels != defaults.num_labels}};
+      for (const auto& [key, changed] : bert_keys) {
+        if (changed) throw ConfigError(At(key) + ": " + std::string(key) + " is a BERT key; set model.type: bert, or drop it");
+      }
+      return;
+    }
+    if (!c.model.tie_word_embeddings) {
+      throw ConfigError(At("model.tie_word_embeddings") +
+                        ": model.tie_word_embeddings is a GPT key (BERT's MLM decoder is always tied to the word "
+                        "embeddings); drop it");
+    }
+    if (c.chunk.cpu_embedding) {
+      throw ConfigError(At("chunk.cpu_embedding") + ": chunk.cpu_embedding is not supported for model.type bert yet");
+    }
+    const bool bytes = c.data.format == data::DataFormat::kText ||
+                       (classification && c.data.tokenizer.empty() && c.model.init_from.empty());
+    if (bytes && c.model.vocab_size < 260) {
+      throw ConfigError(At("model.vocab_size") + ": model.vocab_size " + std::to_string(c.model.vocab_size) +
+                        " is below 260: BERT on byte-level text (data.format " + data::ToString(c.data.format) +
+                        " without a tokenizer) reads bytes 0-255 and needs the ids 256-259 for [PAD], [CLS], [SEP] "
+                        "and [MASK]");
+    }
+    if (c.data.seq_len < 3) {
+      throw ConfigError(At("data.seq_len") + ": data.seq_len " + std::to_string(c.data.seq_len) +
+                        " leaves no room for tokens between [CLS] and [SEP] (BERT needs at least 3)");
+    }
+  }
+
   void Validate() const {
+    ValidateModelType();
     const auto& c = config_;
     if (c.model.n_embd % c.model.n_head != 0) {
       throw ConfigError(At("model.n_head") + ": model.n_embd " + std::to_string(c.model.n_embd) +
@@ -354,7 +448,8 @@ class Loader {
       throw ConfigError(At("data.format") + ": data.train_path is required for data.format " +
                         data::ToString(c.data.format));
     }
-    if (c.data.format == data::DataFormat::kText && c.model.vocab_size < 256) {
+    if (c.data.format == data::DataFormat::kText && c.model.vocab_size < 256 &&
+        c.model_type == models::ModelType::kGpt) {
       throw ConfigError(At("model.vocab_size") + ": model.vocab_size " + std::to_string(c.model.vocab_size) +
                         " is below 256, the byte values of data.format text");
     }

@@ -268,12 +268,17 @@ std::vector<FieldSpec> BuildConfigSchema() {
            "start afresh, never resuming: an earlier run's metrics, config and checkpoints in output_dir are "
            "deleted first; false = an output_dir holding another run is an error unless this run resumes it"),
       // model
+      Enum<models::ModelType>("model.type", PS_ACCESS(model_type),
+                              "gpt (next-token prediction) or bert (masked LM, or sequence classification with "
+                              "model.num_labels)",
+                              {{"gpt", models::ModelType::kGpt}, {"bert", models::ModelType::kBert}}),
       Text("model.preset", PS_ACCESS(model.preset),
-           "named size (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, GPT2small, GPT2_1B, ... GPT_175B); "
-           "fills the shape keys this config leaves unset; shape keys set as well must equal the preset's"),
+           "named size (gpt: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, GPT2small, GPT2_1B, ... GPT_175B; bert: "
+           "bert-base, bert-large, Bert, Bertlarge); fills the shape keys this config leaves unset; shape keys set "
+           "as well must equal the preset's"),
       Text("model.init_from", PS_ACCESS(model.init_from),
-           "local HF GPT-2 folder (config.json + model.safetensors or a sharded index) whose weights start the run; "
-           "its config.json fills the shape keys left unset; empty = random init"),
+           "local HF folder (GPT-2, or BERT with model.type bert: config.json + model.safetensors or a sharded "
+           "index) whose weights start the run; its config.json fills the shape keys left unset; empty = random init"),
       Int("model.n_layer", PS_ACCESS(model.n_layer), "transformer blocks", IntRange(1, kMaxLayers)),
       Int("model.n_head", PS_ACCESS(model.n_head), "attention heads (divides n_embd)", IntRange(1, kMaxHeads)),
       Int("model.n_embd", PS_ACCESS(model.n_embd), "hidden width", IntRange(1, kMaxEmbd)),
@@ -287,13 +292,22 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Bool("model.tie_word_embeddings", PS_ACCESS(model.tie_word_embeddings), "LM head shares the token embedding"),
       Bool("model.activation_checkpointing", PS_ACCESS(model.activation_checkpointing),
            "recompute each block's activations in backward instead of storing them"),
+      Int("model.intermediate_size", PS_ACCESS(bert.intermediate_size),
+          "bert only: MLP width; 0 = 4 x n_embd", IntRange(0, int64_t{1} << 24)),
+      Int("model.type_vocab_size", PS_ACCESS(bert.type_vocab_size), "bert only: segment ids (token types)",
+          IntRange(1, 1024)),
+      Int("model.num_labels", PS_ACCESS(bert.num_labels),
+          "bert only: > 0 fine-tunes a sequence classifier with this many labels; 0 = masked-LM pre-training",
+          IntRange(0, 1 << 20)),
       // data
       Enum<DataFormat>("data.format", PS_ACCESS(data.format),
                        "synthetic (random tokens), text (bytes of any file), llmc (llm.c shard), raw_u16, raw_u32, "
-                       "megatron (<prefix>.bin/.idx; data.train_path is the prefix)",
+                       "megatron (<prefix>.bin/.idx; data.train_path is the prefix), classification (labelled "
+                       "text, .jsonl or .tsv, for model.type bert with model.num_labels)",
                        {{"synthetic", DataFormat::kSynthetic}, {"text", DataFormat::kText},
                         {"llmc", DataFormat::kLlmc}, {"raw_u16", DataFormat::kRawU16},
-                        {"raw_u32", DataFormat::kRawU32}, {"megatron", DataFormat::kMegatron}}),
+                        {"raw_u32", DataFormat::kRawU32}, {"megatron", DataFormat::kMegatron},
+                        {"classification", DataFormat::kClassification}}),
       Text("data.train_path", PS_ACCESS(data.train_path), "training token file (not for synthetic)"),
       Text("data.valid_path", PS_ACCESS(data.valid_path), "evaluation token file; empty = no evaluation (synthetic: own stream)"),
       Int("data.seq_len", PS_ACCESS(data.seq_len), "tokens per sample", IntRange(1, kMaxPositions)),

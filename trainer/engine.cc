@@ -8,8 +8,8 @@
 
 namespace ps::trainer {
 
-std::unique_ptr<TrainingEngine> MakeEngine(models::Gpt model, const Config& config, at::Device device,
-                                           comm::Communicator* comm) {
+std::unique_ptr<TrainingEngine> MakeEngine(std::unique_ptr<models::TrainableModel> model, const Config& config,
+                                           at::Device device, comm::Communicator* comm) {
   if (config.chunk.enabled) {
     if (comm != nullptr && comm->world_size() > 1) {
       throw ConfigError("chunk.enabled with world size " + std::to_string(comm->world_size()) +

@@ -7,9 +7,9 @@
 // parameters a rank owns by name, so any rank count resumes any checkpoint.
 //
 // One optimizer step, as Train() calls it:
-//   BeginStep()  ->  { loss = Forward(x, y, k); Backward(loss) } x k micro-batches
+//   BeginStep()  ->  { out = Forward(batch, k); Backward(out.loss) } x k micro-batches
 //                ->  SyncGradients()  ->  OptimizerStep(lr, max_norm)  ->  EndStep(step)
-// Evaluation: EvalLoss(x, y) between steps, under BeginEval()/EndEval().
+// Evaluation: EvalLoss(batch) between steps, under BeginEval()/EndEval().
 // Checkpoints: Save() between steps (after EndStep), Load() before the first step.
 // Training thread only.
 #pragma once
@@ -23,7 +23,7 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "models/gpt.h"
+#include "models/trainable.h"
 #include "models/safetensors.h"
 #include "trainer/config.h"
 #include "trainer/metrics.h"
@@ -56,9 +56,9 @@ class TrainingEngine {
   virtual ~TrainingEngine() = default;
 
   virtual void BeginStep() = 0;  // gradients to zero
-  // Forward of one micro-batch; the loss is divided by `accum_steps` (detached value
-  // for logging: loss.detach()).
-  virtual at::Tensor Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) = 0;
+  // Forward of one micro-batch (on device()); the loss is divided by `accum_steps`
+  // (detached value for logging: loss.detach()); the accuracy counts are not.
+  virtual models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) = 0;
   virtual void Backward(const at::Tensor& loss) = 0;
   // Where gradients of all micro-batches are complete (ranks reduce them here).
   virtual void SyncGradients() {}
@@ -68,7 +68,7 @@ class TrainingEngine {
   virtual void EndStep(int64_t step) {}  // `step`: optimizer steps done, counted from 1
 
   virtual void BeginEval() = 0;
-  virtual at::Tensor EvalLoss(const at::Tensor& x, const at::Tensor& y) = 0;
+  virtual models::LossOutput EvalLoss(const models::Batch& batch) = 0;
   virtual void EndEval() = 0;
 
   // Engine fields of the metrics line of a logged step (chunk counters), and of the result.
@@ -84,7 +84,8 @@ class TrainingEngine {
 
 // The engine `config` asks for, taking `model` (freshly initialised, on the host).
 // `comm`: the ranks of a data-parallel run (null = one process); not owned.
-std::unique_ptr<TrainingEngine> MakeEngine(models::Gpt model, const Config& config, at::Device device,
+std::unique_ptr<TrainingEngine> MakeEngine(std::unique_ptr<models::TrainableModel> model, const Config& config,
+                                           at::Device device,
                                            comm::Communicator* comm = nullptr);
 
 }  // namespace ps::trainer

@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config_loader.h"
 #include "trainer/file_io.h"
+#include "trainer/model_factory.h"
 
 namespace ps::trainer {
 namespace {
@@ -46,7 +48,23 @@ std::string ResolveCheckpointFolder(const std::string& path) {
 void LoadInitialWeights(TrainingEngine& engine, const Config& config) {
   const auto start = std::chrono::steady_clock::now();
   EngineState state;
-  state.params = models::MapHfGpt2Weights(config.model.init_from, config.model);
+  if (config.model_type == models::ModelType::kBert) {
+    models::HfBertWeights w = models::MapHfBertWeights(config.model.init_from, BertConfigOf(config));
+    state.params = std::move(w.params);
+    if (!w.missing.empty()) {
+      // A head the folder lacks (a classifier started from a masked-LM folder) keeps
+      // this run's random init.
+      const EngineState fresh = engine.Save();
+      std::string names;
+      for (const auto& name : w.missing) {
+        state.params[name] = fresh.params.at(name).clone();
+        names += (names.empty() ? "" : ", ") + name;
+      }
+      spdlog::info("model.init_from: {} has no {}; they start from random init", config.model.init_from, names);
+    }
+  } else {
+    state.params = models::MapHfGpt2Weights(config.model.init_from, config.model);
+  }
   state.params_file = config.model.init_from;
   engine.Load(state);
   spdlog::info("model.init_from: {} tensors from {} in {:.2f} s", state.params.size(), config.model.init_from,
@@ -106,10 +124,13 @@ HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& con
   try {
     models::HfExportOptions options;
     options.max_shard_bytes = max_shard_bytes;
-    if (!config.model.init_from.empty() && fs::exists(fs::path(config.model.init_from) / "config.json")) {
+    if (config.model_type == models::ModelType::kGpt && !config.model.init_from.empty() &&
+        fs::exists(fs::path(config.model.init_from) / "config.json")) {
       options.eos_token_id = models::ReadHfEosTokenId(config.model.init_from);
     }
-    report.files = models::WriteHfGpt2Weights(tmp.string(), params, config.model, options);
+    report.files = config.model_type == models::ModelType::kBert
+                       ? models::WriteHfBertWeights(tmp.string(), params, BertConfigOf(config), options)
+                       : models::WriteHfGpt2Weights(tmp.string(), params, config.model, options);
     for (const std::string& file : TokenizerFiles(TokenizerSource(config))) {
       const std::string name = fs::path(file).filename().string();
       fs::copy_file(file, tmp / name, fs::copy_options::overwrite_existing);

@@ -55,11 +55,12 @@ void BucketedCollective(const std::vector<at::Tensor>& tensors, int64_t bucket_b
 
 }  // namespace
 
-PlainEngine::PlainEngine(models::Gpt model, const Config& config, at::Device device, comm::Communicator* comm)
+PlainEngine::PlainEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
+                         comm::Communicator* comm)
     : model_(std::move(model)), config_(config), device_(device), comm_(comm) {
   if (comm_ != nullptr && comm_->world_size() == 1) comm_ = nullptr;
-  model_->to(device_);
-  model_->train();
+  model_->module().to(device_);
+  model_->module().train();
   params_ = model_->BlockParameters();
   for (const auto& p : params_) param_tensors_.push_back(p.tensor);
   optimizer_ = std::make_unique<optim::FusedAdam>(param_tensors_, config_.optimizer);
@@ -76,9 +77,11 @@ void PlainEngine::BeginStep() {
   }
 }
 
-at::Tensor PlainEngine::Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) {
+models::LossOutput PlainEngine::Forward(const models::Batch& batch, int64_t accum_steps) {
   AutocastScope autocast(device_, config_.precision.dtype);
-  return model_->Loss(x, y) / static_cast<double>(accum_steps);
+  models::LossOutput out = model_->Loss(batch);
+  out.loss = out.loss / static_cast<double>(accum_steps);
+  return out;
 }
 
 void PlainEngine::Backward(const at::Tensor& loss) { loss.backward(); }
@@ -101,15 +104,15 @@ StepOutcome PlainEngine::OptimizerStep(double lr, double max_norm) {
   return out;
 }
 
-void PlainEngine::BeginEval() { model_->eval(); }
+void PlainEngine::BeginEval() { model_->module().eval(); }
 
-at::Tensor PlainEngine::EvalLoss(const at::Tensor& x, const at::Tensor& y) {
+models::LossOutput PlainEngine::EvalLoss(const models::Batch& batch) {
   at::NoGradGuard no_grad;
   AutocastScope autocast(device_, config_.precision.dtype);
-  return model_->Loss(x, y);
+  return model_->Loss(batch);
 }
 
-void PlainEngine::EndEval() { model_->train(); }
+void PlainEngine::EndEval() { model_->module().train(); }
 
 EngineState PlainEngine::Save() const {
   EngineState out;

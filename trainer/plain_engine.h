@@ -23,22 +23,23 @@ class PlainEngine final : public TrainingEngine {
 
   // Moves `model` to `device`. `comm`: null or world size 1 = one process; else not
   // owned, outlives the engine.
-  PlainEngine(models::Gpt model, const Config& config, at::Device device, comm::Communicator* comm = nullptr);
+  PlainEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
+              comm::Communicator* comm = nullptr);
 
   void BeginStep() override;
-  at::Tensor Forward(const at::Tensor& x, const at::Tensor& y, int64_t accum_steps) override;
+  models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;
   void Backward(const at::Tensor& loss) override;
   void SyncGradients() override;  // all-reduce average over ranks (no-op for one)
   StepOutcome OptimizerStep(double lr, double max_norm) override;
   void BeginEval() override;
-  at::Tensor EvalLoss(const at::Tensor& x, const at::Tensor& y) override;
+  models::LossOutput EvalLoss(const models::Batch& batch) override;
   void EndEval() override;
   EngineState Save() const override;
   void Load(const EngineState& state) override;
   at::Device device() const override { return device_; }
 
  private:
-  models::Gpt model_;
+  std::unique_ptr<models::TrainableModel> model_;
   const Config& config_;
   at::Device device_;
   std::vector<models::BlockParameter> params_;  // each once, in model order

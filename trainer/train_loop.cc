@@ -15,9 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/batch_sampler.h"
-#include "data/token_source.h"
-#include "models/gpt.h"
+#include "models/trainable.h"
 #include "optim/lr_schedule.h"
 #include "trainer/checkpointer.h"
 #include "trainer/config_loader.h"
@@ -25,7 +23,9 @@
 #include "trainer/file_io.h"
 #include "trainer/hf_io.h"
 #include "trainer/metrics.h"
+#include "trainer/model_factory.h"
 #include "trainer/rng_state.h"
+#include "trainer/run_data.h"
 #include "trainer/run_folder.h"
 #include "trainer/tensorboard_writer.h"
 
@@ -54,44 +54,47 @@ double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// The data of a run: training and (optional) validation sources and their samplers,
-// all checked when the run starts (a validation file shorter than one sequence is an
-// error now, not after training).
-struct RunData {
-  std::unique_ptr<data::TokenSource> train, valid;
-  std::unique_ptr<data::BatchSampler> sampler;
+// Sums of a model's prediction counts (LossOutput::correct / counted) over micro-batches.
+struct AccuracyCounts {
+  at::Tensor correct, counted;  // undefined until a model reports them
+  void Add(const models::LossOutput& out) {
+    if (!out.correct.defined()) return;
+    correct = correct.defined() ? correct + out.correct : out.correct;
+    counted = counted.defined() ? counted + out.counted : out.counted;
+  }
+  // Summed over the ranks too (every rank reports counts or none does).
+  double Share(comm::Communicator* comm) const {
+    if (!correct.defined()) return std::numeric_limits<double>::quiet_NaN();
+    at::Tensor both = at::stack({correct, counted}).to(at::kDouble);
+    if (comm) comm->AllReduce(both, comm::ReduceOp::kSum)->Wait();
+    const double n = both[1].item<double>();
+    return n > 0 ? both[0].item<double>() / n : std::numeric_limits<double>::quiet_NaN();
+  }
 };
 
-RunData OpenData(const Config& c, int rank, int world_size) {
-  RunData d;
-  const auto seed = static_cast<uint64_t>(c.run.seed);
-  d.train = data::OpenTokenSource(c.data.format, c.data.train_path, c.model.vocab_size, seed, c.data.synthetic_tokens,
-                                  "data.train_path");
-  if (c.data.format == data::DataFormat::kSynthetic) {
-    d.valid = data::OpenTokenSource(c.data.format, "", c.model.vocab_size, seed + 1, c.data.synthetic_tokens);
-  } else if (!c.data.valid_path.empty()) {
-    d.valid = data::OpenTokenSource(c.data.format, c.data.valid_path, c.model.vocab_size, 0, 0, "data.valid_path");
-  }
-  d.sampler = std::make_unique<data::BatchSampler>(*d.train, c.data.seq_len, c.data.shuffle, seed, rank, world_size);
-  if (d.valid) data::BatchSampler check(*d.valid, c.data.seq_len, /*shuffle=*/false, 0);
-  return d;
-}
+struct EvalResult {
+  double loss = 0.0;
+  double accuracy = std::numeric_limits<double>::quiet_NaN();
+};
 
-// Mean loss over train.eval_steps micro-batches from the start of `source` (the same
-// batches every time).
-double Evaluate(TrainingEngine& engine, const data::TokenSource& source, const Config& c) {
-  data::BatchSampler sampler(source, c.data.seq_len, /*shuffle=*/false, 0);
+// Mean loss over train.eval_steps micro-batches from the start of the validation data
+// (the same batches every time, masked the same way).
+EvalResult Evaluate(TrainingEngine& engine, const RunData& data, const Config& c) {
+  const std::unique_ptr<BatchSource> batches = data.Valid();
   engine.BeginEval();
   struct EndEval {  // also when a batch throws
     TrainingEngine& e;
     ~EndEval() { e.EndEval(); }
   } end{engine};
   double sum = 0.0;
+  AccuracyCounts counts;
   for (int64_t i = 0; i < c.train.eval_steps; ++i) {
-    auto batch = sampler.Next(c.train.micro_batch_size).to(engine.device());
-    sum += engine.EvalLoss(batch.narrow(1, 0, c.data.seq_len), batch.narrow(1, 1, c.data.seq_len)).item<double>();
+    const models::Batch batch = batches->Next(c.train.micro_batch_size).To(engine.device());
+    const models::LossOutput out = engine.EvalLoss(batch);
+    sum += out.loss.item<double>();
+    counts.Add(out);
   }
-  return sum / static_cast<double>(c.train.eval_steps);
+  return {sum / static_cast<double>(c.train.eval_steps), counts.Share(nullptr)};
 }
 
 // Counts consecutive fp16 steps skipped at the minimum loss scale; throws when the run
@@ -224,12 +227,13 @@ struct LogSinks {
 // One optimizer step's figures.
 struct StepRecord {
   double loss = 0, lr = 0;
+  double accuracy = std::numeric_limits<double>::quiet_NaN();  // BERT: share of predictions right
   StepOutcome outcome;
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, step_s = 0;
 };
 
 // Runs optimizer step `step` (from 1): micro-batches with accumulation, then the update.
-StepRecord RunStep(TrainingEngine& engine, data::BatchSampler& sampler, const Config& c, int64_t accum, double lr,
+StepRecord RunStep(TrainingEngine& engine, BatchSource& batches, const Config& c, int64_t accum, double lr,
                    int64_t step, comm::Communicator* comm) {
   const at::Device device = engine.device();
   // logging.step_breakdown: phase boundaries wait for the device so each phase's time is its own.
@@ -242,15 +246,17 @@ StepRecord RunStep(TrainingEngine& engine, data::BatchSampler& sampler, const Co
   r.lr = lr;
   engine.BeginStep();
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));
+  AccuracyCounts counts;
   for (int64_t micro = 0; micro < accum; ++micro) {
-    auto batch = sampler.Next(c.train.micro_batch_size).to(device);
+    const models::Batch batch = batches.Next(c.train.micro_batch_size).To(device);
     const auto forward_start = phase_end();
-    at::Tensor loss = engine.Forward(batch.narrow(1, 0, c.data.seq_len), batch.narrow(1, 1, c.data.seq_len), accum);
+    const models::LossOutput out = engine.Forward(batch, accum);
     const auto backward_start = phase_end();
     r.forward_ms += MsBetween(forward_start, backward_start);
-    engine.Backward(loss);
+    engine.Backward(out.loss);
     r.backward_ms += MsBetween(backward_start, phase_end());
-    loss_sum += loss.detach();
+    loss_sum += out.loss.detach();
+    counts.Add(out);
   }
   engine.SyncGradients();
   if (comm) comm->AllReduce(loss_sum, comm::ReduceOp::kAvg)->Wait();  // the loss of the global batch
@@ -264,6 +270,7 @@ StepRecord RunStep(TrainingEngine& engine, data::BatchSampler& sampler, const Co
   }
   engine.EndStep(step);
   r.loss = loss_sum.item<double>();  // host sync: the step is done
+  r.accuracy = counts.Share(comm);
   r.step_s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!std::isfinite(r.loss) && !r.outcome.overflow_tolerated) {
     throw std::runtime_error("training loss became " + std::to_string(r.loss) + " at step " + std::to_string(step) +
@@ -273,7 +280,7 @@ StepRecord RunStep(TrainingEngine& engine, data::BatchSampler& sampler, const Co
 }
 
 void LogStep(const StepRecord& r, int64_t step, int64_t tokens_seen, double tokens_per_s, double tflops, double eta_s,
-             const Config& c, TrainingEngine& engine, const LogSinks& sinks) {
+             const Config& c, TrainingEngine& engine, const std::string& accuracy_name, const LogSinks& sinks) {
   StepLine console;
   console.step = step;
   console.max_steps = c.train.max_steps;
@@ -294,6 +301,7 @@ void LogStep(const StepRecord& r, int64_t step, int64_t tokens_seen, double toke
       .Add("tokens_per_s", tokens_per_s)
       .Add("tflops", tflops)
       .Add("tokens", tokens_seen);
+  if (!accuracy_name.empty()) line.Add(accuracy_name, r.accuracy);
   if (c.logging.step_breakdown) {
     line.Add("forward_ms", r.forward_ms).Add("backward_ms", r.backward_ms).Add("optimizer_ms", r.optimizer_ms);
   }
@@ -308,14 +316,21 @@ void LogStep(const StepRecord& r, int64_t step, int64_t tokens_seen, double toke
   }
 }
 
-void LogEval(double eval_loss, int64_t step, const LogSinks& sinks) {
-  const double perplexity = Perplexity(eval_loss);
-  spdlog::info("eval  {:>5} | loss {:.4f} | perplexity {:.3f}", step, eval_loss, perplexity);
+void LogEval(const EvalResult& eval, int64_t step, const std::string& accuracy_name, const LogSinks& sinks) {
+  const double perplexity = Perplexity(eval.loss);
+  const bool accuracy = !accuracy_name.empty();
+  spdlog::info("eval  {:>5} | loss {:.4f} | perplexity {:.3f}{}", step, eval.loss, perplexity,
+               accuracy ? fmt::format(" | {} {:.4f}", accuracy_name, eval.accuracy) : std::string());
   if (sinks.metrics) {
-    sinks.metrics->Write(JsonLine().Add("step", step).Add("eval_loss", eval_loss).Add("eval_perplexity", perplexity));
+    JsonLine line;
+    line.Add("step", step).Add("eval_loss", eval.loss).Add("eval_perplexity", perplexity);
+    if (accuracy) line.Add("eval_" + accuracy_name, eval.accuracy);
+    sinks.metrics->Write(line);
   }
   if (sinks.tensorboard) {
-    sinks.tensorboard->WriteScalars(step, {{"eval/loss", eval_loss}, {"eval/perplexity", perplexity}});
+    std::vector<std::pair<std::string, double>> scalars = {{"eval/loss", eval.loss}, {"eval/perplexity", perplexity}};
+    if (accuracy) scalars.emplace_back("eval/" + accuracy_name, eval.accuracy);
+    sinks.tensorboard->WriteScalars(step, scalars);
   }
 }
 
@@ -361,10 +376,10 @@ struct RunProgress {
 
 // Restores a checkpoint's state into the engine, the sampler, the generators and `progress`.
 void ResumeFrom(const CheckpointContents& r, const std::string& path, const Config& c, at::Device device,
-                TrainingEngine& engine, data::BatchSampler& sampler, RunProgress& progress, MetricsWriter* metrics) {
+                TrainingEngine& engine, BatchSource& batches, RunProgress& progress, MetricsWriter* metrics) {
   LogConfigChanges(r.config_yaml, ConfigToYaml(c));
   engine.Load(r.engine);
-  sampler.set_consumed_samples(r.consumed_samples);
+  batches.set_consumed_samples(r.consumed_samples);
   RestoreRngStates(r.rng, device);
   progress.start_step = r.step;
   progress.divergence.set_run(r.min_scale_skips);
@@ -424,33 +439,38 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   at::set_num_threads(threads);
   const at::Device device = RankDevice(c, world, options.local_rank);
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
-  RunData data = OpenData(c, rank, world);  // every input is checked before a file is written
+  RunData data(c, rank, world);  // every input is checked before a file is written
   if (c.checkpoint.export_hf) TokenizerFiles(TokenizerSource(c));  // a missing tokenizer fails now, not at the end
   RunStart start = StartRun(c, writer);
   MetricsWriter* metrics = start.metrics.get();
   const LogSinks sinks{metrics, start.tensorboard.get()};
 
-  models::Gpt model(c.model);
+  std::unique_ptr<models::TrainableModel> model = MakeModel(c);
   const auto counts = model->CountParameters();  // before an engine takes the storage
-  std::unique_ptr<TrainingEngine> engine = MakeEngine(model, c, device, options.comm);
+  const std::string accuracy_name = model->accuracy_name();
+  std::unique_ptr<TrainingEngine> engine = MakeEngine(std::move(model), c, device, options.comm);
   if (!start.resume && !c.model.init_from.empty()) LoadInitialWeights(*engine, c);
   const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
   Checkpointer checkpointer(c.checkpoint, CheckpointDir(c));
   TrainResult result;
   result.final_eval_loss = std::numeric_limits<double>::quiet_NaN();
+  result.final_eval_accuracy = std::numeric_limits<double>::quiet_NaN();
   const int64_t tokens_per_step = c.train.global_batch_size * c.data.seq_len;
   RunProgress progress{0, 0, DivergenceGuard(c.precision)};
   if (start.resume) {
-    ResumeFrom(*start.resume, start.resume_path, c, device, *engine, *data.sampler, progress, metrics);
+    ResumeFrom(*start.resume, start.resume_path, c, device, *engine, data.train(), progress, metrics);
     start.resume.reset();  // frees the loaded tensors
   }
   result.start_step = progress.start_step;
   const double flops_per_token = TrainingFlopsPerToken(counts.total_numel, c.model.n_layer, c.model.n_embd, c.data.seq_len);
-  spdlog::info("run '{}': GPT {} layers x {} wide, {} heads; {:.2f}M parameters ({:.2f}M non-embedding)", c.run.name,
+  spdlog::info("run '{}': {} {} layers x {} wide, {} heads; {:.2f}M parameters ({:.2f}M non-embedding)", c.run.name,
+               c.model_type == models::ModelType::kGpt ? "GPT"
+               : c.bert.num_labels > 0                 ? fmt::format("BERT classifier ({} labels)", c.bert.num_labels)
+                                                       : std::string("BERT masked LM"),
                c.model.n_layer, c.model.n_embd, c.model.n_head, counts.total_numel / 1e6, counts.non_embedding_numel / 1e6);
   spdlog::info("device {}, {} CPU threads, {}; data {} ({} tokens, {} samples/epoch)", device.str(), threads,
-               optim::ToString(c.precision.dtype), data.train->description(), data.train->num_tokens(),
-               data.sampler->samples_per_epoch());
+               optim::ToString(c.precision.dtype), data.description(), data.num_tokens(),
+               data.train().samples_per_epoch());
   spdlog::info("batch: {} micro x {} accumulation x {} ranks = {} sequences = {} tokens per step; steps {} to {}",
                c.train.micro_batch_size, accum, world, c.train.global_batch_size, tokens_per_step,
                result.start_step + 1, c.train.max_steps);
@@ -460,10 +480,11 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   const auto run_start = Clock::now();
   Clock::time_point first_step_end;  // the ETA's pace: wall time per step after the first
   for (int64_t step = result.start_step + 1; step <= c.train.max_steps; ++step) {
-    const StepRecord r = RunStep(*engine, *data.sampler, c, accum, schedule.LrAt(step - 1), step, options.comm);
+    const StepRecord r = RunStep(*engine, data.train(), c, accum, schedule.LrAt(step - 1), step, options.comm);
     progress.divergence.Check(r.outcome, step);
     progress.tokens_seen += tokens_per_step;
     result.losses.push_back(r.loss);
+    if (!accuracy_name.empty()) result.accuracies.push_back(r.accuracy);
     result.lrs.push_back(r.lr);
     result.loss_scales.push_back(r.outcome.loss_scale);
     result.skipped.push_back(r.outcome.skipped);
@@ -482,18 +503,20 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
       const double s_per_step =
           paced_steps > 0 ? std::chrono::duration<double>(step_end - first_step_end).count() / paced_steps : r.step_s;
       LogStep(r, step, progress.tokens_seen, tokens_per_s, flops_per_token * tokens_per_s / 1e12,
-              s_per_step * static_cast<double>(c.train.max_steps - step), c, *engine, sinks);
+              s_per_step * static_cast<double>(c.train.max_steps - step), c, *engine, accuracy_name, sinks);
     }
     if (options.abort_after_step == step) return result;  // tests: as if killed here
-    if (data.valid && (last || (c.train.eval_every > 0 && step % c.train.eval_every == 0))) {
-      result.final_eval_loss = Evaluate(*engine, *data.valid, c);
-      LogEval(result.final_eval_loss, step, sinks);
+    if (data.has_valid() && (last || (c.train.eval_every > 0 && step % c.train.eval_every == 0))) {
+      const EvalResult eval = Evaluate(*engine, data, c);
+      result.final_eval_loss = eval.loss;
+      result.final_eval_accuracy = eval.accuracy;
+      LogEval(eval, step, accuracy_name, sinks);
     }
     const int signal = AgreedStopSignal(options, device);
     if (writer && (signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step))) {
       if (signal != 0) spdlog::warn("signal {} received: saving a checkpoint at step {} and stopping", signal, step);
       checkpointer.Save(
-          Contents(*engine, c, step, data.sampler->consumed_samples(), progress.tokens_seen, progress.divergence.run(),
+          Contents(*engine, c, step, data.train().consumed_samples(), progress.tokens_seen, progress.divergence.run(),
                    device));
     }
     if (signal != 0) checkpointer.Wait();

@@ -13,6 +13,11 @@ struct TrainResult {
   int64_t start_step = 0;         // steps already done when this call began (a resumed checkpoint's step)
   int stop_signal = 0;            // the signal that stopped the run early (checkpoint written), 0 = none
   double final_eval_loss = 0.0;   // NaN when there is no evaluation data
+  // BERT: the share of predictions right (mlm_accuracy over masked positions, or the
+  // classifier's accuracy) of every step this call ran, and of the last evaluation
+  // (NaN: none). Empty / NaN for GPT.
+  std::vector<double> accuracies;
+  double final_eval_accuracy = 0.0;
   double tokens_per_s = 0.0;      // mean over steps after the first
   // Chunk runs only (chunk.enabled):
   int64_t peak_device_chunk_bytes = 0;  // highest chunk bytes on the device tier

@@ -5,6 +5,7 @@
 // gradients flow to every parameter.
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -156,6 +157,54 @@ TEST_CASE("BERT calls every block's hooks once, and every parameter gets a gradi
     CHECK(p.tensor.grad().defined() != unused);
   }
   CHECK(model->BlockParameters().front().used_by_blocks == std::vector<int>{0, 3});
+}
+
+}  // namespace
+}  // namespace ps::models
+
+namespace ps::models {
+namespace {
+
+TEST_CASE("BertParameterShapes lists BlockParameters' names, sizes and blocks without building") {
+  for (const int64_t labels : {0, 3}) {
+    BertConfig c;
+    c.n_layer = 3;
+    c.intermediate_size = 96;
+    c.num_labels = labels;
+    c.mlm_head = labels == 0;
+    Bert model(c);
+    const auto params = model->BlockParameters();
+    const auto shapes = BertParameterShapes(c);
+    REQUIRE(shapes.size() == params.size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      INFO(params[i].name);
+      CHECK(shapes[i].name == params[i].name);
+      CHECK(shapes[i].numel == params[i].tensor.numel());
+      CHECK(shapes[i].used_by_blocks == params[i].used_by_blocks);
+    }
+  }
+}
+
+TEST_CASE("the MLM loss reports its accuracy over masked positions; no masked position is loss 0") {
+  BertConfig c;
+  c.dropout = c.attention_dropout = 0.0;
+  Bert model(c);
+  const at::Tensor ids = at::randint(5, c.vocab_size, {2, 8}, at::kLong);
+  at::Tensor labels = at::full({2, 8}, -100, at::kLong);
+  labels.index_put_({0, 3}, 7);
+  labels.index_put_({1, 5}, 9);
+  at::Tensor correct, counted;
+  const at::Tensor loss = model->MlmLoss({ids, {}, {}}, labels, nullptr, &correct, &counted);
+  CHECK(counted.item<int64_t>() == 2);
+  const at::Tensor hidden = model->Encode({ids, {}, {}});
+  const at::Tensor logits = model->MlmLogits(hidden);
+  const int64_t want = (logits[0][3].argmax().item<int64_t>() == 7) + (logits[1][5].argmax().item<int64_t>() == 9);
+  CHECK(correct.item<int64_t>() == want);
+  const at::Tensor none = model->MlmLoss({ids, {}, {}}, at::full({2, 8}, -100, at::kLong), nullptr, &correct, &counted);
+  CHECK(none.item<double>() == 0.0);
+  CHECK(counted.item<int64_t>() == 0);
+  none.backward();  // still connected: backward runs (zero gradients)
+  CHECK(std::isfinite(loss.item<double>()));
 }
 
 }  // namespace

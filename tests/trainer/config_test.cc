@@ -107,9 +107,10 @@ TEST_CASE("every shipped config loads", "[config]") {
   for (const auto& entry : std::filesystem::directory_iterator("configs")) {
     if (entry.path().extension() != ".yaml") continue;
     INFO(entry.path().string());
-    // The fine-tuning configs read their model's config.json: the tiny fixture stands in.
+    // The fine-tuning configs read their model's config.json: the tiny fixtures stand in.
     CHECK_NOTHROW(LoadConfigFile(entry.path().string(), {},
-                                 FakeEnv({{"PS_MODEL", "tests/models/testdata/gpt2_tiny_hf"}})));
+                                 FakeEnv({{"PS_MODEL", "tests/models/testdata/gpt2_tiny_hf"},
+                                          {"PS_BERT", "tests/models/testdata/bert_tiny_hf"}})));
     ++loaded;
   }
   CHECK(loaded >= 4);

@@ -1,0 +1,77 @@
+#include "models/trainable.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+namespace ps::models {
+namespace {
+
+at::Tensor MoveIfDefined(const at::Tensor& t, at::Device device) { return t.defined() ? t.to(device) : t; }
+
+class TrainableGpt final : public TrainableModel {
+ public:
+  explicit TrainableGpt(Gpt model) : model_(std::move(model)) {}
+  LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
+    return {model_->Loss(batch.input_ids, batch.labels, hooks), {}, {}};
+  }
+  std::vector<BlockParameter> BlockParameters() const override { return model_->BlockParameters(); }
+  ParameterCounts CountParameters() const override { return model_->CountParameters(); }
+  int num_blocks() const override { return model_->num_blocks(); }
+  void set_save_weight_leaves(bool on) override { model_->set_save_weight_leaves(on); }
+  void set_host_embedding(bool on, at::Device device, at::ScalarType dtype) override {
+    model_->set_host_embedding(on, device, dtype);
+  }
+  torch::nn::Module& module() override { return *model_; }
+
+ private:
+  Gpt model_;
+};
+
+class TrainableBert final : public TrainableModel {
+ public:
+  TrainableBert(Bert model, bool classifier) : model_(std::move(model)), classifier_(classifier) {
+    TORCH_CHECK(!classifier_ || model_->config().num_labels > 0, "a BERT classifier needs model.num_labels > 0");
+    TORCH_CHECK(classifier_ || model_->config().mlm_head, "a BERT masked LM needs the MLM head");
+  }
+  LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
+    const BertInputs in{batch.input_ids, batch.token_type_ids, batch.attention_mask};
+    LossOutput out;
+    if (classifier_) {
+      out.loss = model_->ClassificationLoss(in, batch.labels, hooks, &out.correct);
+      out.counted = at::scalar_tensor(batch.labels.numel(), at::TensorOptions().dtype(at::kLong).device(out.loss.device()));
+    } else {
+      out.loss = model_->MlmLoss(in, batch.labels, hooks, &out.correct, &out.counted);
+    }
+    return out;
+  }
+  std::vector<BlockParameter> BlockParameters() const override { return model_->BlockParameters(); }
+  ParameterCounts CountParameters() const override { return model_->CountParameters(); }
+  int num_blocks() const override { return model_->num_blocks(); }
+  void set_save_weight_leaves(bool on) override { model_->set_save_weight_leaves(on); }
+  void set_host_embedding(bool on, at::Device, at::ScalarType) override {
+    TORCH_CHECK(!on, "chunk.cpu_embedding is not supported for BERT yet");
+  }
+  torch::nn::Module& module() override { return *model_; }
+  std::string accuracy_name() const override { return classifier_ ? "accuracy" : "mlm_accuracy"; }
+
+ private:
+  Bert model_;
+  bool classifier_;
+};
+
+}  // namespace
+
+Batch Batch::To(at::Device device) const {
+  return {MoveIfDefined(input_ids, device), MoveIfDefined(labels, device), MoveIfDefined(token_type_ids, device),
+          MoveIfDefined(attention_mask, device)};
+}
+
+std::unique_ptr<TrainableModel> MakeTrainableGpt(Gpt model) { return std::make_unique<TrainableGpt>(std::move(model)); }
+std::unique_ptr<TrainableModel> MakeTrainableBertMlm(Bert model) {
+  return std::make_unique<TrainableBert>(std::move(model), /*classifier=*/false);
+}
+std::unique_ptr<TrainableModel> MakeTrainableBertClassifier(Bert model) {
+  return std::make_unique<TrainableBert>(std::move(model), /*classifier=*/true);
+}
+
+}  // namespace ps::models

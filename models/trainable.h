@@ -1,0 +1,67 @@
+// TrainableModel: what the training engines need of a model, whatever its architecture
+// and task (GPT next-token prediction, BERT masked LM, BERT sequence classification):
+// the loss of a batch through the layer hooks, its parameters by block, and the switches
+// the chunk runtime sets. The engines hold one of these and never name GPT or BERT.
+//
+// A Batch carries what any of them reads; fields a model does not use stay undefined.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/bert.h"
+#include "models/gpt.h"
+#include "models/layer_hooks.h"
+
+namespace ps::models {
+
+struct Batch {
+  at::Tensor input_ids;       // [B, T] int64
+  // GPT: next tokens [B, T]; BERT MLM: original ids at masked positions, -100 elsewhere
+  // [B, T]; classification: labels [B].
+  at::Tensor labels;
+  at::Tensor token_type_ids;  // [B, T] int64 or undefined (one segment)
+  at::Tensor attention_mask;  // [B, T] 1 = token, 0 = padding, or undefined (no padding)
+
+  Batch To(at::Device device) const;  // undefined fields stay undefined
+};
+
+// The loss of a batch and, for models that predict labels, how many predictions were
+// right (`correct`) out of how many counted (`counted`): int64 scalars on the loss's
+// device, detached; undefined for GPT (its metric is the loss).
+struct LossOutput {
+  at::Tensor loss;
+  at::Tensor correct, counted;
+};
+
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+
+  virtual LossOutput Loss(const Batch& batch, LayerHooks* hooks = nullptr) = 0;
+  // All parameters in forward order, each once, with the blocks that use them.
+  virtual std::vector<BlockParameter> BlockParameters() const = 0;
+  virtual ParameterCounts CountParameters() const = 0;
+  virtual int num_blocks() const = 0;
+  // Weight leaves saved for backward instead of views (the chunk runtime needs it).
+  virtual void set_save_weight_leaves(bool on) = 0;
+  // chunk.cpu_embedding: embeddings computed on the host (GPT only; BERT throws).
+  virtual void set_host_embedding(bool on, at::Device device, at::ScalarType dtype) = 0;
+  // The module itself: train()/eval()/to().
+  virtual torch::nn::Module& module() = 0;
+  // The name of the accuracy in metrics ("mlm_accuracy", "accuracy"); empty: none.
+  virtual std::string accuracy_name() const { return ""; }
+};
+
+std::unique_ptr<TrainableModel> MakeTrainableGpt(Gpt model);
+// BERT with its MLM head (labels: -100 where nothing is predicted).
+std::unique_ptr<TrainableModel> MakeTrainableBertMlm(Bert model);
+// BERT with its sequence-classification head (config.num_labels > 0; labels [B]).
+std::unique_ptr<TrainableModel> MakeTrainableBertClassifier(Bert model);
+
+}  // namespace ps::models

@@ -1,0 +1,29 @@
+// The model a config describes (model.type gpt or bert), and what planning needs of it
+// without building it: parameter shapes and the activation estimate.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/bert_config.h"
+#include "models/gpt_config.h"
+#include "models/trainable.h"
+#include "trainer/config.h"
+
+namespace ps::trainer {
+
+// The BERT of a model.type: bert config: the shared shape keys plus the BERT keys; the
+// MLM head for pre-training, the classifier for model.num_labels > 0.
+models::BertConfig BertConfigOf(const Config& config);
+
+// A freshly initialised model (on the host; init draws from LibTorch's default generator).
+std::unique_ptr<models::TrainableModel> MakeModel(const Config& config);
+
+// The model's parameters without building it, in BlockParameters() order.
+std::vector<models::ParameterShape> ParameterShapesOf(const Config& config);
+
+// Estimated activation bytes of one micro-batch of `tokens` tokens (the memory plan's).
+int64_t ActivationBytesOf(const Config& config, int64_t tokens, int64_t element_bytes);
+
+}  // namespace ps::trainer
