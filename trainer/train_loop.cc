@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -86,15 +87,21 @@ EvalResult Evaluate(TrainingEngine& engine, const RunData& data, const Config& c
     TrainingEngine& e;
     ~EndEval() { e.EndEval(); }
   } end{engine};
+  // Token data: train.eval_steps micro-batches. Labelled examples: each once (the
+  // last micro-batch may be smaller), so the accuracy is the validation set's.
+  const bool whole_set = c.data.format == data::DataFormat::kClassification;
+  const int64_t examples = whole_set ? batches->samples_per_epoch() : c.train.eval_steps * c.train.micro_batch_size;
   double sum = 0.0;
   AccuracyCounts counts;
-  for (int64_t i = 0; i < c.train.eval_steps; ++i) {
-    const models::Batch batch = batches->Next(c.train.micro_batch_size).To(engine.device());
+  for (int64_t done = 0; done < examples;) {
+    const int64_t n = std::min(c.train.micro_batch_size, examples - done);
+    const models::Batch batch = batches->Next(n).To(engine.device());
     const models::LossOutput out = engine.EvalLoss(batch);
-    sum += out.loss.item<double>();
+    sum += out.loss.item<double>() * static_cast<double>(n);  // a mean over the batch's examples
     counts.Add(out);
+    done += n;
   }
-  return {sum / static_cast<double>(c.train.eval_steps), counts.Share(nullptr)};
+  return {sum / static_cast<double>(examples), counts.Share(nullptr)};
 }
 
 // Counts consecutive fp16 steps skipped at the minimum loss scale; throws when the run
@@ -316,40 +323,46 @@ void LogStep(const StepRecord& r, int64_t step, int64_t tokens_seen, double toke
   }
 }
 
-void LogEval(const EvalResult& eval, int64_t step, const std::string& accuracy_name, const LogSinks& sinks) {
+// A language model's evaluation has a perplexity; a classifier's has none.
+void LogEval(const EvalResult& eval, int64_t step, const std::string& accuracy_name, bool classifier,
+             const LogSinks& sinks) {
   const double perplexity = Perplexity(eval.loss);
   const bool accuracy = !accuracy_name.empty();
-  spdlog::info("eval  {:>5} | loss {:.4f} | perplexity {:.3f}{}", step, eval.loss, perplexity,
+  spdlog::info("eval  {:>5} | loss {:.4f}{}{}", step, eval.loss,
+               classifier ? std::string() : fmt::format(" | perplexity {:.3f}", perplexity),
                accuracy ? fmt::format(" | {} {:.4f}", accuracy_name, eval.accuracy) : std::string());
+  std::vector<std::pair<std::string, double>> scalars = {{"eval/loss", eval.loss}};
+  if (!classifier) scalars.emplace_back("eval/perplexity", perplexity);
+  if (accuracy) scalars.emplace_back("eval/" + accuracy_name, eval.accuracy);
   if (sinks.metrics) {
     JsonLine line;
-    line.Add("step", step).Add("eval_loss", eval.loss).Add("eval_perplexity", perplexity);
-    if (accuracy) line.Add("eval_" + accuracy_name, eval.accuracy);
+    line.Add("step", step);
+    for (const auto& [tag, value] : scalars) line.Add("eval_" + tag.substr(5), value);
     sinks.metrics->Write(line);
   }
-  if (sinks.tensorboard) {
-    std::vector<std::pair<std::string, double>> scalars = {{"eval/loss", eval.loss}, {"eval/perplexity", perplexity}};
-    if (accuracy) scalars.emplace_back("eval/" + accuracy_name, eval.accuracy);
-    sinks.tensorboard->WriteScalars(step, scalars);
-  }
+  if (sinks.tensorboard) sinks.tensorboard->WriteScalars(step, scalars);
 }
 
 void WriteSummary(MetricsWriter& metrics, const TrainResult& result, const Config& c, double elapsed_s,
                   double flops_per_token, int64_t params, at::Device device, int threads) {
-  metrics.Write(JsonLine()
-                    .Add("summary", true)
-                    .Add("steps", c.train.max_steps)
-                    .Add("start_step", result.start_step)
-                    .Add("first_loss", result.losses.front())
-                    .Add("final_loss", result.losses.back())
-                    .Add("final_eval_loss", result.final_eval_loss)
-                    .Add("final_eval_perplexity", Perplexity(result.final_eval_loss))
-                    .Add("tokens_per_s", result.tokens_per_s)
-                    .Add("tflops", flops_per_token * result.tokens_per_s / 1e12)
-                    .Add("elapsed_s", elapsed_s)
-                    .Add("params", params)
-                    .Add("device", device.str())
-                    .Add("threads", static_cast<int64_t>(threads)));
+  JsonLine line;
+  line.Add("summary", true)
+      .Add("steps", c.train.max_steps)
+      .Add("start_step", result.start_step)
+      .Add("first_loss", result.losses.front())
+      .Add("final_loss", result.losses.back())
+      .Add("final_eval_loss", result.final_eval_loss)
+      .Add("final_eval_perplexity", Perplexity(result.final_eval_loss))
+      .Add("tokens_per_s", result.tokens_per_s)
+      .Add("tflops", flops_per_token * result.tokens_per_s / 1e12)
+      .Add("elapsed_s", elapsed_s)
+      .Add("params", params)
+      .Add("device", device.str())
+      .Add("threads", static_cast<int64_t>(threads));
+  if (!result.accuracies.empty()) {
+    line.Add("final_accuracy", result.accuracies.back()).Add("final_eval_accuracy", result.final_eval_accuracy);
+  }
+  metrics.Write(line);
 }
 
 // The device of this rank: run.device, and with several ranks on CUDA the GPU of its
@@ -416,10 +429,13 @@ void ReportDone(const TrainResult& result, const Config& c, double elapsed_s, do
     spdlog::info("done: nothing to train (the checkpoint is at step {} = train.max_steps)", result.start_step);
     return;
   }
-  spdlog::info("done: steps {} to {} in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} (perplexity {:.3f}) | "
-               "{} tok/s | {:.3f} TFLOPS",
+  // The evaluation's figure: perplexity for a language model, accuracy for a classifier.
+  const std::string eval_figure = c.bert.num_labels > 0
+                                      ? fmt::format("accuracy {:.4f}", result.final_eval_accuracy)
+                                      : fmt::format("perplexity {:.3f}", Perplexity(result.final_eval_loss));
+  spdlog::info("done: steps {} to {} in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} ({}) | {} tok/s | {:.3f} TFLOPS",
                result.start_step + 1, c.train.max_steps, elapsed_s, result.losses.front(), result.losses.back(),
-               result.final_eval_loss, Perplexity(result.final_eval_loss), FormatThousands(result.tokens_per_s),
+               result.final_eval_loss, eval_figure, FormatThousands(result.tokens_per_s),
                flops_per_token * result.tokens_per_s / 1e12);
   if (metrics) WriteSummary(*metrics, result, c, elapsed_s, flops_per_token, params, device, threads);
 }
@@ -510,7 +526,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
       const EvalResult eval = Evaluate(*engine, data, c);
       result.final_eval_loss = eval.loss;
       result.final_eval_accuracy = eval.accuracy;
-      LogEval(eval, step, accuracy_name, sinks);
+      LogEval(eval, step, accuracy_name, c.bert.num_labels > 0, sinks);
     }
     const int signal = AgreedStopSignal(options, device);
     if (writer && (signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step))) {

@@ -219,7 +219,7 @@ TEST_CASE("a BERT classifier fine-tuned on a generated 3-way task learns it", "[
     const std::string ext = tsv ? ".tsv" : ".jsonl";
     const std::string train = TempDir() + "/topics_train" + ext, valid = TempDir() + "/topics_valid" + ext;
     WriteTopics(train, 600, 1, tsv);
-    WriteTopics(valid, 96, 2, tsv);
+    WriteTopics(valid, 90, 2, tsv);
     const Config c = LoadConfigText(
         "model: {type: bert, num_labels: 3, n_layer: 2, n_head: 2, n_embd: 64, n_positions: 64, vocab_size: 260,"
         " dropout: 0.0}\n"
@@ -234,8 +234,12 @@ TEST_CASE("a BERT classifier fine-tuned on a generated 3-way task learns it", "[
     REQUIRE(r.accuracies.size() == 200);
     CHECK(r.losses.back() < 0.5 * r.losses.front());
     CHECK(r.final_eval_accuracy > 0.9);  // chance is 1/3
+    // Evaluation covers the 90 validation examples once (5 x 16 + 10): k/90 right.
+    CHECK(std::abs(r.final_eval_accuracy * 90 - std::round(r.final_eval_accuracy * 90)) < 1e-9);
     const std::string metrics = ReadText(TempDir() + "/cls" + ext + "/metrics.jsonl");
     CHECK(metrics.find("\"eval_accuracy\":") != std::string::npos);
+    CHECK(metrics.find("\"final_eval_accuracy\":") != std::string::npos);
+    CHECK(metrics.find("\"eval_perplexity\":") == std::string::npos);  // a classifier has none
   }
 }
 
