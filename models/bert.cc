@@ -107,7 +107,16 @@ at::Tensor BertImpl::Encode(const BertInputs& in, LayerHooks* hooks) {
   hk.PreForward(block);
   const at::Tensor pos = at::arange(T, ids.options().dtype(at::kLong));
   const at::Tensor types = in.token_type_ids.defined() ? in.token_type_ids : at::zeros_like(ids);
-  at::Tensor x = word_embeddings(ids) + position_embeddings(pos) + token_type_embeddings(types);
+  at::Tensor x;
+  if (host_embedding_) {  // summed in fp32 on the host; a word embedding tied to the decoder stays on the device
+    const at::Device host = at::kCPU;
+    at::Tensor on_host = position_embeddings(pos.to(host)) + token_type_embeddings(types.to(host));
+    if (!config_.mlm_head) on_host = word_embeddings(ids.to(host)) + on_host;
+    on_host = on_host.to(embedding_out_device_, embedding_out_dtype_);
+    x = config_.mlm_head ? word_embeddings(ids) + on_host : on_host;
+  } else {
+    x = word_embeddings(ids) + position_embeddings(pos) + token_type_embeddings(types);
+  }
   x = dropout(embeddings_norm(x));
   x = hk.PostForward(block, x);
   at::Tensor keep;  // [B, 1, 1, T]: every query attends to the non-padding keys
@@ -183,6 +192,12 @@ at::Tensor BertImpl::ClassificationLoss(const BertInputs& in, const at::Tensor& 
   const at::Tensor logits = ClassifierLogits(hidden).to(at::kFloat);
   if (correct != nullptr) *correct = logits.detach().argmax(-1).eq(labels.reshape({-1})).sum();
   return hk.PostForward(head, F::cross_entropy(logits, labels.reshape({-1})));
+}
+
+void BertImpl::set_host_embedding(bool on, at::Device device, at::ScalarType dtype) {
+  host_embedding_ = on;
+  embedding_out_device_ = device;
+  embedding_out_dtype_ = dtype;
 }
 
 std::vector<BlockParameter> BertImpl::BlockParameters() const {

@@ -82,6 +82,10 @@ class BertImpl : public torch::nn::Module {
   ParameterCounts CountParameters() const;
   int num_blocks() const { return static_cast<int>(config_.n_layer) + 2; }
   void set_save_weight_leaves(bool on);
+  // chunk.cpu_embedding (PatrickStar's use_cpu_embedding): the position and token-type
+  // embeddings (and the word embedding when no MLM decoder is tied to it) live on the host
+  // in fp32 and are summed there; the sum goes to `device` in `dtype`.
+  void set_host_embedding(bool on, at::Device device, at::ScalarType dtype);
   const BertConfig& config() const { return config_; }
 
   torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
@@ -100,6 +104,9 @@ class BertImpl : public torch::nn::Module {
   at::Tensor Pooled(const at::Tensor& hidden);
   BertConfig config_;
   bool save_weight_leaves_ = false;
+  bool host_embedding_ = false;
+  at::Device embedding_out_device_ = at::kCPU;
+  at::ScalarType embedding_out_dtype_ = at::kFloat;
 };
 TORCH_MODULE(Bert);
 

@@ -48,8 +48,8 @@ class TrainableBert final : public TrainableModel {
   ParameterCounts CountParameters() const override { return model_->CountParameters(); }
   int num_blocks() const override { return model_->num_blocks(); }
   void set_save_weight_leaves(bool on) override { model_->set_save_weight_leaves(on); }
-  void set_host_embedding(bool on, at::Device, at::ScalarType) override {
-    TORCH_CHECK(!on, "chunk.cpu_embedding is not supported for BERT yet");
+  void set_host_embedding(bool on, at::Device device, at::ScalarType dtype) override {
+    model_->set_host_embedding(on, device, dtype);
   }
   torch::nn::Module& module() override { return *model_; }
   std::string accuracy_name() const override { return classifier_ ? "accuracy" : "mlm_accuracy"; }

@@ -50,7 +50,7 @@ class TrainableModel {
   virtual int num_blocks() const = 0;
   // Weight leaves saved for backward instead of views (the chunk runtime needs it).
   virtual void set_save_weight_leaves(bool on) = 0;
-  // chunk.cpu_embedding: embeddings computed on the host (GPT only; BERT throws).
+  // chunk.cpu_embedding: embeddings computed on the host, the result sent to `device`.
   virtual void set_host_embedding(bool on, at::Device device, at::ScalarType dtype) = 0;
   // The module itself: train()/eval()/to().
   virtual torch::nn::Module& module() = 0;

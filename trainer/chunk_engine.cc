@@ -27,8 +27,12 @@ void LogSetup(const ChunkSetup& s, const Config& c) {
   if (c.chunk.cpu_embedding) {
     std::string names;
     for (const auto& n : s.host_param_names) names += (names.empty() ? "" : ", ") + n;
+    const bool gpt = c.model_type == models::ModelType::kGpt;
+    const bool tied = gpt ? c.model.tie_word_embeddings : c.bert.num_labels == 0;
     spdlog::info("chunk.cpu_embedding: {} on the host in fp32, updated by the CPU Adam kernels{}", names,
-                 c.model.tie_word_embeddings ? " (wte is tied to the LM head on the device, so it stays in chunks)" : "");
+                 !tied ? ""
+                 : gpt ? " (wte is tied to the LM head on the device, so it stays in chunks)"
+                       : " (the word embedding is tied to the MLM decoder on the device, so it stays in chunks)");
   }
   if (s.probe) {
     spdlog::info("traced device budget: chunks + non-model memory within {} bytes; warm-up chunk share {}",

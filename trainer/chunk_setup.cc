@@ -56,9 +56,6 @@ bool GradsInComputeChunks(const Config& c) {
 
 // chunk.cpu_embedding: the position embedding, and the token embedding unless it is
 // tied to the LM head (then it is used on the device too), live outside the chunks.
-bool EmbeddingOnHost(const Config& c, const std::string& name) {
-  return c.chunk.cpu_embedding && (name == "wpe.weight" || (name == "wte.weight" && !c.model.tie_word_embeddings));
-}
 
 chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
   chunkmem::RuntimeOptions options;

@@ -416,9 +416,6 @@ class Loader {
                         ": model.tie_word_embeddings is a GPT key (BERT's MLM decoder is always tied to the word "
                         "embeddings); drop it");
     }
-    if (c.chunk.cpu_embedding) {
-      throw ConfigError(At("chunk.cpu_embedding") + ": chunk.cpu_embedding is not supported for model.type bert yet");
-    }
     const bool bytes = c.data.format == data::DataFormat::kText ||
                        (classification && c.data.tokenizer.empty() && c.model.init_from.empty());
     if (bytes && c.model.vocab_size < 260) {

@@ -34,6 +34,15 @@ std::vector<models::ParameterShape> ParameterShapesOf(const Config& c) {
   return models::BertParameterShapes(BertConfigOf(c));
 }
 
+bool EmbeddingOnHost(const Config& c, const std::string& name) {
+  if (!c.chunk.cpu_embedding) return false;
+  if (c.model_type == models::ModelType::kGpt) {
+    return name == "wpe.weight" || (name == "wte.weight" && !c.model.tie_word_embeddings);
+  }
+  return name == "embeddings.position_embeddings.weight" || name == "embeddings.token_type_embeddings.weight" ||
+         (name == "embeddings.word_embeddings.weight" && c.bert.num_labels > 0);
+}
+
 int64_t ActivationBytesOf(const Config& c, int64_t tokens, int64_t element_bytes) {
   if (c.model_type == models::ModelType::kGpt) return models::EstimateActivationBytes(c.model, tokens, element_bytes);
   return models::EstimateBertActivationBytes(BertConfigOf(c), tokens, element_bytes);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "models/bert_config.h"
@@ -22,6 +23,11 @@ std::unique_ptr<models::TrainableModel> MakeModel(const Config& config);
 
 // The model's parameters without building it, in BlockParameters() order.
 std::vector<models::ParameterShape> ParameterShapesOf(const Config& config);
+
+// chunk.cpu_embedding: whether parameter `name` lives on the host in fp32, outside the
+// chunks. GPT: wpe, and wte when not tied to the LM head; BERT: the position and
+// token-type embeddings, and the word embedding when no MLM decoder is tied to it.
+bool EmbeddingOnHost(const Config& config, const std::string& name);
 
 // Estimated activation bytes of one micro-batch of `tokens` tokens (the memory plan's).
 int64_t ActivationBytesOf(const Config& config, int64_t tokens, int64_t element_bytes);

@@ -110,6 +110,28 @@ TEST_CASE("BERT through chunks: same losses and accuracies as plain training", "
     const TrainResult ckpt = Train(Chunked("ckpt", {"model.activation_checkpointing=true", "chunk.device_budget_bytes=400000"}));
     CheckSame(plain, ckpt);
   }
+  SECTION("chunk.cpu_embedding: position and token-type embeddings on the host in fp32") {
+    // The embedding sum is associated differently ((p + t) first): equal to rounding.
+    const TrainResult host = Train(Chunked("cpu_emb", {"chunk.cpu_embedding=true", "chunk.device_budget_bytes=400000"}));
+    REQUIRE(host.losses.size() == plain.losses.size());
+    for (size_t i = 0; i < host.losses.size(); ++i) {
+      INFO("step " << i + 1);
+      CHECK(std::abs(host.losses[i] - plain.losses[i]) <= 1e-5 * plain.losses[i]);
+    }
+  }
+  SECTION("bf16 chunks track fp32 training") {
+    const TrainResult bf16 = Train(Chunked("bf16", {"precision.dtype=bf16", "chunk.device_budget_bytes=400000"}));
+    REQUIRE(bf16.losses.size() == plain.losses.size());
+    for (size_t i = 0; i < bf16.losses.size(); ++i) {
+      INFO("step " << i + 1);
+      CHECK(std::abs(bf16.losses[i] - plain.losses[i]) <= 0.05 * plain.losses[i]);
+    }
+  }
+  SECTION("fp16 chunks with the dynamic loss scaler train") {
+    const TrainResult fp16 = Train(Chunked("fp16", {"precision.dtype=fp16", "chunk.device_budget_bytes=400000"}));
+    REQUIRE(fp16.losses.size() == plain.losses.size());
+    CHECK(fp16.losses.back() < 0.7 * fp16.losses.front());
+  }
 }
 
 TEST_CASE("BERT gradient accumulation through chunks matches plain accumulation", "[bert][chunk][parity]") {
@@ -243,6 +265,31 @@ TEST_CASE("a BERT classifier fine-tuned on a generated 3-way task learns it", "[
   }
 }
 
+TEST_CASE("a BERT classifier through chunks (word embedding on the host too) matches plain training",
+          "[bert][classification][chunk][parity]") {
+  const std::string train = TempDir() + "/topics_parity.jsonl";
+  WriteTopics(train, 200, 3, false);
+  auto config = [&](const std::string& name, std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"run.output_dir=" + TempDir() + "/" + name, "run.overwrite=true", "run.threads=1"});
+    return LoadConfigText(
+        "model: {type: bert, num_labels: 3, n_layer: 2, n_head: 2, n_embd: 64, n_positions: 64, vocab_size: 260,"
+        " dropout: 0.0}\n"
+        "data: {format: classification, seq_len: 64, train_path: " + train + "}\n"
+        "train: {micro_batch_size: 8, global_batch_size: 8, max_steps: 15}\n"
+        "checkpoint: {at_end: false}\nlogging: {level: warn}\n",
+        "cls_parity.yaml", extra, ProcessEnv());
+  };
+  const TrainResult plain = Train(config("cls_plain", {}));
+  const TrainResult chunked = Train(config("cls_chunk", {"chunk.enabled=true", "chunk.size_elements=20000",
+                                                         "chunk.device_budget_bytes=400000", "chunk.cpu_embedding=true"}));
+  REQUIRE(chunked.losses.size() == plain.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(chunked.losses[i] - plain.losses[i]) <= 1e-5 * plain.losses[i]);
+    CHECK(chunked.accuracies[i] == plain.accuracies[i]);
+  }
+}
+
 TEST_CASE("bad classification files are errors naming the file and line", "[bert][classification]") {
   auto run = [](const std::string& name, const std::string& text) {
     const std::string path = TempDir() + "/" + name;
@@ -279,8 +326,6 @@ TEST_CASE("BERT-only and GPT-only keys are refused where they do not apply", "[b
                     Catch::Contains("below 260"));
   CHECK_THROWS_WITH(load("model: {type: bert, preset: gpt2-124m}\n"),
                     Catch::Contains("unknown preset 'gpt2-124m' for model.type bert; known: bert-base"));
-  CHECK_THROWS_WITH(load("model: {type: bert}\nchunk: {enabled: true, cpu_embedding: true}\n"),
-                    Catch::Contains("chunk.cpu_embedding is not supported for model.type bert"));
   const Config base = load("model: {type: bert, preset: bert-base}\n");
   CHECK(base.model.n_layer == 12);
   CHECK(base.model.vocab_size == 30522);
