@@ -8,12 +8,11 @@ namespace {
 
 at::Tensor MoveIfDefined(const at::Tensor& t, at::Device device) { return t.defined() ? t.to(device) : t; }
 
-class TrainableGpt final : public TrainableModel {
+// What GPT and BERT answer alike: their module holder's own methods.
+template <typename Holder>
+class ModelOf : public TrainableModel {
  public:
-  explicit TrainableGpt(Gpt model) : model_(std::move(model)) {}
-  LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
-    return {model_->Loss(batch.input_ids, batch.labels, hooks), {}, {}};
-  }
+  explicit ModelOf(Holder model) : model_(std::move(model)) {}
   std::vector<BlockParameter> BlockParameters() const override { return model_->BlockParameters(); }
   ParameterCounts CountParameters() const override { return model_->CountParameters(); }
   int num_blocks() const override { return model_->num_blocks(); }
@@ -23,13 +22,21 @@ class TrainableGpt final : public TrainableModel {
   }
   torch::nn::Module& module() override { return *model_; }
 
- private:
-  Gpt model_;
+ protected:
+  Holder model_;
 };
 
-class TrainableBert final : public TrainableModel {
+class TrainableGpt final : public ModelOf<Gpt> {
  public:
-  TrainableBert(Bert model, bool classifier) : model_(std::move(model)), classifier_(classifier) {
+  using ModelOf::ModelOf;
+  LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
+    return {model_->Loss(batch.input_ids, batch.labels, hooks), {}, {}};
+  }
+};
+
+class TrainableBert final : public ModelOf<Bert> {
+ public:
+  TrainableBert(Bert model, bool classifier) : ModelOf(std::move(model)), classifier_(classifier) {
     TORCH_CHECK(!classifier_ || model_->config().num_labels > 0, "a BERT classifier needs model.num_labels > 0");
     TORCH_CHECK(classifier_ || model_->config().mlm_head, "a BERT masked LM needs the MLM head");
   }
@@ -44,18 +51,9 @@ class TrainableBert final : public TrainableModel {
     }
     return out;
   }
-  std::vector<BlockParameter> BlockParameters() const override { return model_->BlockParameters(); }
-  ParameterCounts CountParameters() const override { return model_->CountParameters(); }
-  int num_blocks() const override { return model_->num_blocks(); }
-  void set_save_weight_leaves(bool on) override { model_->set_save_weight_leaves(on); }
-  void set_host_embedding(bool on, at::Device device, at::ScalarType dtype) override {
-    model_->set_host_embedding(on, device, dtype);
-  }
-  torch::nn::Module& module() override { return *model_; }
   std::string accuracy_name() const override { return classifier_ ? "accuracy" : "mlm_accuracy"; }
 
  private:
-  Bert model_;
   bool classifier_;
 };
 
