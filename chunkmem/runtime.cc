@@ -1,6 +1,7 @@
 #include "chunkmem/runtime.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -77,6 +78,11 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   // not chunks plus the whole model (a 1.5B model in fp32 is 6 GB more). Optimizer
   // state placed on the device goes there directly, never through the host; it is
   // allocated before any compute chunk moves, so in an arena it is one block.
+  struct Slots {  // with options.initial_values: where parameter `index`'s values go
+    int index;
+    at::Tensor master, compute;
+  };
+  std::vector<Slots> fill;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     const auto& chunk = layout_.chunks()[c];
     const Tier optimizer_tier = placement_.optimizer_on_device[c] ? Tier::kDevice : Tier::kHost;
@@ -95,13 +101,32 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     ids_.push_back(ids);
     for (int index : chunk.param_indices) {
       auto& param = params_[index].tensor;
-      View(ChunkKind::kCompute, index).copy_(param);
-      if (separate_master) View(ChunkKind::kMaster, index).copy_(param);
+      if (options.initial_values) {
+        fill.push_back({index, View(ChunkKind::kMaster, index), View(ChunkKind::kCompute, index)});
+      } else {
+        View(ChunkKind::kCompute, index).copy_(param);
+        if (separate_master) View(ChunkKind::kMaster, index).copy_(param);
+      }
       SetState(index, TensorState::kHold);  // kFree -> kHold: the init copy
       param.set_data(empty);                // the model's own storage is released
       torch::autograd::impl::set_post_acc_grad_hooks(param, std::make_unique<GradArrivedHook>(this, index));
     }
   }
+  // Initial values written in their slots, one parameter per task: each depends on the
+  // parameter alone (models/param_init.h), so the order and the threads do not matter.
+  // The master chunks are on the host or, placed there at start-up, on the simulated
+  // device (host memory too). TODO(issue #9 §4, GPU): write device-placed masters with
+  // the device's generator instead of a host buffer and a copy.
+  at::parallel_for(0, static_cast<int64_t>(fill.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      Slots& f = fill[i];
+      at::Tensor values = f.master.device().is_cpu() ? f.master : at::empty(f.master.sizes(), at::kFloat);
+      options_.initial_values(f.index, values);
+      if (!values.is_same(f.master)) f.master.copy_(values);
+      if (separate_master) f.compute.copy_(values);
+    }
+  });
+  options_.initial_values = nullptr;  // what it holds (the model, names) is not needed again
 }
 
 ChunkRuntime::~ChunkRuntime() {

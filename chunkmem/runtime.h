@@ -25,6 +25,7 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,13 @@ struct RuntimeOptions {
   // warmup_share_bytes, warmup_chunk_ratio x device_memory_bytes. The defaults put every
   // chunk's optimizer state on the host (margin_use_ratio 0).
   PlacementInput placement;
+  // Start-up (issue #9 §4): when set, the runtime writes parameter `index`'s initial
+  // values itself, into its slot in the fp32 master chunk (the compute chunk in fp32;
+  // a lower compute dtype gets a rounded copy), in parallel over parameters
+  // (at::parallel_for, so calls run on several threads at once), instead of copying the
+  // parameter tensors, whose storage is then never read. `values`: fp32, contiguous,
+  // host, the parameter's shape; a parameter left unwritten stays 0.
+  std::function<void(int index, at::Tensor values)> initial_values;
 };
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
@@ -114,8 +122,9 @@ struct RuntimeStats {
 class ChunkRuntime {
  public:
   // Copies every parameter's current values into the chunks (compute kind, and the fp32
-  // master when the compute dtype is lower), places compute chunks on the host tier and
-  // releases the parameters' own storage. `store` must outlive the runtime.
+  // master when the compute dtype is lower), or with options.initial_values writes them
+  // there directly, places compute chunks on the host tier and releases the parameters'
+  // own storage. `store` must outlive the runtime.
   ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, const RuntimeOptions& options);
   // Hands the values back to plain parameters (on the host tier's device) so the model
   // outlives the runtime; never throws (if a payload cannot be read, e.g. a failed copy,

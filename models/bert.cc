@@ -23,14 +23,28 @@ torch::nn::LayerNorm Norm(const BertConfig& c) {
 
 }  // namespace
 
+void InitBertParameter(const BertConfig& config, const std::string& name, at::Tensor values, uint64_t run_seed) {
+  CheckInitValues(name, values);
+  at::NoGradGuard no_grad;
+  const bool bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+  if (name.find("LayerNorm") != std::string::npos) {
+    bias ? values.zero_() : values.fill_(1.0);
+  } else if (values.dim() == 1) {  // linear biases and the MLM output bias
+    values.zero_();
+  } else {
+    FillNormal(values, config.init_std, run_seed, name);
+    if (name == "embeddings.word_embeddings.weight") values[0].zero_();  // pad_token_id 0
+  }
+}
+
 BertLayerImpl::BertLayerImpl(const BertConfig& c) : n_head_(c.n_head), attention_dropout_(c.attention_dropout) {
-  query = register_module("query", torch::nn::Linear(c.n_embd, c.n_embd));
-  key = register_module("key", torch::nn::Linear(c.n_embd, c.n_embd));
-  value = register_module("value", torch::nn::Linear(c.n_embd, c.n_embd));
-  attn_out = register_module("attn_out", torch::nn::Linear(c.n_embd, c.n_embd));
+  query = register_module("query", UninitialisedLinear(c.n_embd, c.n_embd));
+  key = register_module("key", UninitialisedLinear(c.n_embd, c.n_embd));
+  value = register_module("value", UninitialisedLinear(c.n_embd, c.n_embd));
+  attn_out = register_module("attn_out", UninitialisedLinear(c.n_embd, c.n_embd));
   attn_norm = register_module("attn_norm", Norm(c));
-  intermediate = register_module("intermediate", torch::nn::Linear(c.n_embd, c.mlp_width()));
-  output = register_module("output", torch::nn::Linear(c.mlp_width(), c.n_embd));
+  intermediate = register_module("intermediate", UninitialisedLinear(c.n_embd, c.mlp_width()));
+  output = register_module("output", UninitialisedLinear(c.mlp_width(), c.n_embd));
   out_norm = register_module("out_norm", Norm(c));
   dropout = register_module("dropout", torch::nn::Dropout(c.dropout));
 }
@@ -51,45 +65,31 @@ at::Tensor BertLayerImpl::forward(const at::Tensor& x, const at::Tensor& keep) {
   return out_norm(h + dropout(m));
 }
 
-BertImpl::BertImpl(const BertConfig& config) : config_(config) {
+BertImpl::BertImpl(const BertConfig& config) : BertImpl(config, kUninitialised) {
+  const uint64_t seed = SeedFromDefaultGenerator();
+  InitParameters(BlockParameters(), InitPlan{seed, {}}, [&](const std::string& name, at::Tensor values) {
+    InitBertParameter(config_, name, std::move(values), seed);
+  });
+}
+
+BertImpl::BertImpl(const BertConfig& config, Uninitialised) : config_(config) {
   ValidateBertConfig(config_);
   const auto& c = config_;
-  word_embeddings = register_module("word_embeddings", torch::nn::Embedding(c.vocab_size, c.n_embd));
-  position_embeddings = register_module("position_embeddings", torch::nn::Embedding(c.n_positions, c.n_embd));
-  token_type_embeddings = register_module("token_type_embeddings", torch::nn::Embedding(c.type_vocab_size, c.n_embd));
+  word_embeddings = register_module("word_embeddings", UninitialisedEmbedding(c.vocab_size, c.n_embd));
+  position_embeddings = register_module("position_embeddings", UninitialisedEmbedding(c.n_positions, c.n_embd));
+  token_type_embeddings = register_module("token_type_embeddings", UninitialisedEmbedding(c.type_vocab_size, c.n_embd));
   embeddings_norm = register_module("embeddings_norm", Norm(c));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layer; ++i) layers->push_back(BertLayer(c));
-  if (c.has_pooler()) pooler = register_module("pooler", torch::nn::Linear(c.n_embd, c.n_embd));
+  if (c.has_pooler()) pooler = register_module("pooler", UninitialisedLinear(c.n_embd, c.n_embd));
   if (c.mlm_head) {
-    mlm_transform = register_module("mlm_transform", torch::nn::Linear(c.n_embd, c.n_embd));
+    mlm_transform = register_module("mlm_transform", UninitialisedLinear(c.n_embd, c.n_embd));
     mlm_norm = register_module("mlm_norm", Norm(c));
-    mlm_bias = register_parameter("mlm_bias", at::zeros({c.vocab_size}));
+    mlm_bias = register_parameter("mlm_bias", at::empty({c.vocab_size}));
   }
-  if (c.nsp_head) nsp = register_module("nsp", torch::nn::Linear(c.n_embd, 2));
-  if (c.num_labels > 0) classifier = register_module("classifier", torch::nn::Linear(c.n_embd, c.num_labels));
+  if (c.nsp_head) nsp = register_module("nsp", UninitialisedLinear(c.n_embd, 2));
+  if (c.num_labels > 0) classifier = register_module("classifier", UninitialisedLinear(c.n_embd, c.num_labels));
   dropout = register_module("dropout", torch::nn::Dropout(c.dropout));
-  InitWeights();
-}
-
-// HF BertPreTrainedModel._init_weights: N(0, initializer_range) for Linear and Embedding
-// weights (the padding row 0 of the word embedding zeroed), zero biases, LayerNorm 1/0.
-void BertImpl::InitWeights() {
-  torch::NoGradGuard no_grad;
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    auto& p = item.value();
-    const bool norm = name.find("norm") != std::string::npos;
-    const bool bias = p.dim() == 1;
-    if (norm) {
-      bias && name.find(".bias") != std::string::npos ? p.zero_() : p.fill_(1.0);
-    } else if (bias) {
-      p.zero_();
-    } else {
-      p.normal_(0.0, config_.init_std);
-    }
-  }
-  word_embeddings->weight[0].zero_();  // pad_token_id 0
 }
 
 at::Tensor BertImpl::Linear(torch::nn::Linear& m, const at::Tensor& x) const {

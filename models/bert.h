@@ -24,6 +24,7 @@
 #include "models/bert_config.h"
 #include "models/gpt.h"  // BlockParameter, ParameterCounts
 #include "models/layer_hooks.h"
+#include "models/param_init.h"
 
 namespace ps::models {
 
@@ -31,7 +32,7 @@ namespace ps::models {
 // the MLP (intermediate/output dense) + LayerNorm; residuals before each norm (post-LN).
 class BertLayerImpl : public torch::nn::Module {
  public:
-  explicit BertLayerImpl(const BertConfig& c);
+  explicit BertLayerImpl(const BertConfig& c);  // parameters uninitialised (BertImpl fills them)
   // x [B, T, C]; keep [B, 1, 1, T] bool (true = attend) or undefined (no padding).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& keep);
 
@@ -57,7 +58,12 @@ struct BertInputs {
 
 class BertImpl : public torch::nn::Module {
  public:
+  // Initialised (models/param_init.h), from a run seed drawn from LibTorch's default
+  // generator (torch::manual_seed decides it).
   explicit BertImpl(const BertConfig& config);
+  // Parameters allocated but not written: the trainer fills them with InitBertParameter,
+  // in place (plain runs) or in their chunk slots (chunk runs).
+  BertImpl(const BertConfig& config, Uninitialised);
 
   // The encoder's last hidden states [B, T, C]. Hooks: blocks 0..n_layer.
   at::Tensor Encode(const BertInputs& in, LayerHooks* hooks = nullptr);
@@ -99,7 +105,6 @@ class BertImpl : public torch::nn::Module {
   torch::nn::Dropout dropout{nullptr};
 
  private:
-  void InitWeights();
   at::Tensor Linear(torch::nn::Linear& m, const at::Tensor& x) const;
   at::Tensor Pooled(const at::Tensor& hidden);
   BertConfig config_;
@@ -109,5 +114,11 @@ class BertImpl : public torch::nn::Module {
   at::ScalarType embedding_out_dtype_ = at::kFloat;
 };
 TORCH_MODULE(Bert);
+
+// HF BertPreTrainedModel._init_weights for parameter `name` (as in
+// BertImpl::BlockParameters()) and run seed `run_seed` (models/param_init.h): N(0,
+// init_std) for linear and embedding weights (row 0 of the word embedding, the padding
+// token, zeroed); biases 0 (the MLM output bias too); LayerNorm weight 1, bias 0.
+void InitBertParameter(const BertConfig& config, const std::string& name, at::Tensor values, uint64_t run_seed);
 
 }  // namespace ps::models

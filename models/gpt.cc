@@ -18,11 +18,30 @@ namespace {
 at::Tensor Apply(torch::nn::Linear& m, const at::Tensor& x, bool leaf) {
   return leaf ? LeafLinear(x, m->weight, m->bias) : m->forward(x);
 }
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
 }  // namespace
 
+void InitGptParameter(const GptConfig& config, const std::string& name, at::Tensor values, uint64_t run_seed) {
+  CheckInitValues(name, values);
+  at::NoGradGuard no_grad;
+  const bool bias = EndsWith(name, ".bias");
+  if (name.rfind("ln_", 0) == 0 || name.find(".ln_") != std::string::npos) {  // ln_1, ln_2, ln_f
+    bias ? values.zero_() : values.fill_(1.0);
+  } else if (bias) {
+    values.zero_();
+  } else if (EndsWith(name, "c_proj.weight")) {  // residual projections (GPT-2 paper)
+    FillNormal(values, config.init_std / std::sqrt(2.0 * static_cast<double>(config.n_layer)), run_seed, name);
+  } else {
+    FillNormal(values, config.init_std, run_seed, name);
+  }
+}
+
 AttentionImpl::AttentionImpl(const GptConfig& c) : n_head_(c.n_head), dropout_(c.dropout) {
-  c_attn = register_module("c_attn", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
-  c_proj = register_module("c_proj", torch::nn::Linear(c.n_embd, c.n_embd));
+  c_attn = register_module("c_attn", UninitialisedLinear(c.n_embd, 3 * c.n_embd));
+  c_proj = register_module("c_proj", UninitialisedLinear(c.n_embd, c.n_embd));
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x) {
@@ -39,8 +58,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
 }
 
 MlpImpl::MlpImpl(const GptConfig& c) {
-  c_fc = register_module("c_fc", torch::nn::Linear(c.n_embd, 4 * c.n_embd));
-  c_proj = register_module("c_proj", torch::nn::Linear(4 * c.n_embd, c.n_embd));
+  c_fc = register_module("c_fc", UninitialisedLinear(c.n_embd, 4 * c.n_embd));
+  c_proj = register_module("c_proj", UninitialisedLinear(4 * c.n_embd, c.n_embd));
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
@@ -61,40 +80,25 @@ at::Tensor BlockImpl::forward(const at::Tensor& x) {
   return h + resid_dropout(mlp(ln_2(h)));
 }
 
-GptImpl::GptImpl(const GptConfig& config) : config_(config) {
+GptImpl::GptImpl(const GptConfig& config) : GptImpl(config, kUninitialised) {
+  const uint64_t seed = SeedFromDefaultGenerator();
+  InitParameters(BlockParameters(), InitPlan{seed, {}}, [&](const std::string& name, at::Tensor values) {
+    InitGptParameter(config_, name, std::move(values), seed);
+  });
+}
+
+GptImpl::GptImpl(const GptConfig& config, Uninitialised) : config_(config) {
   ValidateGptConfig(config_);
   const auto& c = config_;
-  wte = register_module("wte", torch::nn::Embedding(c.vocab_size, c.n_embd));
-  wpe = register_module("wpe", torch::nn::Embedding(c.n_positions, c.n_embd));
+  wte = register_module("wte", UninitialisedEmbedding(c.vocab_size, c.n_embd));
+  wpe = register_module("wpe", UninitialisedEmbedding(c.n_positions, c.n_embd));
   drop = register_module("drop", torch::nn::Dropout(c.dropout));
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(Block(c));
   ln_f = register_module(
       "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd}).eps(c.layer_norm_eps)));
   if (!c.tie_word_embeddings) {
-    lm_head = register_module(
-        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.n_embd, c.vocab_size).bias(false)));
-  }
-  InitWeights();
-}
-
-void GptImpl::InitWeights() {
-  torch::NoGradGuard no_grad;
-  const double std = config_.init_std;
-  const double proj_std = std / std::sqrt(2.0 * config_.n_layer);
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    auto& p = item.value();
-    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    if (name.find("ln_") != std::string::npos) {
-      is_bias ? p.zero_() : p.fill_(1.0);
-    } else if (is_bias) {
-      p.zero_();
-    } else if (name.find("c_proj.weight") != std::string::npos) {
-      p.normal_(0.0, proj_std);
-    } else {
-      p.normal_(0.0, std);
-    }
+    lm_head = register_module("lm_head", UninitialisedLinear(c.n_embd, c.vocab_size, /*bias=*/false));
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "models/gpt_config.h"
 #include "models/layer_hooks.h"
+#include "models/param_init.h"
 
 namespace ps::models {
 
@@ -40,7 +41,7 @@ struct ParameterCounts {
 // Causal multi-head self-attention ("attn.c_attn", "attn.c_proj").
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const GptConfig& config);
+  explicit AttentionImpl(const GptConfig& config);  // parameters uninitialised (GptImpl fills them)
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
   torch::nn::Linear c_attn{nullptr};  // weight [3C, C]: q, k, v
@@ -80,7 +81,12 @@ TORCH_MODULE(Block);
 
 class GptImpl : public torch::nn::Module {
  public:
+  // Initialised (models/param_init.h), from a run seed drawn from LibTorch's default
+  // generator (torch::manual_seed decides it).
   explicit GptImpl(const GptConfig& config);
+  // Parameters allocated but not written: the trainer fills them with InitGptParameter,
+  // in place (plain runs) or in their chunk slots (chunk runs).
+  GptImpl(const GptConfig& config, Uninitialised);
 
   // idx: [B, T] int64 token ids (T <= n_positions) -> logits [B, T, vocab_size].
   at::Tensor forward(const at::Tensor& idx, LayerHooks* hooks = nullptr);
@@ -109,7 +115,6 @@ class GptImpl : public torch::nn::Module {
   torch::nn::Dropout drop{nullptr};
 
  private:
-  void InitWeights();
   bool host_embedding_ = false;
   at::Device embedding_out_device_ = at::kCPU;
   at::ScalarType embedding_out_dtype_ = at::kFloat;
@@ -117,5 +122,11 @@ class GptImpl : public torch::nn::Module {
   GptConfig config_;
 };
 TORCH_MODULE(Gpt);
+
+// GPT-2's initial values of parameter `name` (as in GptImpl::BlockParameters()) for run
+// seed `run_seed` (models/param_init.h): N(0, init_std) for embeddings, linear weights
+// and the LM head; residual projections (attn.c_proj, mlp.c_proj) N(0, init_std /
+// sqrt(2 n_layer)); LayerNorm weight 1, bias 0; biases 0. `values`: fp32, contiguous.
+void InitGptParameter(const GptConfig& config, const std::string& name, at::Tensor values, uint64_t run_seed);
 
 }  // namespace ps::models

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <type_traits>
+
 namespace ps::models {
 namespace {
 
@@ -21,6 +23,13 @@ class ModelOf : public TrainableModel {
     model_->set_host_embedding(on, device, dtype);
   }
   torch::nn::Module& module() override { return *model_; }
+  void InitParameter(const std::string& name, at::Tensor values, uint64_t seed) const override {
+    if constexpr (std::is_same_v<Holder, Gpt>) {
+      InitGptParameter(model_->config(), name, std::move(values), seed);
+    } else {
+      InitBertParameter(model_->config(), name, std::move(values), seed);
+    }
+  }
 
  protected:
   Holder model_;

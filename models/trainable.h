@@ -54,10 +54,15 @@ class TrainableModel {
   virtual void set_host_embedding(bool on, at::Device device, at::ScalarType dtype) = 0;
   // The module itself: train()/eval()/to().
   virtual torch::nn::Module& module() = 0;
+  // Writes parameter `name`'s initial values for run seed `seed` into `values` (fp32,
+  // contiguous, host; the parameter's shape): InitGptParameter / InitBertParameter. Any
+  // thread; each call is independent of the others (models/param_init.h).
+  virtual void InitParameter(const std::string& name, at::Tensor values, uint64_t seed) const = 0;
   // The name of the accuracy in metrics ("mlm_accuracy", "accuracy"); empty: none.
   virtual std::string accuracy_name() const { return ""; }
 };
 
+// The models may be built initialised or not (kUninitialised; the engines fill them).
 std::unique_ptr<TrainableModel> MakeTrainableGpt(Gpt model);
 // BERT with its MLM head (labels: -100 where nothing is predicted).
 std::unique_ptr<TrainableModel> MakeTrainableBertMlm(Bert model);

@@ -63,12 +63,14 @@ chunkmem::WarmupState WarmupFromJson(const nlohmann::json& j) {
 
 }  // namespace
 
-ChunkEngine::ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device)
+ChunkEngine::ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
+                         const models::InitPlan& init)
     : model_(std::move(model)), config_(config), device_(device) {
-  // The model stays on the host: the runtime copies each parameter into the (host)
-  // chunks and releases it, so a model larger than the device never has to fit there.
+  // The model stays on the host: the runtime writes each parameter's initial values
+  // into the (host) chunks and releases its storage, so a model larger than the device
+  // never has to fit there.
   model_->module().train();
-  chunks_ = MakeChunkSetup(*model_, config_, device_);
+  chunks_ = MakeChunkSetup(*model_, config_, device_, init);
   LogSetup(chunks_, config_);
 }
 

@@ -17,8 +17,10 @@ namespace ps::trainer {
 
 class ChunkEngine final : public TrainingEngine {
  public:
-  // Takes `model` (on the host) into chunks; logs the layout and the optimizer.
-  ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device);
+  // Takes `model` (on the host, uninitialised) into chunks, its initial values written
+  // there as `init` says; logs the layout and the optimizer.
+  ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
+              const models::InitPlan& init);
 
   void BeginStep() override;
   models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;

@@ -73,7 +73,8 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
 
 }  // namespace
 
-ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::Device device) {
+ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::Device device,
+                          const models::InitPlan& init) {
   // The run places its chunks by the plan `--plan` prints, and refuses what it refuses,
   // with the same reason, before allocating anything.
   const RunPlan run_plan = PlanRun(c, device);
@@ -107,6 +108,7 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     if (EmbeddingOnHost(c, p.name)) {
       at::Tensor param = p.tensor;
       param.set_data(param.data().to(at::kCPU, at::kFloat).contiguous());
+      if (init.Initialises(p.name)) model.InitParameter(p.name, param.detach(), init.seed);
       host_params.emplace_back(p.name, param);
       continue;
     }
@@ -117,6 +119,11 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
   options.static_placement = c.chunk.placement == chunkmem::PlacementKind::kStatic;
   options.placement = chunkmem::PlacementInputOf(run_plan.input);
+  std::vector<std::string> names;
+  for (const auto& p : params) names.push_back(p.name);
+  options.initial_values = [&model, init, names](int index, at::Tensor values) {  // in the constructor only
+    if (init.Initialises(names[index])) model.InitParameter(names[index], std::move(values), init.seed);
+  };
   s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, options);
   // Same function, same input: the runtime's placement is the plan's.
   TORCH_INTERNAL_ASSERT(s.runtime->placement().optimizer_on_device == run_plan.plan.placement.optimizer_on_device &&

@@ -15,6 +15,7 @@
 #include "chunkmem/memory_probe.h"
 #include "chunkmem/runtime.h"
 #include "chunkmem/timeline.h"
+#include "models/param_init.h"
 #include "models/trainable.h"
 #include "optim/hybrid_adam.h"
 #include "optim/loss_scaler.h"
@@ -51,8 +52,11 @@ struct ChunkSetup {
 
 // Moves `model`'s parameters into chunks (the model keeps its modules; its parameter
 // tensors are bound to chunk slots while in use), placed as PlanRun(config) says;
-// throws ConfigError with the plan's reason when it does not fit.
-ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& config, at::Device device);
+// throws ConfigError with the plan's reason when it does not fit. The runtime writes
+// the initial values (model.InitParameter) in the chunk slots as `init` says; the
+// model's own storage is never read.
+ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& config, at::Device device,
+                          const models::InitPlan& init);
 
 // The memory plan of a run, from the model's shapes alone (nothing allocated): what
 // `--plan` prints and what MakeChunkSetup places chunks by (and refuses by, with the

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "models/param_init.h"
 #include "models/trainable.h"
 #include "models/safetensors.h"
 #include "trainer/config.h"
@@ -82,10 +83,12 @@ class TrainingEngine {
   virtual at::Device device() const = 0;
 };
 
-// The engine `config` asks for, taking `model` (freshly initialised, on the host).
+// The engine `config` asks for, taking `model` (built uninitialised, on the host): the
+// engine writes every parameter's initial values as `init` says (models/param_init.h),
+// in place (plain) or in its chunk slots (chunks), in parallel over parameters.
 // `comm`: the ranks of a data-parallel run (null = one process); not owned.
 std::unique_ptr<TrainingEngine> MakeEngine(std::unique_ptr<models::TrainableModel> model, const Config& config,
-                                           at::Device device,
+                                           at::Device device, const models::InitPlan& init,
                                            comm::Communicator* comm = nullptr);
 
 }  // namespace ps::trainer

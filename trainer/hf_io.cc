@@ -45,30 +45,40 @@ std::string ResolveCheckpointFolder(const std::string& path) {
   return found.front();
 }
 
-void LoadInitialWeights(TrainingEngine& engine, const Config& config) {
+InitialWeights ReadInitialWeights(const Config& config) {
+  const auto start = std::chrono::steady_clock::now();
+  InitialWeights w;
+  if (config.model_type == models::ModelType::kBert) {
+    models::HfBertWeights bert = models::MapHfBertWeights(config.model.init_from, BertConfigOf(config));
+    w.params = std::move(bert.params);
+    w.missing = std::move(bert.missing);
+  } else {
+    w.params = models::MapHfGpt2Weights(config.model.init_from, config.model);
+  }
+  w.read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return w;
+}
+
+void LoadInitialWeights(TrainingEngine& engine, const Config& config, InitialWeights weights) {
   const auto start = std::chrono::steady_clock::now();
   EngineState state;
-  if (config.model_type == models::ModelType::kBert) {
-    models::HfBertWeights w = models::MapHfBertWeights(config.model.init_from, BertConfigOf(config));
-    state.params = std::move(w.params);
-    if (!w.missing.empty()) {
-      // A head the folder lacks (a classifier started from a masked-LM folder) keeps
-      // this run's random init.
-      const EngineState fresh = engine.Save();
-      std::string names;
-      for (const auto& name : w.missing) {
-        state.params[name] = fresh.params.at(name).clone();
-        names += (names.empty() ? "" : ", ") + name;
-      }
-      spdlog::info("model.init_from: {} has no {}; they start from random init", config.model.init_from, names);
+  state.params = std::move(weights.params);
+  if (!weights.missing.empty()) {
+    // A head the folder lacks (a classifier started from a masked-LM folder) keeps
+    // this run's random init (the engine initialised only these).
+    const EngineState fresh = engine.Save();
+    std::string names;
+    for (const auto& name : weights.missing) {
+      state.params[name] = fresh.params.at(name).clone();
+      names += (names.empty() ? "" : ", ") + name;
     }
-  } else {
-    state.params = models::MapHfGpt2Weights(config.model.init_from, config.model);
+    spdlog::info("model.init_from: {} has no {}; they start from random init", config.model.init_from, names);
   }
   state.params_file = config.model.init_from;
+  const size_t tensors = state.params.size();
   engine.Load(state);
-  spdlog::info("model.init_from: {} tensors from {} in {:.2f} s", state.params.size(), config.model.init_from,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  spdlog::info("model.init_from: {} tensors from {} in {:.2f} s", tensors, config.model.init_from,
+               weights.read_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 std::string TokenizerSource(const Config& config) {

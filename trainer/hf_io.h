@@ -15,9 +15,19 @@
 
 namespace ps::trainer {
 
-// Starts `engine` from model.init_from's weights: every parameter, one tensor at a time
-// from a memory map (no full copy of the model on the host), Adam moments zero, step 0.
-void LoadInitialWeights(TrainingEngine& engine, const Config& config);
+// model.init_from's weights by this run's parameter names, memory-mapped (read when
+// loaded, one tensor at a time: no full copy of the model on the host). Read before the
+// engine is built, so the engine skips the random init of every parameter in `params`.
+struct InitialWeights {
+  models::TensorMap params;
+  std::vector<std::string> missing;  // BERT heads the folder lacks: they keep the random init
+  double read_s = 0;
+};
+InitialWeights ReadInitialWeights(const Config& config);
+
+// Starts `engine` from `weights`: the parameters in it, and the engine's random init of
+// the missing ones; Adam moments zero, step 0.
+void LoadInitialWeights(TrainingEngine& engine, const Config& config, InitialWeights weights);
 
 // Where the run's tokenizer is: data.tokenizer, else model.init_from when it holds
 // tokenizer files, else "" (a byte-level or pre-tokenized run).

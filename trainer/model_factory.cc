@@ -23,10 +23,12 @@ models::BertConfig BertConfigOf(const Config& c) {
 }
 
 std::unique_ptr<models::TrainableModel> MakeModel(const Config& c) {
-  if (c.model_type == models::ModelType::kGpt) return models::MakeTrainableGpt(models::Gpt(c.model));
+  if (c.model_type == models::ModelType::kGpt) {
+    return models::MakeTrainableGpt(models::Gpt(c.model, models::kUninitialised));
+  }
   const models::BertConfig b = BertConfigOf(c);
-  if (b.num_labels > 0) return models::MakeTrainableBertClassifier(models::Bert(b));
-  return models::MakeTrainableBertMlm(models::Bert(b));
+  if (b.num_labels > 0) return models::MakeTrainableBertClassifier(models::Bert(b, models::kUninitialised));
+  return models::MakeTrainableBertMlm(models::Bert(b, models::kUninitialised));
 }
 
 std::vector<models::ParameterShape> ParameterShapesOf(const Config& c) {

@@ -18,7 +18,8 @@ namespace ps::trainer {
 // MLM head for pre-training, the classifier for model.num_labels > 0.
 models::BertConfig BertConfigOf(const Config& config);
 
-// A freshly initialised model (on the host; init draws from LibTorch's default generator).
+// The model of `config`, on the host, its parameters allocated but not initialised: the
+// engine writes their initial values (MakeEngine, models/param_init.h).
 std::unique_ptr<models::TrainableModel> MakeModel(const Config& config);
 
 // The model's parameters without building it, in BlockParameters() order.

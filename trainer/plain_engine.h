@@ -21,10 +21,11 @@ class PlainEngine final : public TrainingEngine {
  public:
   static constexpr int64_t kBucketBytes = 4 << 20;  // fp32 bytes per gradient all-reduce
 
-  // Moves `model` to `device`. `comm`: null or world size 1 = one process; else not
-  // owned, outlives the engine.
+  // Initialises `model`'s parameters in place as `init` says (on the host, in parallel
+  // over parameters), then moves it to `device`. `comm`: null or world size 1 = one
+  // process; else not owned, outlives the engine.
   PlainEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
-              comm::Communicator* comm = nullptr);
+              const models::InitPlan& init, comm::Communicator* comm = nullptr);
 
   void BeginStep() override;
   models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;

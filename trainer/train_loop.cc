@@ -356,6 +356,7 @@ void WriteSummary(MetricsWriter& metrics, const TrainResult& result, const Confi
       .Add("tokens_per_s", result.tokens_per_s)
       .Add("tflops", flops_per_token * result.tokens_per_s / 1e12)
       .Add("elapsed_s", elapsed_s)
+      .Add("startup_s", result.startup_s)
       .Add("params", params)
       .Add("device", device.str())
       .Add("threads", static_cast<int64_t>(threads));
@@ -433,8 +434,10 @@ void ReportDone(const TrainResult& result, const Config& c, double elapsed_s, do
   const std::string eval_figure = c.bert.num_labels > 0
                                       ? fmt::format("accuracy {:.4f}", result.final_eval_accuracy)
                                       : fmt::format("perplexity {:.3f}", Perplexity(result.final_eval_loss));
-  spdlog::info("done: steps {} to {} in {:.1f} s | loss {:.4f} -> {:.4f} | eval {:.4f} ({}) | {} tok/s | {:.3f} TFLOPS",
-               result.start_step + 1, c.train.max_steps, elapsed_s, result.losses.front(), result.losses.back(),
+  spdlog::info("done: steps {} to {} in {:.1f} s (start-up {:.1f} s) | loss {:.4f} -> {:.4f} | eval {:.4f} ({}) | {} "
+               "tok/s | {:.3f} TFLOPS",
+               result.start_step + 1, c.train.max_steps, elapsed_s, result.startup_s, result.losses.front(),
+               result.losses.back(),
                result.final_eval_loss, eval_figure, FormatThousands(result.tokens_per_s),
                flops_per_token * result.tokens_per_s / 1e12);
   if (metrics) WriteSummary(*metrics, result, c, elapsed_s, flops_per_token, params, device, threads);
@@ -443,6 +446,7 @@ void ReportDone(const TrainResult& result, const Config& c, double elapsed_s, do
 }  // namespace
 
 TrainResult Train(const Config& c, const TrainOptions& options) {
+  const auto launch = Clock::now();  // start-up: from here to the first step
   if (c.precision.dtype == optim::Dtype::kFp16 && !c.chunk.enabled) {
     throw ConfigError("precision.dtype: fp16 needs chunk.enabled: true (the chunk optimizer owns the loss scaler); "
                       "use bf16 or fp32 without chunks");
@@ -461,11 +465,20 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   MetricsWriter* metrics = start.metrics.get();
   const LogSinks sinks{metrics, start.tensorboard.get()};
 
-  std::unique_ptr<models::TrainableModel> model = MakeModel(c);
+  // Parameters get their initial values in the engine (in place, or in their chunk
+  // slots), each from a generator of its own (models/param_init.h); those model.init_from
+  // provides are not randomly initialised at all.
+  models::InitPlan init{static_cast<uint64_t>(c.run.seed), {}};
+  std::optional<InitialWeights> initial_weights;
+  if (!start.resume && !c.model.init_from.empty()) {
+    initial_weights = ReadInitialWeights(c);
+    for (const auto& [name, tensor] : initial_weights->params) init.provided.insert(name);
+  }
+  std::unique_ptr<models::TrainableModel> model = MakeModel(c);  // uninitialised
   const auto counts = model->CountParameters();  // before an engine takes the storage
   const std::string accuracy_name = model->accuracy_name();
-  std::unique_ptr<TrainingEngine> engine = MakeEngine(std::move(model), c, device, options.comm);
-  if (!start.resume && !c.model.init_from.empty()) LoadInitialWeights(*engine, c);
+  std::unique_ptr<TrainingEngine> engine = MakeEngine(std::move(model), c, device, init, options.comm);
+  if (initial_weights) LoadInitialWeights(*engine, c, std::move(*initial_weights));
   const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
   Checkpointer checkpointer(c.checkpoint, CheckpointDir(c));
   TrainResult result;
@@ -495,6 +508,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   int64_t timed_tokens = 0;
   const auto run_start = Clock::now();
   Clock::time_point first_step_end;  // the ETA's pace: wall time per step after the first
+  result.startup_s = std::chrono::duration<double>(run_start - launch).count();
   for (int64_t step = result.start_step + 1; step <= c.train.max_steps; ++step) {
     const StepRecord r = RunStep(*engine, data.train(), c, accum, schedule.LrAt(step - 1), step, options.comm);
     progress.divergence.Check(r.outcome, step);

@@ -19,6 +19,9 @@ struct TrainResult {
   std::vector<double> accuracies;
   double final_eval_accuracy = 0.0;
   double tokens_per_s = 0.0;      // mean over steps after the first
+  // Seconds from the start of Train() to the first step (data opened, output folder,
+  // model built, parameters initialised or loaded, chunks placed, a checkpoint restored).
+  double startup_s = 0.0;
   // Chunk runs only (chunk.enabled):
   int64_t peak_device_chunk_bytes = 0;  // highest chunk bytes on the device tier
   int64_t device_budget_bytes = 0;

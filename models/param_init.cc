@@ -1,0 +1,78 @@
+#include "models/param_init.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "models/gpt.h"
+
+namespace ps::models {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+torch::nn::Linear UninitialisedLinear(int64_t in_features, int64_t out_features, bool bias) {
+  torch::nn::Linear m(torch::nn::LinearOptions(1, 1).bias(bias));
+  m->options.in_features(in_features).out_features(out_features);
+  m->weight.set_data(at::empty({out_features, in_features}));
+  if (bias) m->bias.set_data(at::empty({out_features}));
+  return m;
+}
+
+torch::nn::Embedding UninitialisedEmbedding(int64_t num_embeddings, int64_t embedding_dim) {
+  torch::nn::Embedding m(torch::nn::EmbeddingOptions(1, 1));
+  m->options.num_embeddings(num_embeddings).embedding_dim(embedding_dim);
+  m->weight.set_data(at::empty({num_embeddings, embedding_dim}));
+  return m;
+}
+
+uint64_t SeedFromDefaultGenerator() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
+}
+
+uint64_t ParameterSeed(uint64_t run_seed, const std::string& name) {
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a
+  for (const char ch : name) {
+    h ^= static_cast<uint8_t>(ch);
+    h *= 0x100000001B3ull;
+  }
+  return SplitMix64(SplitMix64(run_seed) ^ h);
+}
+
+void CheckInitValues(const std::string& name, const at::Tensor& values) {
+  TORCH_INTERNAL_ASSERT(values.scalar_type() == at::kFloat && values.is_contiguous() && values.device().is_cpu(),
+                        "initial values of '", name, "' must be written into contiguous fp32 host memory");
+}
+
+void FillNormal(at::Tensor& values, double std, uint64_t run_seed, const std::string& name) {
+  CheckInitValues(name, values);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(ParameterSeed(run_seed, name));
+  at::NoGradGuard no_grad;
+  values.normal_(0.0, std, gen);
+}
+
+void InitParameters(const std::vector<BlockParameter>& params, const InitPlan& plan, const ParameterInitFn& init) {
+  std::vector<const BlockParameter*> todo;
+  for (const auto& p : params) {
+    if (plan.Initialises(p.name)) todo.push_back(&p);
+  }
+  // One parameter per task: each call is single-threaded with its own generator.
+  at::parallel_for(0, static_cast<int64_t>(todo.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) init(todo[i]->name, todo[i]->tensor.detach());
+  });
+}
+
+}  // namespace ps::models
