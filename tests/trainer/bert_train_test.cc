@@ -25,12 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TempDir;
 
-std::string WriteCorpus() {
-  const std::string path = TempDir() + "/bert_corpus.txt";
-  std::ofstream out(path);
-  for (int i = 0; i < 400; ++i) out << "the cat sat on the mat. the dog ran to the log. " << i << " ";
-  return path;
-}
+std::string WriteCorpus() { return testing::WriteRepeatedText("bert_corpus.txt", 400); }
 
 // 3 encoder blocks of n_embd 64 (~50k parameters each); chunks of 20k elements.
 Config Tiny(const std::string& name, std::vector<std::string> extra = {}) {

@@ -22,12 +22,7 @@ namespace {
 
 using testing::TempDir;
 
-std::string WriteCorpus() {
-  const std::string path = TempDir() + "/corpus.txt";
-  std::ofstream out(path);
-  for (int i = 0; i < 400; ++i) out << "the cat sat on the mat. the dog ran to the log. " << i << " ";
-  return path;
-}
+std::string WriteCorpus() { return testing::WriteRepeatedText("corpus.txt", 400); }
 
 // 5 blocks of n_embd 64: a block is ~50k parameters; chunks of 20k elements split it in 3,
 // so there are 16 compute chunks of 80 kB.

@@ -26,12 +26,7 @@ namespace fs = std::filesystem;
 
 using testing::TempDir;
 
-std::string WriteCorpus() {
-  const std::string path = TempDir() + "/resume_corpus.txt";
-  std::ofstream out(path);
-  for (int i = 0; i < 300; ++i) out << "the cat sat on the mat. the dog ran to the log. " << i << " ";
-  return path;
-}
+std::string WriteCorpus() { return testing::WriteRepeatedText("resume_corpus.txt", 300); }
 
 // 3 blocks of n_embd 64, dropout on (the RNG state must be restored too), 16 steps.
 Config Tiny(const std::string& name, std::vector<std::string> extra = {}) {

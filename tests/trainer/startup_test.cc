@@ -55,10 +55,7 @@ class RecordingModel final : public models::TrainableModel {
 };
 
 std::string WriteCorpus() {
-  const std::string path = TempDir() + "/startup_corpus.txt";
-  std::ofstream out(path);
-  for (int i = 0; i < 200; ++i) out << "the cat sat on the mat. " << i << " ";
-  return path;
+  return testing::WriteRepeatedText("startup_corpus.txt", 200, "the cat sat on the mat. ");
 }
 
 Config Gpt(const std::string& name, std::vector<std::string> extra = {}) {

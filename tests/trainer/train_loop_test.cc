@@ -16,10 +16,8 @@ namespace {
 using testing::TempDir;
 
 std::string WriteCorpus() {
-  const std::string path = TempDir() + "/corpus.txt";
-  std::ofstream out(path);
-  for (int i = 0; i < 400; ++i) out << "the cat sat on the mat. the dog ran to the log. ";
-  return path;
+  return testing::WriteRepeatedText("corpus.txt", 400, "the cat sat on the mat. the dog ran to the log. ",
+                                    /*numbered=*/false);
 }
 
 Config TinyRun(const std::string& name) {
