@@ -41,7 +41,10 @@ void CheckInitValues(const std::string& name, const at::Tensor& values);
 struct InitPlan {
   uint64_t seed = 0;
   std::set<std::string> provided;
-  bool Initialises(const std::string& name) const { return provided.count(name) == 0; }
+  // Every parameter comes from elsewhere (a resumed checkpoint, whose Load rejects a
+  // missing one): nothing is randomly initialised.
+  bool all_provided = false;
+  bool Initialises(const std::string& name) const { return !all_provided && provided.count(name) == 0; }
 };
 
 // Writes the initial values of parameter `name` into `values` (fp32, contiguous).

@@ -467,8 +467,9 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
 
   // Parameters get their initial values in the engine (in place, or in their chunk
   // slots), each from a generator of its own (models/param_init.h); those model.init_from
-  // provides are not randomly initialised at all.
+  // provides, or a resumed checkpoint (all of them), are not randomly initialised at all.
   models::InitPlan init{static_cast<uint64_t>(c.run.seed), {}};
+  init.all_provided = start.resume.has_value();
   std::optional<InitialWeights> initial_weights;
   if (!start.resume && !c.model.init_from.empty()) {
     initial_weights = ReadInitialWeights(c);

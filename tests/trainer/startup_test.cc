@@ -132,6 +132,12 @@ TEST_CASE("the engines initialise only what the plan leaves to them", "[startup]
     CHECK(initialised.size() == params.size() - provided.size());
     for (const auto& name : provided) CHECK(initialised.count(name) == 0);
     if (chunks) CHECK(params.at("wte.weight").abs().sum().item<double>() == 0.0);  // a chunk slot left as allocated
+    // A resumed run: the checkpoint gives every parameter, nothing is initialised.
+    std::set<std::string> none;
+    models::InitPlan resumed{1, {}};
+    resumed.all_provided = true;
+    InitialParams(c, resumed, &none);
+    CHECK(none.empty());
   }
 }
 
