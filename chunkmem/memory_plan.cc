@@ -50,6 +50,8 @@ PlacementInput PlacementInputOf(const PlanInput& in) {
   p.host_param_bytes = MulBytes(16, in.host_param_numel);
   p.margin_use_ratio = in.margin_use_ratio;
   p.host_scratch_chunks = in.host_scratch_chunks;
+  p.world_size = in.world_size;
+  p.rank = in.rank;
   return p;
 }
 
@@ -61,10 +63,13 @@ MemoryPlan PlanMemory(const PlanInput& in) {
     specs.push_back({p.name, p.numel, p.used_by_blocks.front()});
     used_by.push_back(p.used_by_blocks);
   }
-  const int64_t chunk_numel = in.chunk_numel > 0 ? in.chunk_numel : ChooseChunkNumel(specs, 1);
-  plan.layout = ChunkLayout::Plan(specs, {chunk_numel, 1, 32});
+  const int64_t chunk_numel = in.chunk_numel > 0 ? in.chunk_numel : ChooseChunkNumel(specs, in.world_size);
+  plan.layout = ChunkLayout::Plan(specs, {chunk_numel, in.world_size, 32});
   plan.param_numel = plan.layout.param_numel();
-  const int64_t capacity = plan.layout.capacity_numel();
+  int64_t capacity = 0;  // of the chunks this rank holds (all of them with one process)
+  for (int c = 0; c < plan.layout.num_chunks(); ++c) {
+    if (c % in.world_size == in.rank) capacity = AddBytes(capacity, plan.layout.chunks()[c].capacity_numel);
+  }
   const int64_t k = in.compute_element_bytes;
   const int64_t grad_per_element = in.grads_in_compute_chunks ? 0 : 4;
   const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*master*/ : 0);
@@ -106,6 +111,12 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
                 static_cast<long long>(p.param_numel));
   out += buf;
   out += "chunks            " + p.layout.Summary() + "\n";
+  if (in.world_size > 1) {
+    out += "ZeRO              rank " + std::to_string(in.rank) + " of " + std::to_string(in.world_size) + " holds " +
+           std::to_string(p.placement.owned_chunks) + " of " + std::to_string(p.layout.num_chunks()) +
+           " chunks (figures below are this rank's); group buffers " +
+           Bytes(static_cast<double>(p.placement.group_buffer_bytes)) + " in the largest block working set\n";
+  }
   if (p.layout.utilization_ratio() < 0.5) {
     out += "hint              most chunk capacity is padding; chunk.size_elements: auto picks the size with "
            "the least\n";
@@ -131,7 +142,7 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
          Bytes(static_cast<double>(in.device_budget_bytes)) + "; needs at least " +
          Bytes(static_cast<double>(p.min_device_bytes)) + " (largest block working set)\n";
   out += "optimizer state   " + std::to_string(pl.device_optimizer_chunks) + " of " +
-         std::to_string(pl.optimizer_on_device.size()) + " chunks on the device from start-up (" +
+         std::to_string(pl.owned_chunks) + " chunks on the device from start-up (" +
          Bytes(static_cast<double>(pl.device_optimizer_bytes)) + ", updated there), the rest on the host\n";
   if (pl.warmup_device_bytes > 0) {
     out += "warm-up           " + Bytes(static_cast<double>(pl.warmup_device_bytes)) +

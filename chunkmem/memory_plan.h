@@ -46,19 +46,23 @@ struct PlanInput {
   // how they relate to device_budget_bytes; printed only (0 = not printed).
   int64_t non_model_bytes = 0;
   std::string non_model_note;
+  // ZeRO: the plan of rank `rank` of `world_size` (PlacementInput); the layout's chunk
+  // count is padded to a multiple of world_size, and every byte figure is this rank's.
+  int64_t world_size = 1;
+  int64_t rank = 0;
 };
 
 struct MemoryPlan {
   ChunkLayout layout;
   int64_t param_numel = 0;
-  int64_t compute_chunk_bytes = 0;  // all compute-dtype chunks
-  int64_t host_only_bytes = 0;      // grad + master + m + v chunks
+  int64_t compute_chunk_bytes = 0;  // all compute-dtype chunks (ZeRO: this rank's)
+  int64_t host_only_bytes = 0;      // grad + master + m + v chunks (ZeRO: this rank's)
   int64_t host_param_bytes = 0;     // parameters outside the chunks (16 bytes each)
   int64_t min_device_bytes = 0;     // largest working set of one block
   int64_t device_bytes = 0;         // most chunk bytes on the device (placement.device_bytes)
   int64_t host_bytes = 0;           // most bytes on the host, at start-up (placement.host_bytes)
   Placement placement;              // where each chunk sits (the runtime's own, same input)
-  double bytes_per_param = 0;       // model data / parameters, chunk padding included
+  double bytes_per_param = 0;       // model data / parameters, chunk padding included (ZeRO: this rank's data)
   int64_t largest_param_numel = 0;  // most parameters these budgets hold at this bytes/param
   bool fits = false;
   std::string why_not;              // empty when it fits

@@ -39,6 +39,11 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
                         const PlacementInput& in) {
   TORCH_CHECK(used_by_blocks.size() == layout.placements().size(), "placement: ", used_by_blocks.size(),
               " parameters' blocks for a layout of ", layout.placements().size());
+  const int64_t world = in.world_size;
+  TORCH_CHECK(world >= 1 && in.rank >= 0 && in.rank < world, "placement: rank ", in.rank, " of world size ", world);
+  TORCH_CHECK(layout.num_chunks() % world == 0, "placement: ", layout.num_chunks(),
+              " chunks are not a multiple of the world size ", world, " (plan the layout with it)");
+  auto owned = [&](int c) { return c % world == in.rank; };
   Placement p;
   const int n = layout.num_chunks();
   const int64_t k = in.compute_element_bytes;
@@ -51,6 +56,8 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
     if (!in.grads_in_compute_chunks) largest_grad = std::max(largest_grad, Mul(capacity, 4));
     compute[c] = Mul(capacity, k);
     optimizer[c] = Mul(capacity, optimizer_per_element);
+    if (!owned(c)) continue;
+    ++p.owned_chunks;
     p.compute_bytes = Add(p.compute_bytes, compute[c]);
     if (!in.grads_in_compute_chunks) p.grad_bytes = Add(p.grad_bytes, Mul(capacity, 4));
   }
@@ -70,8 +77,28 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
       if (std::find(used.begin(), used.end(), b) != used.end()) chunks.insert(layout.placements()[i].chunk_id);
     }
     int64_t bytes = 0;
-    for (int c : chunks) bytes += compute[c];  // <= compute_bytes, which did not overflow
-    p.working_set_bytes = std::max(p.working_set_bytes, bytes);
+    int64_t buffers = 0;
+    if (world == 1) {
+      for (int c : chunks) bytes += compute[c];  // <= compute_bytes, which did not overflow
+    } else {
+      std::set<int64_t> groups;
+      for (int c : chunks) groups.insert(c / world);
+      for (int64_t g : groups) {
+        int64_t widest = 0;  // a group's chunks are gathered as world_size slots of its widest
+        for (int64_t c = g * world; c < (g + 1) * world; ++c) {
+          widest = std::max(widest, layout.chunks()[c].capacity_numel);
+        }
+        const int64_t gathered = Mul(Mul(widest, world), k);
+        const int64_t grads = Mul(Mul(widest, world), 4);
+        buffers = Add(buffers, Add(gathered, grads));
+        bytes = Add(bytes, compute[g * world + in.rank]);  // the owned chunk, the gather's input
+      }
+      bytes = Add(bytes, buffers);
+    }
+    if (bytes > p.working_set_bytes) {
+      p.working_set_bytes = bytes;
+      p.group_buffer_bytes = buffers;
+    }
   }
 
   const int64_t room = std::min(in.device_budget_bytes,
@@ -81,7 +108,7 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
   if (in.margin_use_ratio > 0 && room > p.working_set_bytes) {
     double allowed = in.margin_use_ratio * static_cast<double>(room - p.working_set_bytes);
     for (int c = 0; c < n; ++c) {
-      if (static_cast<double>(optimizer[c]) > allowed) continue;
+      if (!owned(c) || static_cast<double>(optimizer[c]) > allowed) continue;
       allowed -= static_cast<double>(optimizer[c]);
       p.optimizer_on_device[c] = true;
       ++p.device_optimizer_chunks;
@@ -89,7 +116,9 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
     }
   }
   int64_t all_optimizer = 0;
-  for (int c = 0; c < n; ++c) all_optimizer = Add(all_optimizer, optimizer[c]);
+  for (int c = 0; c < n; ++c) {
+    if (owned(c)) all_optimizer = Add(all_optimizer, optimizer[c]);
+  }
   p.host_optimizer_bytes = all_optimizer - p.device_optimizer_bytes;
   const int64_t compute_room = std::max<int64_t>(0, room - p.device_optimizer_bytes);
   p.device_bytes = p.device_optimizer_bytes + std::min(p.compute_bytes, compute_room);
@@ -108,8 +137,8 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
     std::string parts = "compute chunks " + Bytes(p.compute_bytes);
     if (p.grad_bytes > 0) parts += ", fp32 grad chunks " + Bytes(p.grad_bytes);
     if (p.host_scratch_bytes > 0) parts += ", gradient landing buffers " + Bytes(p.host_scratch_bytes);
-    parts += ", optimizer state of " + std::to_string(n - p.device_optimizer_chunks) + " of " + std::to_string(n) +
-             " chunks " + Bytes(p.host_optimizer_bytes);
+    parts += ", optimizer state of " + std::to_string(p.owned_chunks - p.device_optimizer_chunks) + " of " +
+             std::to_string(p.owned_chunks) + " chunks " + Bytes(p.host_optimizer_bytes);
     if (in.host_param_bytes > 0) parts += ", parameters outside the chunks " + Bytes(in.host_param_bytes);
     p.why_not = "the host budget of " + Bytes(in.host_budget_bytes) + " is " +
                 Bytes(p.host_bytes - in.host_budget_bytes) + " short: the host holds " + Bytes(p.host_bytes) +

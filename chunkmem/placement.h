@@ -16,6 +16,10 @@
 //   start-up are its most at any moment.
 // - The device holds the pinned optimizer state plus moving compute chunks; the plan
 //   requires the room left for them to hold the largest block working set.
+// - ZeRO (world_size > 1): every byte count above covers the chunks this rank owns;
+//   the working set of a block is, per chunk group it touches, the owned compute chunk
+//   (the gather's input), the gathered group (world_size chunks in the compute dtype)
+//   and its fp32 gradient buffer (world_size chunks, reduce-scattered in fp32).
 // Pure function; no tensors.
 #pragma once
 
@@ -50,6 +54,12 @@ struct PlacementInput {
   // Share of the device margin given to optimizer state (chunk.margin_use_ratio);
   // 0 = every chunk's optimizer state on the host (optimizer.hybrid_adam: false).
   double margin_use_ratio = 0.0;
+  // ZeRO (docs/comm.md, "ZeRO over chunk groups"): this rank of `world_size` holds the
+  // compute, grad and optimizer chunks it owns (chunk c is owned by rank c mod
+  // world_size) and gathers each group of world_size consecutive chunks into a device
+  // buffer while a block uses it. 1 = one process: every chunk is owned.
+  int64_t world_size = 1;
+  int64_t rank = 0;
 };
 
 struct Placement {
@@ -57,6 +67,10 @@ struct Placement {
   int device_optimizer_chunks = 0;
   int64_t device_optimizer_bytes = 0;     // pinned on the device for the whole run
   int64_t working_set_bytes = 0;          // compute chunks of the most demanding block
+  // ZeRO: of the working set, the group buffers (gathered compute chunks and the fp32
+  // gradients reduce-scattered from them) of that block; 0 with one process.
+  int64_t group_buffer_bytes = 0;
+  int owned_chunks = 0;                   // chunks whose data this rank holds (all, with one process)
   int64_t compute_bytes = 0;              // all compute chunks
   int64_t grad_bytes = 0;                 // all fp32 grad chunks (host)
   int64_t host_optimizer_bytes = 0;       // optimizer state of the other chunks (host)

@@ -141,3 +141,73 @@ TEST_CASE("byte counts that overflow int64 are errors, not negative sizes that f
 
 }  // namespace
 }  // namespace ps::chunkmem
+
+namespace ps::chunkmem {
+namespace {
+
+PlanInput ZeroRank(int64_t world, int64_t rank) {
+  PlanInput in = Small(2, 1000000, 1000000);
+  in.world_size = world;
+  in.rank = rank;
+  in.margin_use_ratio = 1.0;
+  return in;
+}
+
+TEST_CASE("ZeRO: each of p ranks holds 1/p of the model data, and the ranks hold all of it", "[plan][zero]") {
+  const auto one = PlanMemory(ZeroRank(1, 0));
+  const int64_t one_data = one.compute_chunk_bytes + one.host_only_bytes;
+  // bf16 with fp32 gradients: 2 + 4 + 12 = 18 bytes per element; one process holds 4 chunks.
+  CHECK(one_data == 4 * 1024 * 18);
+  for (int64_t p : {2, 4}) {
+    int64_t compute = 0, host_only = 0;
+    for (int64_t r = 0; r < p; ++r) {
+      const auto plan = PlanMemory(ZeroRank(p, r));
+      REQUIRE(plan.layout.num_chunks() == 4);  // a multiple of 2 and 4 already
+      CHECK(plan.placement.owned_chunks == 4 / p);
+      CHECK(plan.compute_chunk_bytes + plan.host_only_bytes == one_data / p);
+      CHECK(plan.bytes_per_param == Approx(one.bytes_per_param / static_cast<double>(p)));
+      for (int c = 0; c < 4; ++c) {
+        if (c % p != r) CHECK_FALSE(plan.placement.optimizer_on_device[c]);  // only owned chunks' state
+      }
+      compute += plan.compute_chunk_bytes;
+      host_only += plan.host_only_bytes;
+    }
+    CHECK(compute == one.compute_chunk_bytes);
+    CHECK(host_only == one.host_only_bytes);
+  }
+  // With gradients in the compute slots (bf16, no accumulation): 14 / p bytes per element.
+  PlanInput in = ZeroRank(2, 1);
+  in.grads_in_compute_chunks = true;
+  const auto reuse = PlanMemory(in);
+  CHECK(reuse.compute_chunk_bytes + reuse.host_only_bytes == 2 * 1024 * 14);
+}
+
+TEST_CASE("ZeRO: the chunk count is padded to a multiple of the world size", "[plan][zero]") {
+  int64_t compute = 0;
+  for (int64_t r = 0; r < 3; ++r) {
+    const auto plan = PlanMemory(ZeroRank(3, r));
+    REQUIRE(plan.layout.num_chunks() == 6);  // 4 chunks + 2 padding chunks
+    CHECK(plan.placement.owned_chunks == 2);
+    compute += plan.compute_chunk_bytes;
+  }
+  CHECK(compute == 6 * 1024 * 2);
+  CHECK_THROWS_WITH(PlanMemory(ZeroRank(2, 2)), Catch::Contains("rank 2 of world size 2"));
+}
+
+TEST_CASE("ZeRO: a block's working set is its groups' owned chunk, gathered chunks and fp32 gradient buffer",
+          "[plan][zero]") {
+  // p = 2: groups {0, 1} and {2, 3}. Block 2 uses chunk 2 and the shared embedding's
+  // chunk 0: two groups, each the owned chunk (2 kB), the gathered group (2 x 2 kB) and
+  // its fp32 gradients (2 x 4 kB).
+  const auto plan = PlanMemory(ZeroRank(2, 0));
+  CHECK(plan.placement.group_buffer_bytes == 2 * (2 * 1024 * 2 + 2 * 1024 * 4));
+  CHECK(plan.min_device_bytes == 2 * 1024 * 2 + plan.placement.group_buffer_bytes);
+  CHECK(FormatPlan(plan, ZeroRank(2, 0)).find("ZeRO              rank 0 of 2 holds 2 of 4 chunks") !=
+        std::string::npos);
+  PlanInput tight = ZeroRank(2, 0);
+  tight.device_budget_bytes = plan.min_device_bytes - 1;
+  CHECK_FALSE(PlanMemory(tight).fits);
+}
+
+}  // namespace
+}  // namespace ps::chunkmem
