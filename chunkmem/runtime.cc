@@ -40,8 +40,21 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     specs.push_back({p.name, p.tensor.numel(), p.used_by_blocks.front()});
     for (int b : p.used_by_blocks) max_block = std::max(max_block, b);
   }
-  const int64_t chunk_numel = options.chunk_numel > 0 ? options.chunk_numel : ChooseChunkNumel(specs, 1);
-  layout_ = ChunkLayout::Plan(specs, {chunk_numel, /*world_size=*/1, /*align_numel=*/32});
+  if (options.comm != nullptr && options.comm->world_size() > 1) {
+    world_ = options.comm->world_size();
+    rank_ = options.comm->rank();
+    TORCH_CHECK(!options.grads_in_compute_chunks, "chunkmem: ZeRO reduces gradients in fp32 group buffers; "
+                "grads_in_compute_chunks must be off");
+  }
+  const int64_t chunk_numel = options.chunk_numel > 0 ? options.chunk_numel : ChooseChunkNumel(specs, world_);
+  layout_ = ChunkLayout::Plan(specs, {chunk_numel, world_, /*align_numel=*/32});
+  if (zero()) {
+    for (const auto& chunk : layout_.chunks()) {
+      TORCH_CHECK(chunk.capacity_numel == layout_.regular_capacity_numel(), "chunkmem: ZeRO gathers chunks of one "
+                  "size, but a parameter is larger than chunk.size_elements ", chunk_numel,
+                  " (use chunk.size_elements: auto, or at least the largest parameter)");
+    }
+  }
 
   params_of_block_.resize(max_block + 1);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -55,6 +68,18 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   states_.assign(params_.size(), TensorState::kFree);
   has_grad_.assign(params_.size(), false);
   for (const auto& p : params_) shapes_.push_back(p.tensor.sizes().vec());
+  const int num_groups = layout_.num_chunks() / world_;
+  gathered_.resize(num_groups);
+  group_grad_.resize(num_groups);
+  remote_.resize(layout_.num_chunks());
+  groups_of_block_.resize(max_block + 1);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int group = layout_.placements()[i].chunk_id / world_;
+    for (int b : params_[i].used_by_blocks) {
+      auto& groups = groups_of_block_[b];
+      if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
+    }
+  }
 
   // Where every chunk sits (placement.h; `--plan` calls the same function).
   PlacementInput where = options_.placement;
@@ -63,6 +88,8 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   where.device_budget_bytes = store_.Budget(Tier::kDevice);
   where.host_budget_bytes = store_.Budget(Tier::kHost);
   where.host_scratch_chunks = HostGradScratchChunks(options.grads_in_compute_chunks);
+  where.world_size = world_;
+  where.rank = rank_;
   if (traced_budget() && where.warmup_share_bytes == 0) {
     where.warmup_share_bytes =
         static_cast<int64_t>(options.warmup_chunk_ratio * static_cast<double>(options.device_memory_bytes));
@@ -87,6 +114,18 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     const auto& chunk = layout_.chunks()[c];
     const Tier optimizer_tier = placement_.optimizer_on_device[c] ? Tier::kDevice : Tier::kHost;
     std::array<int, 5> ids{};
+    if (!owned(c)) {  // ZeRO: only a compute entry, never given a payload (gathered views instead)
+      ids.fill(-1);
+      ids[kCompute] = store_.Add(chunk.capacity_numel, options.compute_dtype);
+      ids_.push_back(ids);
+      for (int index : chunk.param_indices) {
+        SetState(index, TensorState::kHold);
+        params_[index].tensor.set_data(empty);
+        torch::autograd::impl::set_post_acc_grad_hooks(params_[index].tensor,
+                                                       std::make_unique<GradArrivedHook>(this, index));
+      }
+      continue;
+    }
     auto add = [&](at::ScalarType dtype, Tier tier) {
       const int id = store_.Add(chunk.capacity_numel, dtype);
       store_.Allocate(id, tier);  // zero-filled: m, v and grads start at 0
@@ -148,7 +187,8 @@ int ChunkRuntime::chunk_id(ChunkKind kind, int chunk) const { return ids_.at(chu
 
 at::Tensor ChunkRuntime::View(ChunkKind kind, int index) const {
   const auto& pl = layout_.placements()[index];
-  const at::Tensor& payload = store_.payload(chunk_id(kind, pl.chunk_id));
+  const at::Tensor& payload =
+      kind == ChunkKind::kCompute ? ComputePayload(pl.chunk_id) : store_.payload(chunk_id(kind, pl.chunk_id));
   const auto& shape = shapes_[index];
   return payload.narrow(0, pl.offset_numel, pl.numel).view(shape);
 }
@@ -317,11 +357,12 @@ void ChunkRuntime::FetchToDevice(int chunk) {
 void ChunkRuntime::Access(int index) {
   if (states_[index] == TensorState::kCompute) return;  // re-entrant: a shared parameter
   const int chunk = layout_.placements()[index].chunk_id;
+  if (zero() && !gathered_[chunk / world_].defined()) Gather(chunk / world_);
   if (prefetched_[chunk]) {
     prefetched_[chunk] = false;
     if (store_.tier(chunk_id(ChunkKind::kCompute, chunk)) == Tier::kDevice) ++stats_.prefetch_hits;
   }
-  FetchToDevice(chunk);
+  if (owned(chunk)) FetchToDevice(chunk);
   if (!trace_paused_ && !warmed_up()) trace_.Record(chunk, std::max(moment_, 0));
   lru_.Touch(chunk, ++tick_);
   SetState(index, TensorState::kCompute);
@@ -336,6 +377,7 @@ void ChunkRuntime::Release(int index, TensorState to) {
 
 void ChunkRuntime::PreForward(int block) {
   Moment("forward", block);
+  if (zero()) ReleaseIdleGroups(block);
   for (int i : params_of_block_.at(block)) Access(i);
   Prefetch();
 }
@@ -358,6 +400,7 @@ void ChunkRuntime::Prefetch() {
   const int total = trace_.total_moments();
   for (int d = 1; d <= options_.prefetch_depth && d < total; ++d) {
     for (int c : trace_.ChunksAt((moment_ + d) % total)) {
+      if (!owned(c)) continue;  // ZeRO: gathered, not fetched
       const int id = chunk_id(ChunkKind::kCompute, c);
       if (store_.tier(id) == Tier::kDevice) continue;
       if (!MakeRoomFor(c, store_.chunk_bytes(id), trace_.NextUse(c, moment_))) return;
@@ -376,6 +419,7 @@ void ChunkRuntime::PostForward(int block) {
 
 void ChunkRuntime::PreBackward(int block) {
   Moment("backward", block);
+  if (zero()) ReleaseIdleGroups(block);
   for (int i : params_of_block_.at(block)) Access(i);
   Prefetch();
 }
@@ -388,6 +432,7 @@ void ChunkRuntime::EndIteration() {
     if (states_[i] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
     if (states_[i] != TensorState::kHold) SetState(index, TensorState::kHold);
   }
+  if (zero()) ReleaseIdleGroups(/*block=*/-1);
   CloseInterval();  // the last moment's interval includes the optimizer step
   ++stats_.iterations;
   stats_.moments_per_iteration = moment_ + 1;
@@ -456,6 +501,7 @@ void ChunkRuntime::RestoreWarmup(const WarmupState& s) {
 
 int64_t ChunkRuntime::OptimizerStateBytes(int chunk) const {
   int64_t bytes = 0;
+  if (!owned(chunk)) return 0;
   for (ChunkKind kind : {ChunkKind::kMaster, ChunkKind::kAdamM, ChunkKind::kAdamV}) {
     const int id = chunk_id(kind, chunk);
     if (id != chunk_id(ChunkKind::kCompute, chunk)) bytes += store_.chunk_bytes(id);  // fp32: master = compute

@@ -37,6 +37,7 @@
 #include "chunkmem/placement.h"
 #include "chunkmem/tensor_state.h"
 #include "chunkmem/timeline.h"
+#include "comm/communicator.h"
 
 namespace ps::chunkmem {
 
@@ -87,6 +88,15 @@ struct RuntimeOptions {
   // parameter tensors, whose storage is then never read. `values`: fp32, contiguous,
   // host, the parameter's shape; a parameter left unwritten stays 0.
   std::function<void(int index, at::Tensor values)> initial_values;
+  // ZeRO over chunk groups (docs/comm.md): the ranks of a data-parallel run (null or
+  // world size 1: one process). Chunk c is owned by rank c mod p; p consecutive chunks
+  // form a group. This rank keeps the compute, grad, master, m and v chunks it owns;
+  // a group is all-gathered into one device buffer when a block first uses it and
+  // released when a block that does not use it starts; gradients are added into a
+  // group-sized fp32 buffer and reduce-scattered (average) into the owned grad chunk
+  // once the group's gradients of the micro-batch are in. Needs grads_in_compute_chunks
+  // off and chunks of one size. Not owned; every rank must make the same calls.
+  comm::Communicator* comm = nullptr;
 };
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
@@ -117,6 +127,9 @@ struct RuntimeStats {
   int64_t grad_flushes = 0;             // staging slots copied to a host grad chunk (one per chunk and micro-batch)
   int64_t grad_host_fallbacks = 0;      // gradients copied one by one (no device room for a staging slot)
   int grad_chunks_on_device = 0;        // fp32 grad chunks pinned on the device
+  int64_t group_gathers = 0;            // ZeRO: groups all-gathered
+  int64_t group_reductions = 0;         // ZeRO: group gradient buffers reduce-scattered
+  int64_t comm_bytes = 0;               // ZeRO: bytes this rank sent into collectives (gathers + reductions)
 };
 
 class ChunkRuntime {
@@ -203,6 +216,13 @@ class ChunkRuntime {
   // the hook object).
   void OnGradAccumulated(int index);
 
+  // ZeRO: whether this rank holds chunk `chunk`'s data (always, with one process).
+  bool owned(int chunk) const { return chunk % world_ == rank_; }
+  int world_size() const { return world_; }
+  comm::Communicator* comm() const { return world_ > 1 ? options_.comm : nullptr; }
+  int64_t param_dim(int index) const { return static_cast<int64_t>(shapes_[index].size()); }
+  const std::vector<int64_t>& param_sizes(int index) const { return shapes_[index]; }
+
   const ChunkLayout& layout() const { return layout_; }
   const std::vector<ManagedParam>& params() const { return params_; }
   const AccessTrace& trace() const { return trace_; }  // the warm-up's (complete once warmed_up())
@@ -212,7 +232,8 @@ class ChunkRuntime {
   // Read-only: payloads and tiers. Moves go through the runtime (the placement owner).
   const ChunkStore& store() const { return store_; }
   // Store id of layout chunk `chunk` of `kind`. kMaster is the compute chunk in fp32;
-  // kGrad is the compute chunk when gradients reuse the compute slots.
+  // kGrad is the compute chunk when gradients reuse the compute slots. ZeRO: -1 for
+  // every kind but kCompute of a chunk this rank does not own.
   int chunk_id(ChunkKind kind, int chunk) const;
   // View of parameter `index` in a chunk of `kind`, shaped like the parameter.
   at::Tensor View(ChunkKind kind, int index) const;
@@ -268,6 +289,16 @@ class ChunkRuntime {
   // device bytes back; returns whether anything was released.
   bool ReleaseGradSlots();
   bool GradsOfMicroBatchIn(int chunk) const;  // no parameter of it still awaits its gradient
+  // ZeRO (runtime_zero.cc).
+  const at::Tensor& ComputePayload(int chunk) const;  // owned: the store's; else the gathered view
+  void Gather(int group);
+  void ReleaseGroup(int group);
+  void ReleaseIdleGroups(int block);   // groups no parameter uses now and `block` does not need
+  void AddGroupGrad(int index, const at::Tensor& grad);
+  bool GroupGradsIn(int group) const;
+  void ReduceGroupGrads(int group);
+  void MakeDeviceRoom(int64_t bytes, int keep, const char* what);
+  bool zero() const { return world_ > 1; }
 
   std::vector<ManagedParam> params_;
   ChunkStore& store_;
@@ -301,6 +332,12 @@ class ChunkRuntime {
   int64_t min_budget_at_ = 0;            // the lowest of budget_at_ (set with it)
   int64_t interval_chunk_peak_ = 0;      // device chunk bytes peak since the last moment
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // see lifetime()
+  // ZeRO.
+  int world_ = 1, rank_ = 0;
+  std::vector<at::Tensor> gathered_;               // [group] device buffer while gathered
+  std::vector<at::Tensor> remote_;                 // [chunk] not owned: its slot of the gathered buffer
+  std::vector<at::Tensor> group_grad_;             // [group] fp32 gradient buffer of this micro-batch
+  std::vector<std::vector<int>> groups_of_block_;  // [block] groups its parameters are in
 };
 
 }  // namespace ps::chunkmem

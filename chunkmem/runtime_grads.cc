@@ -32,7 +32,9 @@ void ChunkRuntime::OnGradAccumulated(int index) {
   at::NoGradGuard no_grad;
   at::Tensor grad = param.grad();
   TORCH_INTERNAL_ASSERT(grad.defined(), "grad hook without a gradient for ", params_[index].name);
-  if (options_.grads_in_compute_chunks) {
+  if (zero()) {
+    AddGroupGrad(index, grad);
+  } else if (options_.grads_in_compute_chunks) {
     // The parameter's last backward use is done: its slot now holds its gradient.
     View(ChunkKind::kCompute, index).copy_(grad);
   } else {
@@ -43,6 +45,11 @@ void ChunkRuntime::OnGradAccumulated(int index) {
   if (states_[index] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
   if (options_.grads_in_compute_chunks) return;
   const int chunk = layout_.placements()[index].chunk_id;
+  if (zero()) {
+    const int group = chunk / world_;
+    if (group_grad_[group].defined() && GroupGradsIn(group)) ReduceGroupGrads(group);
+    return;
+  }
   if (grad_slot_[chunk].defined() && GradsOfMicroBatchIn(chunk)) FlushGradSlot(chunk);
 }
 
@@ -158,6 +165,11 @@ void ChunkRuntime::AfterBackward() {
     if (states_[i] == TensorState::kCompute) Release(static_cast<int>(i), TensorState::kHoldAfterBwd);
   }
   if (grad_slot_.empty()) return;  // no fp32 gradient arrived yet (or gradients reuse the slots)
+  if (zero()) {  // groups whose parameters were used without a gradient kept their buffer open
+    for (int g = 0; g < static_cast<int>(group_grad_.size()); ++g) {
+      if (group_grad_[g].defined()) ReduceGroupGrads(g);
+    }
+  }
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     if (grad_slot_[c].defined()) FlushGradSlot(c);  // parameters used without a gradient kept it open
   }
@@ -171,6 +183,7 @@ void ChunkRuntime::PinGradChunks() {
   int64_t pinned = store_.BytesUsed(Tier::kDevice);
   int64_t max_grad_bytes = 0;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
+    if (!owned(c)) continue;
     const int cid = chunk_id(ChunkKind::kCompute, c);
     if (store_.tier(cid) == Tier::kDevice) pinned -= store_.chunk_bytes(cid);
     max_grad_bytes = std::max(max_grad_bytes, GradChunkBytes(c));
@@ -178,12 +191,13 @@ void ChunkRuntime::PinGradChunks() {
   // Chunks updated on the host keep staging: leave room for the slots in flight.
   bool any_host_updated = false;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
-    any_host_updated = any_host_updated || store_.tier(chunk_id(ChunkKind::kAdamM, c)) != Tier::kDevice;
+    any_host_updated = any_host_updated || (owned(c) && store_.tier(chunk_id(ChunkKind::kAdamM, c)) != Tier::kDevice);
   }
   const int64_t reserve =
       any_host_updated ? static_cast<int64_t>(kMaxGradFlushesInFlight + 1) * max_grad_bytes : 0;
   int64_t room = MinChunkBudgetBytes() - PeakWorkingSetBytes() - pinned - reserve;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
+    if (!owned(c)) continue;
     const int gid = chunk_id(ChunkKind::kGrad, c);
     // Only where the optimizer reads it on the device (its Adam state is there).
     if (store_.tier(chunk_id(ChunkKind::kAdamM, c)) != Tier::kDevice || store_.tier(gid) == Tier::kDevice) continue;
@@ -205,6 +219,7 @@ void ChunkRuntime::ZeroGrads() {
       // Untouched since the last zeroing (or since allocation, zero-filled): no memset,
       // which on the host costs as much as a copy of the chunk. A device grad chunk is
       // zeroed anyway (cheap there, and the optimizer's fused op reads it in place).
+      if (!owned(c)) continue;
       const int gid = chunk_id(ChunkKind::kGrad, c);
       if (grad_dirty_[c] || store_.tier(gid) == Tier::kDevice) store_.payload(gid).zero_();
     }

@@ -49,7 +49,8 @@ class Communicator {
   virtual WorkPtr Broadcast(at::Tensor tensor, int root) = 0;
   // out [world * n] <- every rank's in [n], rank r's at [r*n, (r+1)*n).
   virtual WorkPtr AllGather(at::Tensor out, at::Tensor in) = 0;
-  // out [n] <- reduction over ranks of their in[rank*n, (rank+1)*n); in is [world * n].
+  // out [n] <- reduction over ranks of their in[rank*n, (rank+1)*n); in is [world * n]. out
+  // may be this rank's slice of in itself (in place, as NCCL allows).
   virtual WorkPtr ReduceScatter(at::Tensor out, at::Tensor in, ReduceOp op) = 0;
   virtual WorkPtr Barrier() = 0;
 };

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <string>
 
 namespace ps::optim {
 
@@ -34,7 +35,7 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions& options)
     : runtime_(runtime), options_(options), kernels_(KernelsFor(options.cpu_isa)) {
   for (int i = 0; i < static_cast<int>(runtime.params().size()); ++i) {
-    decay_.push_back(runtime.View(ChunkKind::kMaster, i).dim() >= 2);
+    decay_.push_back(runtime.param_dim(i) >= 2);
   }
   steps_.assign(decay_.size(), 0);
   device_steps_.resize(decay_.size());
@@ -114,6 +115,7 @@ double HybridAdam::SumSquares() {
   };
   const auto& layout = runtime_.layout();
   for (int chunk = 0; chunk < layout.num_chunks(); ++chunk) {
+    if (!runtime_.owned(chunk)) continue;  // ZeRO: its owner counts it
     // When every parameter of the chunk has a gradient, the gradient region from the
     // chunk's start to its last parameter's end is reduced at once: the alignment gaps
     // between slots are zero (allocated zeroed, never written). Otherwise parameter by
@@ -134,18 +136,39 @@ double HybridAdam::SumSquares() {
     }
   }
   const at::Tensor device_sum = device_sums.empty() ? at::Tensor() : at::stack(device_sums).sum();
+  comm::Communicator* comm = runtime_.comm();
+  if (comm == nullptr) {  // one process: everything in one sum
+    for (const auto& hp : host_params_) {
+      const at::Tensor& grad = hp.param.grad();
+      if (grad.defined()) host_spans.push_back({grad.data_ptr(), ElemType::kFp32, grad.numel()});
+    }
+    const double host_sum = ParallelSumSquares(kernels_, host_spans, options_.cpu_threads);
+    return host_sum + (device_sum.defined() ? device_sum.item<double>() : 0.0);  // the one host sync
+  }
+  double chunk_sum = ParallelSumSquares(kernels_, host_spans, options_.cpu_threads) +
+                     (device_sum.defined() ? device_sum.item<double>() : 0.0);  // the one host sync
+  {
+    // ZeRO: each rank summed the reduced gradients of its own chunks; a non-finite one
+    // anywhere makes the total non-finite, so every rank skips (one all-reduce per step).
+    at::Tensor total = at::full({1}, chunk_sum, at::kDouble);
+    if (comm->backend() == std::string("nccl")) total = total.to(runtime_.compute_device());
+    comm->AllReduce(total, comm::ReduceOp::kSum)->Wait();
+    chunk_sum = total.item<double>();
+  }
+  // Parameters outside the chunks are replicated (their gradients all-reduced): once.
+  std::vector<GradSpan> replicated;
   for (const auto& hp : host_params_) {
     const at::Tensor& grad = hp.param.grad();
-    if (grad.defined()) host_spans.push_back({grad.data_ptr(), ElemType::kFp32, grad.numel()});
+    if (grad.defined()) replicated.push_back({grad.data_ptr(), ElemType::kFp32, grad.numel()});
   }
-  const double host_sum = ParallelSumSquares(kernels_, host_spans, options_.cpu_threads);
-  return host_sum + (device_sum.defined() ? device_sum.item<double>() : 0.0);  // the one host sync
+  return chunk_sum + ParallelSumSquares(kernels_, replicated, options_.cpu_threads);
 }
 
 void HybridAdam::RestoreComputeFromMaster() {
   if (!runtime_.grads_in_compute_chunks()) return;  // the compute slots still hold the parameters
   const auto& store = runtime_.store();
   for (int c = 0; c < runtime_.layout().num_chunks(); ++c) {
+    if (!runtime_.owned(c)) continue;
     store.payload(runtime_.chunk_id(ChunkKind::kCompute, c)).copy_(store.payload(runtime_.chunk_id(ChunkKind::kMaster, c)));
   }
 }
@@ -266,7 +289,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
 
   std::vector<int> host_chunks;
   for (int chunk = 0; chunk < runtime_.layout().num_chunks(); ++chunk) {
-    if (!on_device_[chunk]) host_chunks.push_back(chunk);
+    if (!on_device_[chunk] && runtime_.owned(chunk)) host_chunks.push_back(chunk);
   }
   // Device chunks first: on CUDA their fused updates queue on the GPU and run while the
   // CPU kernels update the host chunks, and the host pipeline's send-backs come last, so

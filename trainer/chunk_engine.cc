@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <stdexcept>
+#include <vector>
 
 #include "trainer/autocast_scope.h"
 #include "trainer/engine_state_io.h"
@@ -64,13 +65,13 @@ chunkmem::WarmupState WarmupFromJson(const nlohmann::json& j) {
 }  // namespace
 
 ChunkEngine::ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
-                         const models::InitPlan& init)
-    : model_(std::move(model)), config_(config), device_(device) {
+                         const models::InitPlan& init, comm::Communicator* comm)
+    : model_(std::move(model)), comm_(comm), config_(config), device_(device) {
   // The model stays on the host: the runtime writes each parameter's initial values
   // into the (host) chunks and releases its storage, so a model larger than the device
   // never has to fit there.
   model_->module().train();
-  chunks_ = MakeChunkSetup(*model_, config_, device_, init);
+  chunks_ = MakeChunkSetup(*model_, config_, device_, init, comm_);
   LogSetup(chunks_, config_);
 }
 
@@ -93,6 +94,16 @@ void ChunkEngine::Backward(const at::Tensor& loss) {
     loss.backward();
   }
   chunks_.runtime->AfterBackward();
+}
+
+void ChunkEngine::SyncGradients() {
+  if (comm_ == nullptr) return;  // chunk gradients were reduce-scattered group by group in backward
+  // Parameters outside the chunks (chunk.cpu_embedding) are replicated: average their gradients.
+  at::NoGradGuard no_grad;
+  for (const auto& hp : chunks_.adam->host_param_states()) {
+    at::Tensor grad = hp.param.grad();
+    if (grad.defined()) comm_->AllReduce(grad, comm::ReduceOp::kAvg)->Wait();
+  }
 }
 
 StepOutcome ChunkEngine::OptimizerStep(double lr, double max_norm) {
@@ -170,6 +181,9 @@ void ChunkEngine::AddStepMetrics(JsonLine& line, const StepOutcome& /*outcome*/)
       .Add("adam_host_ms", last_report_.host_ms)
       .Add("adam_device_ms", last_report_.device_ms)
       .Add("chunk_move_ms", rs.move_ms - move_ms_at_step_start_);
+  if (comm_ != nullptr) {
+    line.Add("group_gathers", rs.group_gathers).Add("group_reductions", rs.group_reductions).Add("comm_bytes", rs.comm_bytes);
+  }
   peak_device_chunk_bytes_ = std::max(peak_device_chunk_bytes_, ss.peak_device_bytes);
   chunks_.store->ResetPeaks();
 }
@@ -192,10 +206,18 @@ void ChunkEngine::FillResult(TrainResult& result) const {
     result.peak_device_total_bytes = rt.stats().peak_device_total_bytes;
     result.min_chunk_budget_bytes = rt.MinChunkBudgetBytes();
   }
+  // This rank's model data: the chunks it owns (all of them with one process).
   for (int chunk = 0; chunk < rt.layout().num_chunks(); ++chunk) {
+    if (!rt.owned(chunk)) continue;
     result.compute_chunk_bytes += store.chunk_bytes(rt.chunk_id(ChunkKind::kCompute, chunk));
+    std::vector<int> ids;
+    for (ChunkKind kind : {ChunkKind::kCompute, ChunkKind::kGrad, ChunkKind::kMaster, ChunkKind::kAdamM,
+                           ChunkKind::kAdamV}) {
+      const int id = rt.chunk_id(kind, chunk);
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);  // shared ids count once
+    }
+    for (int id : ids) result.model_data_bytes += store.chunk_bytes(id);
   }
-  for (int id = 0; id < store.num_chunks(); ++id) result.model_data_bytes += store.chunk_bytes(id);
 }
 
 std::string ChunkEngine::WarmupKey() const {
@@ -226,10 +248,51 @@ std::string ChunkEngine::WarmupKey() const {
       c.optimizer.hybrid_adam);
 }
 
+at::Tensor ChunkEngine::GatherAll(ChunkKind kind) const {
+  const auto& rt = *chunks_.runtime;
+  const int p = comm_->world_size();
+  const int64_t n = rt.layout().regular_capacity_numel();
+  const bool nccl = comm_->backend() == std::string("nccl");
+  at::Tensor all = at::empty({rt.layout().num_chunks() * n}, at::kFloat);
+  for (int g = 0; g < rt.layout().num_chunks() / p; ++g) {
+    at::Tensor own = rt.store().payload(rt.chunk_id(kind, g * p + comm_->rank()));
+    own = nccl ? own.to(device_) : own.cpu();
+    at::Tensor group = at::empty({p * n}, own.options());
+    comm_->AllGather(group, own)->Wait();
+    all.narrow(0, g * p * n, p * n).copy_(group);
+  }
+  return all;
+}
+
 EngineState ChunkEngine::Save() const {
+  at::NoGradGuard no_grad;
   const auto& rt = *chunks_.runtime;
   EngineState out;
-  for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
+  const int num_params = static_cast<int>(rt.params().size());
+  if (comm_ != nullptr) {
+    // ZeRO: each rank holds its own chunks; every rank gets the whole state (rank 0 writes it),
+    // in the one-process format, so any rank count resumes it.
+    const auto& layout = rt.layout();
+    const int64_t n = layout.regular_capacity_numel();
+    const at::Tensor master = GatherAll(ChunkKind::kMaster), m = GatherAll(ChunkKind::kAdamM),
+                     v = GatherAll(ChunkKind::kAdamV);
+    at::Tensor steps = at::zeros({num_params}, at::kLong);
+    for (int i = 0; i < num_params; ++i) {
+      if (rt.owned(layout.placements()[i].chunk_id)) steps[i] = chunks_.adam->param_steps(i);
+    }
+    comm_->AllReduce(steps, comm::ReduceOp::kSum)->Wait();
+    for (int i = 0; i < num_params; ++i) {
+      const auto& pl = layout.placements()[i];
+      const std::string& name = rt.params()[i].name;
+      const auto& sizes = rt.param_sizes(i);
+      const int64_t at = pl.chunk_id * n + pl.offset_numel;
+      out.params[name] = master.narrow(0, at, pl.numel).view(sizes);
+      out.exp_avg[name] = m.narrow(0, at, pl.numel).view(sizes);
+      out.exp_avg_sq[name] = v.narrow(0, at, pl.numel).view(sizes);
+      out.adam_steps[name] = steps[i].item<int64_t>();
+    }
+  }
+  for (int i = 0; i < num_params && comm_ == nullptr; ++i) {
     const std::string& name = rt.params()[i].name;
     out.params[name] = rt.View(ChunkKind::kMaster, i);
     out.exp_avg[name] = rt.View(ChunkKind::kAdamM, i);
@@ -257,6 +320,7 @@ void ChunkEngine::Load(const EngineState& state) {
   CheckNoUnknownParams(state, names);
   const bool separate_master = rt.compute_dtype() != at::kFloat;
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
+    if (!rt.owned(rt.layout().placements()[i].chunk_id)) continue;  // ZeRO: its owner loads it
     const at::Tensor master = rt.View(ChunkKind::kMaster, i);
     chunks_.adam->set_param_steps(i, RestoreAdamParam(state, rt.params()[i].name, master, rt.View(ChunkKind::kAdamM, i),
                                                       rt.View(ChunkKind::kAdamV, i)));

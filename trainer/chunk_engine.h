@@ -19,12 +19,15 @@ class ChunkEngine final : public TrainingEngine {
  public:
   // Takes `model` (on the host, uninitialised) into chunks, its initial values written
   // there as `init` says; logs the layout and the optimizer.
+  // `comm` (not owned; null = one process): with several ranks the chunks are sharded
+  // over them (ZeRO over chunk groups, docs/comm.md); Save and Load are then collective.
   ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
-              const models::InitPlan& init);
+              const models::InitPlan& init, comm::Communicator* comm = nullptr);
 
   void BeginStep() override;
   models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;
   void Backward(const at::Tensor& loss) override;
+  void SyncGradients() override;
   StepOutcome OptimizerStep(double lr, double max_norm) override;
   void EndStep(int64_t step) override;
   void BeginEval() override;
@@ -35,13 +38,19 @@ class ChunkEngine final : public TrainingEngine {
   EngineState Save() const override;
   void Load(const EngineState& state) override;
   at::Device device() const override { return device_; }
+  bool collective_save() const override { return comm_ != nullptr; }
 
  private:
   // What a saved warm-up trace is valid for: the chunk layout and what shapes the
   // activations (a trace from another layout or micro-batch is not reused).
   std::string WarmupKey() const;
 
+  // ZeRO: every rank's owned fp32 state of `kind`, gathered group by group, as the
+  // whole layout ([chunks x chunk size]); collective.
+  at::Tensor GatherAll(chunkmem::ChunkKind kind) const;
+
   std::unique_ptr<models::TrainableModel> model_;
+  comm::Communicator* comm_ = nullptr;  // world size > 1 only
   const Config& config_;
   at::Device device_;
   ChunkSetup chunks_;

@@ -50,14 +50,15 @@ namespace {
 
 // PatrickStar's reuse is safe with one backward per step and a compute dtype that is
 // not the master's (fp32 needs its parameters intact).
-bool GradsInComputeChunks(const Config& c) {
-  return c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, /*world_size=*/1) == 1;
+// ZeRO reduces gradients in fp32 group buffers into fp32 grad chunks.
+bool GradsInComputeChunks(const Config& c, int world_size) {
+  return world_size == 1 && c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, 1) == 1;
 }
 
 // chunk.cpu_embedding: the position embedding, and the token embedding unless it is
 // tied to the LM head (then it is used on the device too), live outside the chunks.
 
-chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
+chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   chunkmem::RuntimeOptions options;
   options.chunk_numel = c.chunk.size_elements;
   options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16   ? at::kBFloat16
@@ -66,7 +67,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
   options.eviction = c.chunk.eviction == chunkmem::EvictionPolicyKind::kOpt ? chunkmem::EvictionKind::kOpt
                                                                             : chunkmem::EvictionKind::kLru;
   options.warmup_iterations = c.chunk.warmup_steps;
-  options.grads_in_compute_chunks = GradsInComputeChunks(c);
+  options.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   options.prefetch_depth = c.chunk.prefetch_depth;
   return options;
 }
@@ -74,10 +75,12 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c) {
 }  // namespace
 
 ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::Device device,
-                          const models::InitPlan& init) {
+                          const models::InitPlan& init, comm::Communicator* comm) {
+  const int world = comm != nullptr ? comm->world_size() : 1;
+  const int rank = comm != nullptr ? comm->rank() : 0;
   // The run places its chunks by the plan `--plan` prints, and refuses what it refuses,
   // with the same reason, before allocating anything.
-  const RunPlan run_plan = PlanRun(c, device);
+  const RunPlan run_plan = PlanRun(c, device, world, rank);
   if (!run_plan.plan.fits) throw ConfigError("this run does not fit its memory budgets: " + run_plan.plan.why_not);
   const ChunkBudgets& budgets = run_plan.budgets;
   // A stated device memory below the card's is a hard limit (issue #9 §7): the caching
@@ -114,7 +117,8 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     }
     params.push_back({p.name, p.tensor, p.used_by_blocks});
   }
-  chunkmem::RuntimeOptions options = RuntimeOptionsOf(c);
+  chunkmem::RuntimeOptions options = RuntimeOptionsOf(c, world);
+  options.comm = world > 1 ? comm : nullptr;
   options.device_memory_bytes = budgets.traced_capacity_bytes;
   options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
   options.static_placement = c.chunk.placement == chunkmem::PlacementKind::kStatic;
@@ -152,15 +156,17 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   if (c.chunk.cpu_embedding) model.set_host_embedding(true, device, s.runtime->compute_dtype());
   s.scaler = std::make_unique<optim::LossScaler>(c.precision);
   s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
-  if (c.chunk.timeline_steps > 0) {
+  if (c.chunk.timeline_steps > 0 && rank == 0) {  // one file: rank 0's chunks
     s.timeline = std::make_unique<chunkmem::ChunkTimeline>();
     s.runtime->set_timeline(s.timeline.get());
   }
   return s;
 }
 
-RunPlan PlanRun(const Config& c, at::Device device) {
+RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   RunPlan r;
+  r.input.world_size = world_size;
+  r.input.rank = rank;
   r.budgets = ResolveChunkBudgets(c, device);
   const ChunkBudgets& budgets = r.budgets;
   chunkmem::PlanInput& input = r.input;
@@ -197,7 +203,7 @@ RunPlan PlanRun(const Config& c, at::Device device) {
     }
   }
   input.host_budget_bytes = budgets.host_bytes;
-  input.grads_in_compute_chunks = GradsInComputeChunks(c);
+  input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
   input.non_model_bytes = r.activation_bytes;

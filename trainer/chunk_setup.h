@@ -15,6 +15,7 @@
 #include "chunkmem/memory_probe.h"
 #include "chunkmem/runtime.h"
 #include "chunkmem/timeline.h"
+#include "comm/communicator.h"
 #include "models/param_init.h"
 #include "models/trainable.h"
 #include "optim/hybrid_adam.h"
@@ -55,8 +56,10 @@ struct ChunkSetup {
 // throws ConfigError with the plan's reason when it does not fit. The runtime writes
 // the initial values (model.InitParameter) in the chunk slots as `init` says; the
 // model's own storage is never read.
+// `comm`: the ranks of a ZeRO run (null = one process; not owned): the runtime shards
+// the chunks over them and the plan is this rank's.
 ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& config, at::Device device,
-                          const models::InitPlan& init);
+                          const models::InitPlan& init, comm::Communicator* comm = nullptr);
 
 // The memory plan of a run, from the model's shapes alone (nothing allocated): what
 // `--plan` prints and what MakeChunkSetup places chunks by (and refuses by, with the
@@ -67,7 +70,8 @@ struct RunPlan {
   chunkmem::MemoryPlan plan;
   int64_t activation_bytes = 0;  // estimated, per micro-batch
 };
-RunPlan PlanRun(const Config& config, at::Device device);
+// `world_size`, `rank`: the plan of that rank of a ZeRO run (chunkmem::PlanInput).
+RunPlan PlanRun(const Config& config, at::Device device, int world_size = 1, int rank = 0);
 
 // The `--plan` report for `config`: model data per tier, the largest model the budgets
 // hold, and whether this run fits. Allocates nothing. Sets `fits`.

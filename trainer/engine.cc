@@ -12,12 +12,8 @@ std::unique_ptr<TrainingEngine> MakeEngine(std::unique_ptr<models::TrainableMode
                                            at::Device device, const models::InitPlan& init,
                                            comm::Communicator* comm) {
   if (config.chunk.enabled) {
-    if (comm != nullptr && comm->world_size() > 1) {
-      throw ConfigError("chunk.enabled with world size " + std::to_string(comm->world_size()) +
-                        ": ZeRO over chunk groups is not built yet (run one process, or chunk.enabled: false "
-                        "for plain data parallel)");
-    }
-    return std::make_unique<ChunkEngine>(std::move(model), config, device, init);
+    return std::make_unique<ChunkEngine>(std::move(model), config, device, init,
+                                         comm != nullptr && comm->world_size() > 1 ? comm : nullptr);
   }
   return std::make_unique<PlainEngine>(std::move(model), config, device, init, comm);
 }

@@ -81,6 +81,9 @@ class TrainingEngine {
   virtual void Load(const EngineState& state) = 0;
 
   virtual at::Device device() const = 0;
+  // Whether Save() is a collective every rank must call at the same step (ZeRO: each
+  // rank holds part of the state); the state it returns is then whole on every rank.
+  virtual bool collective_save() const { return false; }
 };
 
 // The engine `config` asks for, taking `model` (built uninitialised, on the host): the

@@ -363,17 +363,17 @@ void WriteSummary(MetricsWriter& metrics, const TrainResult& result, const Confi
   if (!result.accuracies.empty()) {
     line.Add("final_accuracy", result.accuracies.back()).Add("final_eval_accuracy", result.final_eval_accuracy);
   }
+  if (result.model_data_bytes > 0) {  // chunk runs: this rank's chunks (ZeRO: the ones it owns), and the host pool
+    line.Add("model_data_bytes", result.model_data_bytes)
+        .Add("host_pool_bytes", result.host_pool_bytes)
+        .Add("peak_host_pool_used_bytes", result.peak_host_pool_used_bytes);
+  }
   metrics.Write(line);
 }
 
 // The device of this rank: run.device, and with several ranks on CUDA the GPU of its
-// local rank. Chunk runs are single-rank until ZeRO exists.
+// local rank.
 at::Device RankDevice(const Config& c, int world, int local_rank) {
-  if (c.chunk.enabled && world > 1) {
-    throw ConfigError("chunk.enabled with world size " + std::to_string(world) +
-                      ": ZeRO over chunk groups is not built yet (run one process, or chunk.enabled: false for "
-                      "plain data parallel)");
-  }
   const at::Device device = ChooseDevice(c.run.device);
   if (device.is_cuda() && world > 1) {
     return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(local_rank % torch::cuda::device_count()));
@@ -413,6 +413,15 @@ int AgreedStopSignal(const TrainOptions& options, at::Device device) {
     signal = static_cast<int>(flag.item<int64_t>());
   }
   return signal;
+}
+
+// Whether to save at this step: `due` as this rank sees it, agreed over the ranks when
+// Save is collective (a time-based interval may fall due on one rank first).
+bool SaveDue(bool due, const TrainingEngine& engine, const TrainOptions& options, at::Device device) {
+  if (!engine.collective_save() || options.comm == nullptr) return due;
+  at::Tensor flag = at::full({1}, static_cast<int64_t>(due), at::TensorOptions().dtype(at::kLong).device(device));
+  options.comm->AllReduce(flag, comm::ReduceOp::kMax)->Wait();
+  return flag.item<int64_t>() != 0;
 }
 
 // checkpoint.export_hf: from the checkpoint just written at the end when there is one.
@@ -544,11 +553,13 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
       LogEval(eval, step, accuracy_name, c.bert.num_labels > 0, sinks);
     }
     const int signal = AgreedStopSignal(options, device);
-    if (writer && (signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step))) {
+    if (SaveDue(signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step), *engine, options, device) &&
+        (writer || engine->collective_save())) {
       if (signal != 0) spdlog::warn("signal {} received: saving a checkpoint at step {} and stopping", signal, step);
-      checkpointer.Save(
-          Contents(*engine, c, step, data.train().consumed_samples(), progress.tokens_seen, progress.divergence.run(),
-                   device));
+      // A collective Save (ZeRO) runs on every rank; rank 0 writes.
+      CheckpointContents contents = Contents(*engine, c, step, data.train().consumed_samples(), progress.tokens_seen,
+                                             progress.divergence.run(), device);
+      if (writer) checkpointer.Save(std::move(contents));
     }
     if (signal != 0) checkpointer.Wait();
     WriteSaveRecords(checkpointer, metrics);
@@ -560,7 +571,11 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   }
   checkpointer.Wait();
   WriteSaveRecords(checkpointer, metrics);
-  if (c.checkpoint.export_hf && writer) ExportAtEndOfRun(*engine, c, metrics);
+  if (c.checkpoint.export_hf && writer) {
+    ExportAtEndOfRun(*engine, c, metrics);
+  } else if (c.checkpoint.export_hf && engine->collective_save() && !c.checkpoint.at_end) {
+    engine->Save();  // rank 0's export gathers the weights from every rank
+  }
   result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0.0;
   engine->FillResult(result);
   ReportDone(result, c, std::chrono::duration<double>(Clock::now() - run_start).count(), flops_per_token,

@@ -28,7 +28,7 @@ struct TrainResult {
   int64_t host_pool_bytes = 0;            // the host pool, reserved once at start (issue #9 §3)
   int64_t peak_host_pool_used_bytes = 0;  // most of it in payloads at once
   int64_t compute_chunk_bytes = 0;      // all compute-dtype chunks (the kind that moves)
-  int64_t model_data_bytes = 0;         // every chunk of every kind (params, grads, master, m, v)
+  int64_t model_data_bytes = 0;         // every chunk of every kind (params, grads, master, m, v) this rank holds
   int64_t evictions = 0;
   int64_t prefetch_hits = 0;
   int64_t skipped_steps = 0;            // fp16 overflows

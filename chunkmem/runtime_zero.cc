@@ -1,0 +1,117 @@
+// ChunkRuntime's ZeRO part (docs/comm.md, "ZeRO over chunk groups"): gathering chunk
+// groups for the blocks that use them, and reducing their gradients into the chunks
+// this rank owns.
+//
+// Every rank runs the same model with the same hooks, so parameter states, and with
+// them every decision below (gather, release, reduce), are the same on every rank:
+// collectives are issued in the same order everywhere. Eviction decisions are a rank's
+// own (its owned chunks differ) and never issue a collective.
+// Group g = chunks [g*p, (g+1)*p); rank r owns chunk g*p + r, which is slot r of the
+// gathered buffer, exactly the slice AllGather and ReduceScatter address.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "chunkmem/runtime.h"
+
+namespace ps::chunkmem {
+
+const at::Tensor& ChunkRuntime::ComputePayload(int chunk) const {
+  if (owned(chunk)) return store_.payload(chunk_id(ChunkKind::kCompute, chunk));
+  TORCH_INTERNAL_ASSERT(remote_[chunk].defined(), "chunkmem: chunk ", chunk, " of rank ", chunk % world_,
+                        " read while its group is not gathered");
+  return remote_[chunk];
+}
+
+void ChunkRuntime::MakeDeviceRoom(int64_t bytes, int keep, const char* what) {
+  if (FitsOnDevice(bytes, ChunkBudgetNow())) return;
+  if (EvictDownTo(ChunkBudgetNow() - bytes, keep, bytes)) return;
+  if (store_.CanHold(Tier::kDevice, bytes)) return;  // over the traced share, within the store's budget
+  TORCH_CHECK(false, "chunkmem: rank ", rank_, ": no device room for ", what, " (", bytes, " bytes): ",
+              store_.BytesUsed(Tier::kDevice), " of ", store_.Budget(Tier::kDevice),
+              " bytes are held by chunks in use and gathered groups; raise the device budget or lower "
+              "chunk.size_elements");
+}
+
+void ChunkRuntime::Gather(int group) {
+  at::NoGradGuard no_grad;
+  const int own = group * world_ + rank_;
+  FetchToDevice(own);  // the gather's input
+  const int64_t n = layout_.chunks()[own].capacity_numel;
+  const auto dtype = options_.compute_dtype;
+  const int64_t bytes = world_ * n * static_cast<int64_t>(c10::elementSize(dtype));
+  MakeDeviceRoom(bytes, own, "a gathered chunk group");
+  at::Tensor buffer = store_.Borrow(Tier::kDevice, world_ * n, dtype, /*zero=*/false);
+  options_.comm->AllGather(buffer, store_.payload(chunk_id(ChunkKind::kCompute, own)))->Wait();
+  for (int k = 0; k < world_; ++k) {
+    const int chunk = group * world_ + k;
+    if (chunk != own) remote_[chunk] = buffer.narrow(0, k * n, n);
+  }
+  gathered_[group] = std::move(buffer);
+  ++stats_.group_gathers;
+  stats_.comm_bytes += bytes / world_;
+  interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
+}
+
+void ChunkRuntime::ReleaseGroup(int group) {
+  for (int k = 0; k < world_; ++k) remote_[group * world_ + k] = at::Tensor();
+  store_.GiveBack(Tier::kDevice, gathered_[group]);
+}
+
+void ChunkRuntime::ReleaseIdleGroups(int block) {
+  const std::vector<int> none;
+  const auto& needed = block >= 0 ? groups_of_block_.at(block) : none;
+  for (int g = 0; g < static_cast<int>(gathered_.size()); ++g) {
+    if (!gathered_[g].defined() || std::find(needed.begin(), needed.end(), g) != needed.end()) continue;
+    bool in_use = false;
+    for (int k = 0; k < world_; ++k) in_use = in_use || ComputeCount(g * world_ + k) > 0;
+    if (!in_use) ReleaseGroup(g);
+  }
+}
+
+void ChunkRuntime::AddGroupGrad(int index, const at::Tensor& grad) {
+  InitGradState();
+  grad_arrived_[index] = true;
+  const auto& pl = layout_.placements()[index];
+  const int group = pl.chunk_id / world_;
+  at::Tensor& buffer = group_grad_[group];
+  const int64_t n = layout_.chunks()[pl.chunk_id].capacity_numel;
+  if (!buffer.defined()) {
+    MakeDeviceRoom(world_ * n * 4, /*keep=*/-1, "a group's gradient buffer");
+    buffer = store_.Borrow(Tier::kDevice, world_ * n, at::kFloat, /*zero=*/true);
+    interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
+  }
+  const int64_t slot = pl.chunk_id % world_;
+  buffer.narrow(0, slot * n + pl.offset_numel, pl.numel).view(shapes_[index]).add_(grad);
+}
+
+bool ChunkRuntime::GroupGradsIn(int group) const {
+  for (int k = 0; k < world_; ++k) {
+    if (!GradsOfMicroBatchIn(group * world_ + k)) return false;
+  }
+  return true;
+}
+
+void ChunkRuntime::ReduceGroupGrads(int group) {
+  at::NoGradGuard no_grad;
+  const int own = group * world_ + rank_;
+  const int64_t n = layout_.chunks()[own].capacity_numel;
+  // Averaged in fp32: one rank at p x the micro-batch has the mean of these gradients.
+  // In place: the result is this rank's slot of the buffer (NCCL's in-place form).
+  const at::Tensor reduced = group_grad_[group].narrow(0, rank_ * n, n);
+  options_.comm->ReduceScatter(reduced, group_grad_[group], comm::ReduceOp::kAvg)->Wait();
+  const at::Tensor& grads = store_.payload(chunk_id(ChunkKind::kGrad, own));
+  if (grads.device() == reduced.device()) {
+    grads.add_(reduced);
+  } else {
+    grads.add_(store_.ToHostSync(reduced));
+  }
+  grad_dirty_[own] = true;
+  store_.GiveBack(Tier::kDevice, group_grad_[group]);
+  ++stats_.group_reductions;
+  stats_.comm_bytes += world_ * n * 4;
+}
+
+}  // namespace ps::chunkmem
