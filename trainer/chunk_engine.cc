@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "trainer/autocast_scope.h"
@@ -77,6 +78,7 @@ ChunkEngine::ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Co
 
 void ChunkEngine::BeginStep() {
   move_ms_at_step_start_ = chunks_.runtime->stats().move_ms;
+  comm_bytes_at_step_start_ = chunks_.runtime->stats().comm_bytes;
   chunks_.runtime->ZeroGrads();
 }
 
@@ -102,7 +104,14 @@ void ChunkEngine::SyncGradients() {
   at::NoGradGuard no_grad;
   for (const auto& hp : chunks_.adam->host_param_states()) {
     at::Tensor grad = hp.param.grad();
-    if (grad.defined()) comm_->AllReduce(grad, comm::ReduceOp::kAvg)->Wait();
+    if (!grad.defined()) continue;
+    if (comm_->backend() == std::string("nccl")) {  // NCCL reduces device tensors only
+      at::Tensor on_device = grad.to(device_);
+      comm_->AllReduce(on_device, comm::ReduceOp::kAvg)->Wait();
+      grad.copy_(on_device);
+    } else {
+      comm_->AllReduce(grad, comm::ReduceOp::kAvg)->Wait();
+    }
   }
 }
 
@@ -182,7 +191,7 @@ void ChunkEngine::AddStepMetrics(JsonLine& line, const StepOutcome& /*outcome*/)
       .Add("adam_device_ms", last_report_.device_ms)
       .Add("chunk_move_ms", rs.move_ms - move_ms_at_step_start_);
   if (comm_ != nullptr) {
-    line.Add("group_gathers", rs.group_gathers).Add("group_reductions", rs.group_reductions).Add("comm_bytes", rs.comm_bytes);
+    line.Add("group_gathers", rs.group_gathers).Add("group_reductions", rs.group_reductions).Add("comm_bytes", rs.comm_bytes - comm_bytes_at_step_start_);
   }
   peak_device_chunk_bytes_ = std::max(peak_device_chunk_bytes_, ss.peak_device_bytes);
   chunks_.store->ResetPeaks();

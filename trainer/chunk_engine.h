@@ -56,6 +56,7 @@ class ChunkEngine final : public TrainingEngine {
   ChunkSetup chunks_;
   optim::StepReport last_report_;
   double move_ms_at_step_start_ = 0.0;
+  int64_t comm_bytes_at_step_start_ = 0;  // ZeRO: for the step's communication bytes
   int64_t peak_device_chunk_bytes_ = 0;  // over the whole run (the store's peak is reset per log line)
 };
 

@@ -221,8 +221,8 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   return r;
 }
 
-std::string PlanReport(const Config& c, at::Device device, bool* fits) {
-  const RunPlan r = PlanRun(c, device);
+std::string PlanReport(const Config& c, at::Device device, bool* fits, int world_size, int rank) {
+  const RunPlan r = PlanRun(c, device, world_size, rank);
   *fits = r.plan.fits;
   std::string head = "memory plan for '" + c.run.name + "' (" + optim::ToString(c.precision.dtype) + ", " +
                      (r.budgets.simulated ? "simulated device" : "CUDA device") + ")\n";

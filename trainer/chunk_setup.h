@@ -75,6 +75,7 @@ RunPlan PlanRun(const Config& config, at::Device device, int world_size = 1, int
 
 // The `--plan` report for `config`: model data per tier, the largest model the budgets
 // hold, and whether this run fits. Allocates nothing. Sets `fits`.
-std::string PlanReport(const Config& config, at::Device device, bool* fits);
+// `world_size`, `rank`: the plan of that rank of a ZeRO run.
+std::string PlanReport(const Config& config, at::Device device, bool* fits, int world_size = 1, int rank = 0);
 
 }  // namespace ps::trainer

@@ -12,6 +12,7 @@
 #include <torch/version.h>
 
 #include <cxxopts.hpp>
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -84,7 +85,8 @@ std::vector<std::string> ExtractOverrides(int& argc, char** argv) {
 
 int Run(int argc, char** argv) {
   const int nproc = ExtractNproc(argc, argv);
-  if (nproc > 0) return ps::trainer::LaunchLocalRanks(nproc, std::vector<std::string>(argv + 1, argv + argc));
+  const bool plan_only = std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string(a) == "--plan"; });
+  if (nproc > 0 && !plan_only) return ps::trainer::LaunchLocalRanks(nproc, std::vector<std::string>(argv + 1, argv + argc));
   auto overrides = ExtractOverrides(argc, argv);
   cxxopts::Options options("ps_train", kUsage);
   options.add_options()
@@ -125,7 +127,11 @@ int Run(int argc, char** argv) {
   if (args.count("plan")) {
     bool fits = false;
     const at::Device device = config.run.device == ps::trainer::DeviceKind::kCuda ? at::kCUDA : at::kCPU;
-    std::cout << ps::trainer::PlanReport(config, device, &fits);
+    // A ZeRO chunk run's plan is per rank: rank 0 of --nproc N, or of the launcher's world.
+    const ps::comm::RankEnv env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
+    const int world = nproc > 0 ? nproc : env.world_size;
+    const int rank = nproc > 0 ? 0 : env.rank;
+    std::cout << ps::trainer::PlanReport(config, device, &fits, world, rank);
     return fits ? 0 : 3;
   }
   const ps::comm::RankEnv rank_env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());

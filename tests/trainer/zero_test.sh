@@ -63,6 +63,10 @@ four=$(summary zero4 model_data_bytes)
 echo "model data bytes: one process $one, rank 0 of 2 $two, rank 0 of 4 $four"
 [ "$((one / 2))" -eq "$two" ] && [ "$((one / 4))" -eq "$four" ]
 
+echo "== --plan --nproc 2 prints rank 0's share"
+"$bin" -c "$tmp/tiny.yaml" --plan --nproc 2 > "$tmp/plan.txt"
+grep -q "ZeRO              rank 0 of 2 holds 4 of 8 chunks" "$tmp/plan.txt" || { cat "$tmp/plan.txt"; exit 1; }
+
 echo "== evicting under a device budget, with gradient accumulation"
 budget=(--set chunk.device_budget_bytes=1200000 --set train.global_batch_size=16 --set model.n_layer=6)
 run one_acc "${budget[@]}" --set train.micro_batch_size=4
