@@ -17,8 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kModelFile[] = "model.safetensors";
-constexpr char kOptimizerFile[] = "optimizer.safetensors";
 constexpr char kRngFile[] = "rng.safetensors";
 constexpr char kStateFile[] = "state.json";
 constexpr char kExpAvg[] = "optimizer.exp_avg.";
@@ -84,34 +82,59 @@ bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefi
 
 }  // namespace
 
-CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointContents& c) {
-  const auto start = std::chrono::steady_clock::now();
-  CheckpointWriteReport report;
-  const std::string name = "step_" + std::to_string(c.step);
-  const fs::path final_path = fs::path(dir) / name;
-  report.path = final_path.string();
+std::string TmpCheckpointFolder(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / (".tmp_step_" + std::to_string(step))).string();
+}
+
+std::string OpenCheckpointFolder(const std::string& dir, int64_t step) {
   if (!fs::exists(dir)) {
     fs::create_directories(dir);
     const fs::path parent = fs::absolute(dir).parent_path();
     SyncDirectory(parent.string());  // the new folder itself survives a power loss
   }
-  const fs::path tmp = fs::path(dir) / (".tmp_" + name);
-  const fs::path old = fs::path(dir) / (".old_" + name);
+  const std::string tmp = TmpCheckpointFolder(dir, step);
   std::error_code ignored;
   fs::remove_all(tmp, ignored);
+  fs::create_directories(tmp);
+  return tmp;
+}
+
+void AbandonCheckpoint(const std::string& dir, int64_t step) {
+  std::error_code ignored;
+  fs::remove_all(TmpCheckpointFolder(dir, step), ignored);
+}
+
+static std::string ShardFileName(const char* kind, int rank, int world) {
+  if (world <= 1) return std::string(kind) + ".safetensors";
+  return std::string(kind) + ".rank" + std::to_string(rank) + ".safetensors";
+}
+
+nlohmann::json WriteCheckpointShard(const std::string& folder, const CheckpointContents& c, int rank, int world) {
+  nlohmann::json files = nlohmann::json::object();
+  auto write = [&](const std::string& file, const models::TensorMap& tensors) {
+    const FileEntry e = WriteTensorFile((fs::path(folder) / file).string(), tensors);
+    files[file] = {{"bytes", e.bytes}, {"sha256", e.sha256}};
+  };
+  write(ShardFileName("model", rank, world), c.engine.params);
+  models::TensorMap optimizer = Prefixed(c.engine.exp_avg, kExpAvg);
+  optimizer.merge(Prefixed(c.engine.exp_avg_sq, kExpAvgSq));
+  write(ShardFileName("optimizer", rank, world), optimizer);
+  if (rank == 0) write(kRngFile, c.rng);
+  return files;
+}
+
+CheckpointWriteReport CommitCheckpoint(const std::string& dir, const CheckpointContents& c, const nlohmann::json& files,
+                                       int world) {
+  const auto start = std::chrono::steady_clock::now();
+  CheckpointWriteReport report;
+  const std::string name = "step_" + std::to_string(c.step);
+  const fs::path final_path = fs::path(dir) / name;
+  report.path = final_path.string();
+  const fs::path tmp = TmpCheckpointFolder(dir, c.step);
+  const fs::path old = fs::path(dir) / (".old_" + name);
+  std::error_code ignored;
   try {
-    fs::create_directories(tmp);
-    nlohmann::json files = nlohmann::json::object();
-    auto write = [&](const char* file, const models::TensorMap& tensors) {
-      const FileEntry e = WriteTensorFile((tmp / file).string(), tensors);
-      files[file] = {{"bytes", e.bytes}, {"sha256", e.sha256}};
-      report.bytes += e.bytes;
-    };
-    write(kModelFile, c.engine.params);
-    models::TensorMap optimizer = Prefixed(c.engine.exp_avg, kExpAvg);
-    optimizer.merge(Prefixed(c.engine.exp_avg_sq, kExpAvgSq));
-    write(kOptimizerFile, optimizer);
-    write(kRngFile, c.rng);
+    for (auto it = files.begin(); it != files.end(); ++it) report.bytes += it.value().at("bytes").get<int64_t>();
     const nlohmann::json state = {{"format", "ps_train checkpoint"},
                                   {"format_version", kCheckpointFormatVersion},
                                   {"version", c.version},
@@ -123,6 +146,7 @@ CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointCo
                                   {"engine", c.engine.extra},
                                   {"fingerprint", c.fingerprint},
                                   {"config", c.config_yaml},
+                                  {"saved_by_ranks", world},
                                   {"files", files}};
     CheckedFile out((tmp / kStateFile).string(), CheckedFile::Mode::kTruncate);
     out.Write(state.dump(2) + "\n");
@@ -146,6 +170,21 @@ CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointCo
     throw;
   }
   WriteFileAtomically((fs::path(dir) / "latest").string(), name + "\n");
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointContents& c) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string tmp = OpenCheckpointFolder(dir, c.step);
+  nlohmann::json files;
+  try {
+    files = WriteCheckpointShard(tmp, c, /*rank=*/0, /*world=*/1);
+  } catch (...) {
+    AbandonCheckpoint(dir, c.step);
+    throw;
+  }
+  CheckpointWriteReport report = CommitCheckpoint(dir, c, files, 1);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
@@ -218,8 +257,11 @@ CheckpointContents ReadCheckpoint(const std::string& path, CheckpointParts parts
       TORCH_CHECK(target->emplace(key, tensor).second, file, ": tensor '", name, "' is also in another file");
     }
   }
-  c.engine.params_file = (fs::path(path) / kModelFile).string();
-  c.engine.optimizer_file = (fs::path(path) / kOptimizerFile).string();
+  // For error messages: the file, or the pattern of the shards of a multi-rank save.
+  const bool sharded = state.value("saved_by_ranks", 1) > 1;
+  c.engine.params_file = (fs::path(path) / (sharded ? "model.rank*.safetensors" : "model.safetensors")).string();
+  c.engine.optimizer_file =
+      (fs::path(path) / (sharded ? "optimizer.rank*.safetensors" : "optimizer.safetensors")).string();
   return c;
 }
 

@@ -5,9 +5,11 @@
 //   rng.safetensors        random generator states ("rng.cpu", "rng.cuda")
 //   state.json             scalar state, fingerprint, resolved config, version, and the
 //                          size and SHA-256 of every file above
-// plus <dir>/latest naming the newest. Tensors are stored by parameter name, never by
-// chunk, so any chunk layout, plain runs, and (later) any rank count read the same
-// files: ranks add their own files to the manifest, a reader takes the union by name.
+// plus <dir>/latest naming the newest. A ZeRO run of p ranks writes model.rank<R> and
+// optimizer.rank<R>.safetensors instead, each with the parameters rank R owns (every
+// parameter in exactly one). Tensors are stored by parameter name, never by chunk, so
+// any chunk layout, plain runs and any rank count read the same files: a reader takes
+// the union of the listed files by name (a name in two files is an error).
 // Writing: into <dir>/.tmp_step_<N>/, every file fsynced, then renamed to step_<N>/, the
 // folder fsynced, then latest replaced atomically. A crash leaves the old checkpoint or
 // the new one complete; leftover .tmp_ folders are never read. docs/checkpoints.md.
@@ -50,6 +52,28 @@ struct CheckpointWriteReport {
 // Throws std::runtime_error naming the file on any failed write; the temporary folder
 // is removed and nothing complete is touched.
 CheckpointWriteReport WriteCheckpoint(const std::string& dir, const CheckpointContents& contents);
+
+// A save in steps, for several ranks writing one checkpoint (docs/checkpoints.md,
+// "Sharded saves"): rank 0 opens the temporary folder, every rank writes its share into
+// it, rank 0 commits it once every share is complete. WriteCheckpoint is the three
+// steps with one rank.
+//
+// <dir>/.tmp_step_<step>/ (the folder a save in progress writes into).
+std::string TmpCheckpointFolder(const std::string& dir, int64_t step);
+// Creates <dir> if needed and an empty temporary folder of `step`; returns its path.
+std::string OpenCheckpointFolder(const std::string& dir, int64_t step);
+// Writes rank `rank` of `world`'s tensors of `contents` into `folder`: its model and
+// optimizer files (model.safetensors with one rank, model.rank<R>.safetensors with
+// several), and on rank 0 the RNG file; each fsynced. Returns their entries for
+// state.json: {file: {bytes, sha256}}. Throws std::runtime_error naming the file.
+nlohmann::json WriteCheckpointShard(const std::string& folder, const CheckpointContents& contents, int rank, int world);
+// Writes state.json (the scalars of `contents`, listing `files`: every rank's entries),
+// then renames the temporary folder to step_<N> and replaces latest. On failure the
+// temporary folder is removed and nothing complete is touched.
+CheckpointWriteReport CommitCheckpoint(const std::string& dir, const CheckpointContents& contents,
+                                       const nlohmann::json& files, int world);
+// Removes the temporary folder of `step` (a save that will not be committed).
+void AbandonCheckpoint(const std::string& dir, int64_t step);
 
 enum class CheckpointParts {
   kAll,         // everything a resume needs

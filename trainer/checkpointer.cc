@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "comm/exchange.h"
+
 namespace ps::trainer {
 namespace {
 
@@ -62,10 +64,23 @@ bool HostHasRoomFor(int64_t bytes) { return static_cast<double>(bytes) * 1.25 < 
 
 }  // namespace
 
-Checkpointer::Checkpointer(const CheckpointConfig& config, std::string dir)
-    : config_(config), dir_(std::move(dir)), last_save_time_(Clock::now()) {}
+Checkpointer::Checkpointer(const CheckpointConfig& config, std::string dir, comm::Communicator* comm,
+                           at::Device device)
+    : config_(config),
+      dir_(std::move(dir)),
+      last_save_time_(Clock::now()),
+      comm_(comm != nullptr && comm->world_size() > 1 ? comm : nullptr),
+      device_(device) {}
 
 Checkpointer::~Checkpointer() {
+  if (sharded()) {
+    if (!writer_.joinable()) return;
+    writer_.join();
+    spdlog::warn("checkpoint step {}: not committed (the run stopped while it was being written); the earlier "
+                 "checkpoints are untouched",
+                 in_flight_->step);
+    return;
+  }
   try {
     Wait();
   } catch (const std::exception& e) {
@@ -89,6 +104,10 @@ void Checkpointer::Finish(SaveRecord record) {
 }
 
 void Checkpointer::Save(CheckpointContents contents) {
+  if (sharded()) {
+    SaveSharded(std::move(contents));
+    return;
+  }
   Wait();
   last_save_time_ = Clock::now();
   const auto& e = contents.engine;
@@ -125,11 +144,121 @@ void Checkpointer::Save(CheckpointContents contents) {
   });
 }
 
+void Checkpointer::SaveSharded(CheckpointContents contents) {
+  Wait();
+  last_save_time_ = Clock::now();
+  const int rank = comm_->rank(), world = comm_->world_size();
+  const int64_t step = contents.step;
+  std::string error;
+  if (rank == 0) {
+    try {
+      OpenCheckpointFolder(dir_, step);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const std::string folder = TmpCheckpointFolder(dir_, step);
+  if (comm::AllReduceInt(*comm_, error.empty() ? 0 : 1, comm::ReduceOp::kMax, device_) != 0) {
+    throw std::runtime_error("checkpoint step " + std::to_string(step) + ": " +
+                             (rank == 0 ? error : "rank 0 could not create " + folder));
+  }
+  const auto& e = contents.engine;
+  const int64_t bytes = TensorBytes(e.params) + TensorBytes(e.exp_avg) + TensorBytes(e.exp_avg_sq);
+  SaveRecord record;
+  record.step = step;
+  record.path = dir_ + "/step_" + std::to_string(step);
+  // In the background only if every rank can: the commit is a collective they must reach together.
+  const bool room = config_.async && HostHasRoomFor(bytes);
+  record.background = comm::AllReduceInt(*comm_, room ? 0 : 1, comm::ReduceOp::kMax, device_) == 0;
+  in_flight_contents_ = std::move(contents);
+  in_flight_files_ = nlohmann::json::object();
+  in_flight_error_.clear();
+  if (!record.background) {
+    const auto t0 = Clock::now();
+    try {
+      in_flight_files_ = WriteCheckpointShard(folder, *in_flight_contents_, rank, world);
+    } catch (const std::exception& ex) {
+      in_flight_error_ = ex.what();
+    }
+    record.write_s = SecondsSince(t0);
+    CommitShards(std::move(record), in_flight_files_, in_flight_error_);
+    return;
+  }
+  const auto t0 = Clock::now();
+  Snapshot(in_flight_contents_->engine.params);
+  Snapshot(in_flight_contents_->engine.exp_avg);
+  Snapshot(in_flight_contents_->engine.exp_avg_sq);
+  record.snapshot_s = SecondsSince(t0);
+  in_flight_ = record;
+  writer_done_ = false;
+  writer_ = std::thread([this, folder, rank, world]() {
+    const auto start = Clock::now();
+    try {
+      in_flight_files_ = WriteCheckpointShard(folder, *in_flight_contents_, rank, world);
+    } catch (const std::exception& ex) {
+      in_flight_error_ = ex.what();
+    } catch (...) {
+      in_flight_error_ = "unknown error";
+    }
+    in_flight_->write_s = SecondsSince(start);
+    writer_done_ = true;
+  });
+}
+
+void Checkpointer::CommitShards(SaveRecord record, const nlohmann::json& files, const std::string& error) {
+  const int rank = comm_->rank(), world = comm_->world_size();
+  CheckpointContents contents = std::move(*in_flight_contents_);
+  in_flight_contents_.reset();
+  const nlohmann::json mine = {{"error", error}, {"files", files}};
+  const auto outcomes = comm::AllGatherStrings(
+      *comm_, mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), device_);
+  std::string failure;  // the same on every rank: it comes from what every rank gathered
+  nlohmann::json every = nlohmann::json::object();
+  for (int r = 0; r < world; ++r) {
+    const nlohmann::json outcome = nlohmann::json::parse(outcomes[r]);
+    const std::string why = outcome.at("error").get<std::string>();
+    if (!why.empty()) failure += (failure.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + why);
+    every.update(outcome.at("files"));
+  }
+  std::string commit_error;
+  if (rank == 0 && failure.empty()) {
+    try {
+      const CheckpointWriteReport report = CommitCheckpoint(dir_, contents, every, world);
+      record.bytes = report.bytes;
+      record.write_s += report.seconds;
+    } catch (const std::exception& e) {
+      commit_error = e.what();
+    }
+  } else if (rank == 0) {
+    AbandonCheckpoint(dir_, contents.step);
+  }
+  if (failure.empty() && comm::AllReduceInt(*comm_, commit_error.empty() ? 0 : 1, comm::ReduceOp::kMax, device_) != 0) {
+    failure = rank == 0 ? commit_error : "rank 0 could not commit it";
+  }
+  if (!failure.empty()) {
+    throw std::runtime_error("checkpoint step " + std::to_string(record.step) + " (" + std::to_string(world) +
+                             " ranks) failed: " + failure + "; the earlier checkpoints are untouched");
+  }
+  if (rank != 0) {  // its own files only; rank 0 logs the whole checkpoint
+    for (auto it = files.begin(); it != files.end(); ++it) record.bytes += it.value().at("bytes").get<int64_t>();
+    finished_.push_back(std::move(record));
+    return;
+  }
+  spdlog::info("checkpoint step {}: {} ({:.1f} MB from {} ranks; {:.2f} s snapshot, {:.2f} s writing{})", record.step,
+               record.path, record.bytes / 1e6, world, record.snapshot_s, record.write_s,
+               record.background ? " in the background" : "");
+  Finish(std::move(record));
+}
+
 void Checkpointer::Wait() {
   if (!writer_.joinable()) return;
   writer_.join();
   SaveRecord record = *in_flight_;
   in_flight_.reset();
+  if (sharded()) {
+    CommitShards(std::move(record), in_flight_files_, in_flight_error_);
+    return;
+  }
   if (writer_error_) {
     auto error = writer_error_;
     writer_error_ = nullptr;
@@ -141,7 +270,13 @@ void Checkpointer::Wait() {
 }
 
 std::vector<SaveRecord> Checkpointer::TakeFinished() {
-  if (writer_.joinable() && writer_done_) Wait();  // finished: collect it
+  if (writer_.joinable()) {
+    // Sharded: every rank is writing (they went to the background together); collected
+    // once all are done.
+    const bool done = sharded() ? comm::AllReduceInt(*comm_, writer_done_ ? 0 : 1, comm::ReduceOp::kMax, device_) == 0
+                                : writer_done_.load();
+    if (done) Wait();  // finished: collect it
+  }
   std::vector<SaveRecord> out;
   out.swap(finished_);
   return out;

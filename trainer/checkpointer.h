@@ -3,6 +3,11 @@
 // which checkpoints stay (checkpoint.keep), and where a run resumes from
 // (checkpoint.resume). The format is checkpoint.h's. Training thread only, except the
 // writer thread it owns; at most one save is in flight.
+// Sharded (a communicator given: a ZeRO run, where every rank holds part of the state):
+// every rank calls Save at the same step with its own share and writes its own files;
+// rank 0 opens the folder and commits it once every rank's files are complete
+// (docs/checkpoints.md, "Sharded saves"). Save, Wait and TakeFinished are then
+// collectives, called by every rank in the same order.
 #pragma once
 
 #include <atomic>
@@ -15,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
 
@@ -31,9 +37,13 @@ struct SaveRecord {
 
 class Checkpointer {
  public:
-  // `dir`: the resolved checkpoint folder.
-  Checkpointer(const CheckpointConfig& config, std::string dir);
-  ~Checkpointer();  // waits for a save in flight (its error is logged, not thrown)
+  // `dir`: the resolved checkpoint folder. `comm` (not owned; null: one writer, rank 0
+  // alone calls Save): sharded saves over its ranks, small agreements on `device`.
+  Checkpointer(const CheckpointConfig& config, std::string dir, comm::Communicator* comm = nullptr,
+               at::Device device = at::kCPU);
+  // Waits for a save in flight (its error is logged, not thrown). Sharded: only joins
+  // the writer (no collective: the other ranks may be gone); the save is not committed.
+  ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
@@ -46,10 +56,17 @@ class Checkpointer {
   // Waits for the save in flight; rethrows its error.
   void Wait();
   // Saves finished since the last call (for metrics.jsonl); rethrows a background error.
+  // Sharded: collects a save once every rank's writer is done (one all-reduce per call
+  // while a save is in flight).
   std::vector<SaveRecord> TakeFinished();
 
  private:
   void Finish(SaveRecord record);  // after a write: prune, record
+  bool sharded() const { return comm_ != nullptr; }
+  void SaveSharded(CheckpointContents contents);
+  // Sharded: every rank's outcome gathered; rank 0 commits (or abandons) the folder.
+  // Throws on every rank if any rank failed.
+  void CommitShards(SaveRecord record, const nlohmann::json& files, const std::string& error);
 
   CheckpointConfig config_;
   std::string dir_;
@@ -59,6 +76,13 @@ class Checkpointer {
   std::atomic<bool> writer_done_{false};  // set by the writer thread as its last act
   std::optional<SaveRecord> in_flight_;
   std::vector<SaveRecord> finished_;
+  comm::Communicator* comm_ = nullptr;
+  at::Device device_;
+  // Sharded, a save in flight: its scalar contents (rank 0 commits them) and what this
+  // rank's writer thread wrote (files) or why it failed (error).
+  std::optional<CheckpointContents> in_flight_contents_;
+  nlohmann::json in_flight_files_;
+  std::string in_flight_error_;
 };
 
 // The checkpoint a run resumes from: checkpoint.resume = never -> none; the path of a

@@ -278,37 +278,26 @@ EngineState ChunkEngine::Save() const {
   const auto& rt = *chunks_.runtime;
   EngineState out;
   const int num_params = static_cast<int>(rt.params().size());
-  if (comm_ != nullptr) {
-    // ZeRO: each rank holds its own chunks; every rank gets the whole state (rank 0 writes it),
-    // in the one-process format, so any rank count resumes it.
-    const auto& layout = rt.layout();
-    const int64_t n = layout.regular_capacity_numel();
-    const at::Tensor master = GatherAll(ChunkKind::kMaster), m = GatherAll(ChunkKind::kAdamM),
-                     v = GatherAll(ChunkKind::kAdamV);
-    at::Tensor steps = at::zeros({num_params}, at::kLong);
-    for (int i = 0; i < num_params; ++i) {
-      if (rt.owned(layout.placements()[i].chunk_id)) steps[i] = chunks_.adam->param_steps(i);
-    }
-    comm_->AllReduce(steps, comm::ReduceOp::kSum)->Wait();
-    for (int i = 0; i < num_params; ++i) {
-      const auto& pl = layout.placements()[i];
-      const std::string& name = rt.params()[i].name;
-      const auto& sizes = rt.param_sizes(i);
-      const int64_t at = pl.chunk_id * n + pl.offset_numel;
-      out.params[name] = master.narrow(0, at, pl.numel).view(sizes);
-      out.exp_avg[name] = m.narrow(0, at, pl.numel).view(sizes);
-      out.exp_avg_sq[name] = v.narrow(0, at, pl.numel).view(sizes);
-      out.adam_steps[name] = steps[i].item<int64_t>();
-    }
-  }
-  for (int i = 0; i < num_params && comm_ == nullptr; ++i) {
+  // ZeRO: this rank's share (the parameters of the chunks it owns), which it writes into
+  // its own checkpoint files; the step counts of every parameter (state.json's).
+  at::Tensor steps = at::zeros({num_params}, at::kLong);
+  for (int i = 0; i < num_params; ++i) {
+    if (!rt.owned(rt.layout().placements()[i].chunk_id)) continue;
     const std::string& name = rt.params()[i].name;
     out.params[name] = rt.View(ChunkKind::kMaster, i);
     out.exp_avg[name] = rt.View(ChunkKind::kAdamM, i);
     out.exp_avg_sq[name] = rt.View(ChunkKind::kAdamV, i);
-    out.adam_steps[name] = chunks_.adam->param_steps(i);
+    steps[i] = chunks_.adam->param_steps(i);
   }
-  for (const auto& hp : chunks_.adam->host_param_states()) {  // chunk.cpu_embedding
+  if (comm_ != nullptr) {
+    steps = steps.to(comm_->backend() == std::string("nccl") ? device_ : at::Device(at::kCPU));
+    comm_->AllReduce(steps, comm::ReduceOp::kSum)->Wait();
+    steps = steps.cpu();
+  }
+  for (int i = 0; i < num_params; ++i) out.adam_steps[rt.params()[i].name] = steps[i].item<int64_t>();
+  const bool first_rank = comm_ == nullptr || comm_->rank() == 0;
+  for (const auto& hp : chunks_.adam->host_param_states()) {  // chunk.cpu_embedding: replicated, saved once
+    if (!first_rank) break;
     out.params[hp.name] = hp.param.detach();
     out.exp_avg[hp.name] = hp.m;
     out.exp_avg_sq[hp.name] = hp.v;
@@ -317,6 +306,21 @@ EngineState ChunkEngine::Save() const {
   out.extra["loss_scaler"] = optim::LossScaler::Serialize(chunks_.scaler->state());
   out.extra["warmup_key"] = WarmupKey();
   out.extra["warmup"] = WarmupToJson(rt.SaveWarmup());
+  return out;
+}
+
+models::TensorMap ChunkEngine::GatherParams() const {
+  if (comm_ == nullptr) return Save().params;
+  at::NoGradGuard no_grad;
+  const auto& rt = *chunks_.runtime;
+  const int64_t n = rt.layout().regular_capacity_numel();
+  const at::Tensor master = GatherAll(ChunkKind::kMaster);
+  models::TensorMap out;
+  for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
+    const auto& pl = rt.layout().placements()[i];
+    out[rt.params()[i].name] = master.narrow(0, pl.chunk_id * n + pl.offset_numel, pl.numel).view(rt.param_sizes(i));
+  }
+  for (const auto& hp : chunks_.adam->host_param_states()) out[hp.name] = hp.param.detach();
   return out;
 }
 

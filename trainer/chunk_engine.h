@@ -20,7 +20,8 @@ class ChunkEngine final : public TrainingEngine {
   // Takes `model` (on the host, uninitialised) into chunks, its initial values written
   // there as `init` says; logs the layout and the optimizer.
   // `comm` (not owned; null = one process): with several ranks the chunks are sharded
-  // over them (ZeRO over chunk groups, docs/comm.md); Save and Load are then collective.
+  // over them (ZeRO over chunk groups, docs/comm.md); Save is then collective and returns
+  // this rank's share (a sharded checkpoint), GatherParams gathers every rank's.
   ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
               const models::InitPlan& init, comm::Communicator* comm = nullptr);
 
@@ -36,6 +37,7 @@ class ChunkEngine final : public TrainingEngine {
   void AddStepMetrics(JsonLine& line, const StepOutcome& outcome) override;
   void FillResult(TrainResult& result) const override;
   EngineState Save() const override;
+  models::TensorMap GatherParams() const override;
   void Load(const EngineState& state) override;
   at::Device device() const override { return device_; }
   bool collective_save() const override { return comm_ != nullptr; }

@@ -76,13 +76,18 @@ class TrainingEngine {
   virtual void AddStepMetrics(JsonLine& line, const StepOutcome& outcome) {}
   virtual void FillResult(TrainResult& result) const {}
 
+  // The state by name; with collective_save(), this rank's share of it (every parameter
+  // is in exactly one rank's share) and every parameter's adam_steps.
   virtual EngineState Save() const = 0;
+  // Every parameter's fp32 value by name, whole on every rank (collective with
+  // collective_save(); an HF export).
+  virtual models::TensorMap GatherParams() const { return Save().params; }
   // Throws c10::Error naming the tensor when a name or shape does not match the model.
   virtual void Load(const EngineState& state) = 0;
 
   virtual at::Device device() const = 0;
   // Whether Save() is a collective every rank must call at the same step (ZeRO: each
-  // rank holds part of the state); the state it returns is then whole on every rank.
+  // rank holds part of the state); each rank then writes its share (a sharded checkpoint).
   virtual bool collective_save() const { return false; }
 };
 

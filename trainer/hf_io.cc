@@ -66,10 +66,10 @@ void LoadInitialWeights(TrainingEngine& engine, const Config& config, InitialWei
   if (!weights.missing.empty()) {
     // A head the folder lacks (a classifier started from a masked-LM folder) keeps
     // this run's random init (the engine initialised only these).
-    const EngineState fresh = engine.Save();
+    const models::TensorMap fresh = engine.GatherParams();  // collective under ZeRO
     std::string names;
     for (const auto& name : weights.missing) {
-      state.params[name] = fresh.params.at(name).clone();
+      state.params[name] = fresh.at(name).clone();
       names += (names.empty() ? "" : ", ") + name;
     }
     spdlog::info("model.init_from: {} has no {}; they start from random init", config.model.init_from, names);
@@ -195,7 +195,7 @@ HfExportReport ExportAtEnd(TrainingEngine& engine, const Config& config, const s
     const CheckpointContents contents = ReadCheckpoint(final_checkpoint, CheckpointParts::kParamsOnly);
     report = ExportHfFolder(contents.engine.params, config, out, /*replace=*/true);
   } else {
-    report = ExportHfFolder(engine.Save().params, config, out, /*replace=*/true);
+    report = ExportHfFolder(engine.GatherParams(), config, out, /*replace=*/true);
   }
   spdlog::info("checkpoint.export_hf: wrote {} ({} files, {:.1f} MB) in {:.2f} s", report.folder, report.files.size(),
                report.bytes / 1e6, report.seconds);

@@ -490,7 +490,8 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   std::unique_ptr<TrainingEngine> engine = MakeEngine(std::move(model), c, device, init, options.comm);
   if (initial_weights) LoadInitialWeights(*engine, c, std::move(*initial_weights));
   const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
-  Checkpointer checkpointer(c.checkpoint, CheckpointDir(c));
+  // ZeRO: every rank writes its share of each checkpoint (sharded saves).
+  Checkpointer checkpointer(c.checkpoint, CheckpointDir(c), engine->collective_save() ? options.comm : nullptr, device);
   TrainResult result;
   result.final_eval_loss = std::numeric_limits<double>::quiet_NaN();
   result.final_eval_accuracy = std::numeric_limits<double>::quiet_NaN();
@@ -556,10 +557,9 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     if (SaveDue(signal != 0 || (last && c.checkpoint.at_end) || checkpointer.Due(step), *engine, options, device) &&
         (writer || engine->collective_save())) {
       if (signal != 0) spdlog::warn("signal {} received: saving a checkpoint at step {} and stopping", signal, step);
-      // A collective Save (ZeRO) runs on every rank; rank 0 writes.
-      CheckpointContents contents = Contents(*engine, c, step, data.train().consumed_samples(), progress.tokens_seen,
-                                             progress.divergence.run(), device);
-      if (writer) checkpointer.Save(std::move(contents));
+      // A collective Save (ZeRO) runs on every rank, and each writes its share.
+      checkpointer.Save(Contents(*engine, c, step, data.train().consumed_samples(), progress.tokens_seen,
+                                 progress.divergence.run(), device));
     }
     if (signal != 0) checkpointer.Wait();
     WriteSaveRecords(checkpointer, metrics);
@@ -574,7 +574,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   if (c.checkpoint.export_hf && writer) {
     ExportAtEndOfRun(*engine, c, metrics);
   } else if (c.checkpoint.export_hf && engine->collective_save() && !c.checkpoint.at_end) {
-    engine->Save();  // rank 0's export gathers the weights from every rank
+    engine->GatherParams();  // rank 0's export gathers the weights from every rank
   }
   result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0.0;
   engine->FillResult(result);

@@ -3,8 +3,11 @@
 # 2 and 4 ranks at micro-batch b give the per-step losses of one process at p x b
 # (fp32: 1e-6 relative), with chunks evicted under a device budget and with gradient
 # accumulation; bf16 with activation checkpointing and CPU embeddings to bf16 rounding;
-# each rank holds 1/p of the model data; a 2-rank checkpoint resumes on 1 and on 4
-# ranks with the losses of the run that was not interrupted.
+# BERT as plain data parallel does;
+# each rank holds 1/p of the model data; a 2-rank checkpoint is sharded (each rank
+# writes the parameters it owns, by name, once) and resumes on 1 and on 4 ranks with
+# the losses of the run that was not interrupted; a shard that cannot be written fails
+# the save on every rank and leaves the earlier checkpoint the newest, still resumable.
 set -euo pipefail
 bin="$TEST_SRCDIR/ps_train/trainer/ps_train"
 tmp="$TEST_TMPDIR"
@@ -82,14 +85,58 @@ run one_mixed "${mixed[@]}" --set train.micro_batch_size=4
 run zero_mixed "${mixed[@]}" --nproc 2
 compare zero_mixed one_mixed 1e-4
 
-echo "== a 2-rank checkpoint resumes on 1 and on 4 ranks"
+echo "== BERT (masked LM): ZeRO chunks give the losses of plain data parallel on the same ranks"
+# (Each rank averages over its own masked tokens, so p ranks are compared with p ranks.)
+bert=(--set model.type=bert --set model.vocab_size=260 --nproc 2)
+run plain_bert "${bert[@]}" --set chunk.enabled=false
+run zero_bert "${bert[@]}"
+compare zero_bert plain_bert 1e-6
+[ "$(metric zero_bert group_reductions)" -gt 0 ]
+
+echo "== a 2-rank checkpoint is sharded and resumes on 1 and on 4 ranks"
 run zero_ckpt --nproc 2 --set checkpoint.every_steps=3
 ckpt="$tmp/zero_ckpt/checkpoints/step_3"
 [ -f "$ckpt/state.json" ]
 compare zero_ckpt zero2 1e-6
+python3 - "$ckpt" <<'PY'
+import json, os, struct, sys
+folder = sys.argv[1]
+state = json.load(open(os.path.join(folder, "state.json")))
+assert state["saved_by_ranks"] == 2, state["saved_by_ranks"]
+expected = {"model.rank0.safetensors", "model.rank1.safetensors", "optimizer.rank0.safetensors",
+            "optimizer.rank1.safetensors", "rng.safetensors"}
+assert set(state["files"]) == expected, sorted(state["files"])
+assert not os.path.exists(os.path.join(folder, "model.safetensors"))
+def names(f):
+    with open(os.path.join(folder, f), "rb") as h:
+        n = struct.unpack("<Q", h.read(8))[0]
+        return {k for k in json.loads(h.read(n)) if k != "__metadata__"}
+m0, m1 = names("model.rank0.safetensors"), names("model.rank1.safetensors")
+assert m0 and m1 and not (m0 & m1), (m0 & m1)
+assert m0 | m1 == set(state["adam_steps"]), sorted(set(state["adam_steps"]) ^ (m0 | m1))
+o = names("optimizer.rank0.safetensors") | names("optimizer.rank1.safetensors")
+assert o == {f"optimizer.{k}.{n}" for k in ("exp_avg", "exp_avg_sq") for n in m0 | m1}
+print(f"shards: rank 0 {len(m0)} tensors, rank 1 {len(m1)}, disjoint, together every parameter")
+PY
 run resume1 --set train.micro_batch_size=4 --set checkpoint.resume="$ckpt"
 run resume4 --set train.micro_batch_size=1 --set checkpoint.resume="$ckpt" --nproc 4
 grep -q "resumed from" "$tmp/resume4.log"
 compare resume1 zero_ckpt 1e-6 4
 compare resume4 zero_ckpt 1e-6 4
+
+echo "== a shard that cannot be written: the save fails on every rank, the earlier checkpoint stays"
+cp -r "$tmp/zero_ckpt" "$tmp/zero_fail"
+rm -rf "$tmp/zero_fail/checkpoints/step_6"
+# A 100 KiB file-size limit (SIGXFSZ ignored, so writes fail with EFBIG) for the
+# resumed run: the shards of step 6 are larger, the logs are not.
+if (ulimit -f 100; trap '' XFSZ; exec "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/zero_fail" --nproc 2 \
+      --set checkpoint.every_steps=3 --set checkpoint.resume=auto) > "$tmp/zero_fail.log" 2>&1; then
+  cat "$tmp/zero_fail.log"; echo "FAILED: the save past the file-size limit succeeded"; exit 1
+fi
+grep -q "checkpoint step 6 (2 ranks) failed: rank" "$tmp/zero_fail.log" || { cat "$tmp/zero_fail.log"; exit 1; }
+[ ! -e "$tmp/zero_fail/checkpoints/step_6" ] && [ ! -e "$tmp/zero_fail/checkpoints/.tmp_step_6" ] ||
+  { ls -la "$tmp/zero_fail/checkpoints"; echo "FAILED: a partial step 6 is left"; exit 1; }
+run zero_fail --nproc 2 --set checkpoint.every_steps=3 --set checkpoint.resume=auto
+grep -q "resumed from .*step_3" "$tmp/zero_fail.log"
+compare zero_fail zero_ckpt 1e-6 4
 echo PASS
