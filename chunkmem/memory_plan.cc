@@ -52,6 +52,7 @@ PlacementInput PlacementInputOf(const PlanInput& in) {
   p.host_scratch_chunks = in.host_scratch_chunks;
   p.world_size = in.world_size;
   p.rank = in.rank;
+  p.prefetch_groups = in.prefetch_groups;
   return p;
 }
 

@@ -70,11 +70,15 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
     if (used_by_blocks[i].size() > 1) shared.insert(layout.placements()[i].chunk_id);
     for (int b : used_by_blocks[i]) max_block = std::max(max_block, b);
   }
+  // ZeRO with prefetch: blocks b and b + 1 together (forward gathers b + 1 during b,
+  // backward b during b + 1).
+  const int span = world > 1 && in.prefetch_groups ? 2 : 1;
   for (int b = 0; b <= max_block; ++b) {
     std::set<int> chunks = shared;
     for (size_t i = 0; i < used_by_blocks.size(); ++i) {
-      const auto& used = used_by_blocks[i];
-      if (std::find(used.begin(), used.end(), b) != used.end()) chunks.insert(layout.placements()[i].chunk_id);
+      for (int u : used_by_blocks[i]) {
+        if (u >= b && u < b + span) chunks.insert(layout.placements()[i].chunk_id);
+      }
     }
     int64_t bytes = 0;
     int64_t buffers = 0;

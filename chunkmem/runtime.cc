@@ -70,6 +70,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   for (const auto& p : params_) shapes_.push_back(p.tensor.sizes().vec());
   const int num_groups = layout_.num_chunks() / world_;
   gathered_.resize(num_groups);
+  gather_work_.resize(num_groups);
   group_grad_.resize(num_groups);
   remote_.resize(layout_.num_chunks());
   groups_of_block_.resize(max_block + 1);
@@ -90,6 +91,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   where.host_scratch_chunks = HostGradScratchChunks(options.grads_in_compute_chunks);
   where.world_size = world_;
   where.rank = rank_;
+  where.prefetch_groups = options.prefetch_depth > 0;
   if (traced_budget() && where.warmup_share_bytes == 0) {
     where.warmup_share_bytes =
         static_cast<int64_t>(options.warmup_chunk_ratio * static_cast<double>(options.device_memory_bytes));
@@ -287,6 +289,7 @@ std::vector<EvictionCandidate> ChunkRuntime::EvictableChunks(int keep, int64_t n
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     const int cid = chunk_id(ChunkKind::kCompute, c);
     if (c == keep || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0) continue;
+    if (zero() && gather_work_[c / world_]) continue;  // the input of a gather in flight
     if (trace_.NextUse(c, moment_ - 1) <= needed_until) continue;
     out.push_back({c, store_.chunk_bytes(cid)});
   }
@@ -357,7 +360,14 @@ void ChunkRuntime::FetchToDevice(int chunk) {
 void ChunkRuntime::Access(int index) {
   if (states_[index] == TensorState::kCompute) return;  // re-entrant: a shared parameter
   const int chunk = layout_.placements()[index].chunk_id;
-  if (zero() && !gathered_[chunk / world_].defined()) Gather(chunk / world_);
+  if (zero()) {
+    const int group = chunk / world_;
+    if (gathered_[group].defined()) {
+      WaitGather(group);
+    } else {
+      Gather(group);
+    }
+  }
   if (prefetched_[chunk]) {
     prefetched_[chunk] = false;
     if (store_.tier(chunk_id(ChunkKind::kCompute, chunk)) == Tier::kDevice) ++stats_.prefetch_hits;
@@ -379,6 +389,7 @@ void ChunkRuntime::PreForward(int block) {
   Moment("forward", block);
   if (zero()) ReleaseIdleGroups(block);
   for (int i : params_of_block_.at(block)) Access(i);
+  if (zero()) PrefetchGroups();
   Prefetch();
 }
 
@@ -421,6 +432,7 @@ void ChunkRuntime::PreBackward(int block) {
   Moment("backward", block);
   if (zero()) ReleaseIdleGroups(block);
   for (int i : params_of_block_.at(block)) Access(i);
+  if (zero()) PrefetchGroups();
   Prefetch();
 }
 

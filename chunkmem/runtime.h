@@ -96,6 +96,8 @@ struct RuntimeOptions {
   // group-sized fp32 buffer and reduce-scattered (average) into the owned grad chunk
   // once the group's gradients of the micro-batch are in. Needs grads_in_compute_chunks
   // off and chunks of one size. Not owned; every rank must make the same calls.
+  // With prefetch_depth > 0, after warm-up, the groups of the next moment are gathered
+  // while the current block computes (the trace, the same on every rank, says which).
   comm::Communicator* comm = nullptr;
 };
 
@@ -127,7 +129,8 @@ struct RuntimeStats {
   int64_t grad_flushes = 0;             // staging slots copied to a host grad chunk (one per chunk and micro-batch)
   int64_t grad_host_fallbacks = 0;      // gradients copied one by one (no device room for a staging slot)
   int grad_chunks_on_device = 0;        // fp32 grad chunks pinned on the device
-  int64_t group_gathers = 0;            // ZeRO: groups all-gathered
+  int64_t group_gathers = 0;            // ZeRO: groups all-gathered (prefetched ones included)
+  int64_t group_prefetches = 0;         // ZeRO: of those, gathered ahead while the block before computed
   int64_t group_reductions = 0;         // ZeRO: group gradient buffers reduce-scattered
   int64_t comm_bytes = 0;               // ZeRO: bytes this rank sent into collectives (gathers + reductions)
 };
@@ -291,7 +294,10 @@ class ChunkRuntime {
   bool GradsOfMicroBatchIn(int chunk) const;  // no parameter of it still awaits its gradient
   // ZeRO (runtime_zero.cc).
   const at::Tensor& ComputePayload(int chunk) const;  // owned: the store's; else the gathered view
-  void Gather(int group);
+  // `ahead`: the all-gather is left in flight (waited for at first use or release).
+  void Gather(int group, bool ahead = false);
+  void WaitGather(int group);          // a gather in flight: waited for
+  void PrefetchGroups();               // after warm-up: the next moment's groups, gathered ahead
   void ReleaseGroup(int group);
   void ReleaseIdleGroups(int block);   // groups no parameter uses now and `block` does not need
   void AddGroupGrad(int index, const at::Tensor& grad);
@@ -335,6 +341,7 @@ class ChunkRuntime {
   // ZeRO.
   int world_ = 1, rank_ = 0;
   std::vector<at::Tensor> gathered_;               // [group] device buffer while gathered
+  std::vector<comm::WorkPtr> gather_work_;         // [group] its all-gather, while in flight
   std::vector<at::Tensor> remote_;                 // [chunk] not owned: its slot of the gathered buffer
   std::vector<at::Tensor> group_grad_;             // [group] fp32 gradient buffer of this micro-batch
   std::vector<std::vector<int>> groups_of_block_;  // [block] groups its parameters are in

@@ -35,7 +35,7 @@ void ChunkRuntime::MakeDeviceRoom(int64_t bytes, int keep, const char* what) {
               "chunk.size_elements");
 }
 
-void ChunkRuntime::Gather(int group) {
+void ChunkRuntime::Gather(int group, bool ahead) {
   at::NoGradGuard no_grad;
   const int own = group * world_ + rank_;
   FetchToDevice(own);  // the gather's input
@@ -44,7 +44,12 @@ void ChunkRuntime::Gather(int group) {
   const int64_t bytes = world_ * n * static_cast<int64_t>(c10::elementSize(dtype));
   MakeDeviceRoom(bytes, own, "a gathered chunk group");
   at::Tensor buffer = store_.Borrow(Tier::kDevice, world_ * n, dtype, /*zero=*/false);
-  options_.comm->AllGather(buffer, store_.payload(chunk_id(ChunkKind::kCompute, own)))->Wait();
+  comm::WorkPtr work = options_.comm->AllGather(buffer, store_.payload(chunk_id(ChunkKind::kCompute, own)));
+  if (ahead) {
+    gather_work_[group] = std::move(work);  // its input (the owned chunk) is not evicted meanwhile
+  } else {
+    work->Wait();
+  }
   for (int k = 0; k < world_; ++k) {
     const int chunk = group * world_ + k;
     if (chunk != own) remote_[chunk] = buffer.narrow(0, k * n, n);
@@ -55,7 +60,28 @@ void ChunkRuntime::Gather(int group) {
   interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
 }
 
+void ChunkRuntime::WaitGather(int group) {
+  if (!gather_work_[group]) return;
+  comm::WorkPtr work = std::move(gather_work_[group]);
+  gather_work_[group] = nullptr;
+  work->Wait();
+}
+
+void ChunkRuntime::PrefetchGroups() {
+  if (!belady_ || trace_paused_ || options_.prefetch_depth <= 0) return;
+  // Not across the optimizer step (it changes the owned chunks), nor past the trace.
+  const int next = moment_ + 1;
+  if (next >= trace_.total_moments()) return;
+  for (int c : trace_.ChunksAt(next)) {
+    const int group = c / world_;
+    if (gathered_[group].defined()) continue;
+    Gather(group, /*ahead=*/true);
+    ++stats_.group_prefetches;
+  }
+}
+
 void ChunkRuntime::ReleaseGroup(int group) {
+  WaitGather(group);
   for (int k = 0; k < world_; ++k) remote_[group * world_ + k] = at::Tensor();
   store_.GiveBack(Tier::kDevice, gathered_[group]);
 }

@@ -191,7 +191,10 @@ void ChunkEngine::AddStepMetrics(JsonLine& line, const StepOutcome& /*outcome*/)
       .Add("adam_device_ms", last_report_.device_ms)
       .Add("chunk_move_ms", rs.move_ms - move_ms_at_step_start_);
   if (comm_ != nullptr) {
-    line.Add("group_gathers", rs.group_gathers).Add("group_reductions", rs.group_reductions).Add("comm_bytes", rs.comm_bytes - comm_bytes_at_step_start_);
+    line.Add("group_gathers", rs.group_gathers)
+        .Add("group_prefetches", rs.group_prefetches)
+        .Add("group_reductions", rs.group_reductions)
+        .Add("comm_bytes", rs.comm_bytes - comm_bytes_at_step_start_);
   }
   peak_device_chunk_bytes_ = std::max(peak_device_chunk_bytes_, ss.peak_device_bytes);
   chunks_.store->ResetPeaks();

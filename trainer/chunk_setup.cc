@@ -167,6 +167,7 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   RunPlan r;
   r.input.world_size = world_size;
   r.input.rank = rank;
+  r.input.prefetch_groups = c.chunk.prefetch_depth > 0;
   r.budgets = ResolveChunkBudgets(c, device);
   const ChunkBudgets& budgets = r.budgets;
   chunkmem::PlanInput& input = r.input;

@@ -407,7 +407,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Bool("chunk.async_prefetch", PS_ACCESS(chunk.async_prefetch),
            "prefetch copies overlap compute (CUDA: a side stream; simulated: a worker thread); experimental"),
       Int("chunk.prefetch_depth", PS_ACCESS(chunk.prefetch_depth),
-          "after warm-up, moments ahead whose chunks are fetched early (from the trace); 0 = off",
+          "after warm-up, moments ahead whose chunks are fetched early (from the trace; ZeRO: the next moment groups are gathered ahead); 0 = off",
           IntRange(0, 100000)),  // counted in int by the runtime; a model has a few moments per block
       Int("chunk.timeline_steps", PS_ACCESS(chunk.timeline_steps),
           "first steps whose chunk moves go to <run.output_dir>/chunk_timeline.json (Chrome trace); 0 = off",

@@ -2,7 +2,7 @@
 # ZeRO over chunk groups through the real binary on Gloo (CPU, simulated device tier):
 # 2 and 4 ranks at micro-batch b give the per-step losses of one process at p x b
 # (fp32: 1e-6 relative), with chunks evicted under a device budget and with gradient
-# accumulation; bf16 with activation checkpointing and CPU embeddings to bf16 rounding;
+# accumulation; the next block's groups gathered ahead; bf16 with activation checkpointing and CPU embeddings to bf16 rounding;
 # BERT as plain data parallel does;
 # each rank holds 1/p of the model data; a 2-rank checkpoint is sharded (each rank
 # writes the parameters it owns, by name, once) and resumes on 1 and on 4 ranks with
@@ -58,6 +58,8 @@ grep -q "2 micro x 1 accumulation x 4 ranks" "$tmp/zero4.log"
 compare zero2 one4 1e-6
 compare zero4 one8 1e-6
 [ "$(metric zero2 group_gathers)" -gt 0 ] && [ "$(metric zero2 group_reductions)" -gt 0 ]
+# The next block's groups were gathered ahead (chunk.prefetch_depth 1, the default).
+[ "$(metric zero2 group_prefetches)" -gt 0 ] || { echo "no group was gathered ahead"; exit 1; }
 
 echo "== model data per rank is 1/p of one process's"
 one=$(summary one4 model_data_bytes)
@@ -71,12 +73,16 @@ echo "== --plan --nproc 2 prints rank 0's share"
 grep -q "ZeRO              rank 0 of 2 holds 4 of 8 chunks" "$tmp/plan.txt" || { cat "$tmp/plan.txt"; exit 1; }
 
 echo "== evicting under a device budget, with gradient accumulation"
-budget=(--set chunk.device_budget_bytes=1200000 --set train.global_batch_size=16 --set model.n_layer=6)
+# (No prefetch here: with gathers ahead the plan counts two blocks' groups, which a
+# budget this tight refuses, and a budget it admits evicts nothing at this size.)
+budget=(--set chunk.device_budget_bytes=1200000 --set train.global_batch_size=16 --set model.n_layer=6
+        --set chunk.prefetch_depth=0)
 run one_acc "${budget[@]}" --set train.micro_batch_size=4
 run zero_acc "${budget[@]}" --nproc 2
 grep -q "2 micro x 4 accumulation x 2 ranks" "$tmp/zero_acc.log"
 compare zero_acc one_acc 1e-6
 [ "$(metric zero_acc evictions)" -gt 0 ] || { echo "rank 0 evicted nothing"; exit 1; }
+
 
 echo "== bf16, activation checkpointing, CPU embeddings"
 mixed=(--set precision.dtype=bf16 --set model.activation_checkpointing=true --set chunk.cpu_embedding=true
