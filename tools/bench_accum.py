@@ -45,6 +45,7 @@ def run_case(r, model, micro, k):
     modes = {"plain": [f"train.global_batch_size={micro * k}"],
              "chunks_k": chunk + [f"train.global_batch_size={micro * k}"],
              "chunks_1": chunk + [f"train.global_batch_size={micro}"]}
+    modes = {m: s for m, s in modes.items() if m in a.modes.split(",")}
     out = {}
     for _ in range(a.repeats):
         for mode, sets in modes.items():
@@ -77,10 +78,12 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--modes", default="plain,chunks_k,chunks_1", help="which of plain,chunks_k,chunks_1 to run")
+    ap.add_argument("--cases", help="model:micro:k,... (default: gpt2-1.5b:8:2,GPT2_4B:8:4)")
     ap.add_argument("--run-timeout-s", type=int, default=540)
     ap.add_argument("--quick-device-bytes", type=int, default=60_000_000)
     a = ap.parse_args()
-    cases = CASES
+    cases = CASES if not a.cases else [(m, int(b), int(k)) for m, b, k in (c.split(":") for c in a.cases.split(","))]
     if a.quick:
         a.seq_len, a.steps = min(a.seq_len, 128), min(a.steps, 4)
         cases = [("quick", 2, 2), ("quick", 2, 4)]

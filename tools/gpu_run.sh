@@ -17,5 +17,9 @@ dirs += sorted(glob.glob(os.path.join(site, "nvidia", "*", "*", "lib")))
 print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
 )
+# Debian libraries ps_train links that the GPU machine lacks (libgloo0 and its
+# dependencies), copied next to the binary: cp -L $(ldd ps_train | ...) .device/lib/
+carried="$(cd "$(dirname "$0")/.." && pwd)/.device/lib"
+[ -d "$carried" ] && libs="$libs:$carried"
 export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exec "$@"

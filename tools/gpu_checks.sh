@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The GPU measurements of docs/benchmarks.md ("GPU"), by name, for the GPU machine (not a
+# test). Build here with `bazel build --config=cuda //trainer:ps_train`, copy the binary to
+# the git-ignored .device/ folder with the Debian libraries it links that the GPU machine
+# lacks (see tools/gpu_run.sh), then on the GPU machine:
+#
+#   tools/gpu_checks.sh OUT CHECK [CHECK...]
+#
+# CHECK: parity | eager | accum | accum4b | gpt3_6b | gaming | largest | nccl1 | all.
+# Each writes a few files into OUT (the device tool brings back only a handful per call):
+# a log per check and one line per check in OUT/timeline.txt with its exit code and time.
+# Runs go to /tmp/gpu_checks; every ps_train run has a time limit (SIGKILL: no checkpoint).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+OUT=$1; shift
+PS=${PS_TRAIN:-.device/ps_train}
+G="$here/gpu_run.sh"
+R=/tmp/gpu_checks; mkdir -p "$R" "$OUT"
+t0=$(date +%s)
+log() { echo "$(( $(date +%s) - t0 )) s: $*" >> "$OUT/timeline.txt"; }
+
+# summarise RUN: the summary line, per-metric peaks over the steps, the step breakdowns.
+summarise() {
+  python3 - "$R/$1/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in rows if "loss" in r and "step" in r]
+print(json.dumps([r for r in rows if r.get("summary")][-1:]))
+keys = sorted({k for r in steps for k in r if k.startswith(("peak_", "budget", "non_model", "host_", "adam_", "evictions"))})
+print(json.dumps({k: max(r.get(k, 0) for r in steps) for k in keys}))
+brk = ["step_ms", "forward_ms", "backward_ms", "optimizer_ms", "adam_host_ms", "adam_device_ms", "chunk_move_ms"]
+for r in steps:
+    print(json.dumps({k: r[k] for k in ["step"] + brk if k in r}))
+PY
+}
+
+# run NAME LIMIT_S ARGS...: ps_train under tools/peak_mem.py (peak host memory), summarised.
+run() {
+  local name=$1 limit=$2; shift 2
+  { $G python3 "$here/peak_mem.py" -- timeout -s KILL "$limit" "$PS" "$@" --set run.output_dir="$R/$name" \
+      --set checkpoint.at_end=false --set chunk.timeline_steps=0 --set logging.log_every=1 \
+      --set logging.step_breakdown=true 2>&1
+    echo "rc=$?"; summarise "$name"; } > "$OUT/$name.log" 2>&1
+  log "$name $(grep -o 'rc=[0-9]*' "$OUT/$name.log" | tail -1)"
+}
+
+# Offloaded GPT presets: traced budget, host budget from the machine, bf16, checkpointing.
+BIG=(--config configs/gpt2_1b-offload.yaml --set run.device=cuda --set chunk.device_budget_bytes=0
+     --set chunk.host_budget_bytes=0 --set data.seq_len=1024 --set model.activation_checkpointing=true
+     --set train.eval_every=0)
+# The gaming-PC config (8 GiB stated device memory, a hard cap) on synthetic data.
+GPC=(--config configs/gpt2-1.5b-gaming-pc.yaml --set data.format=synthetic --set train.max_steps=4 --set train.eval_every=0)
+
+check() {
+  case $1 in
+    parity)  # every placement mode against plain training, fp32 (tools/device_checks.py)
+      timeout 150 $G python3 "$here/device_checks.py" --device cuda --ps-train "$PS" --out "$R/parity" --only parity \
+        > "$OUT/parity.log" 2>&1; log "parity rc=$?" ;;
+    eager)  # issue #9 §6: plain path and chunks against PyTorch eager, gpt2-1.5b micro 8, bf16
+      for mode in plain chunks; do
+        local extra=(); [ $mode = chunks ] && extra=(--ps-set chunk.enabled=true --ps-set chunk.size_elements=auto)
+        timeout 150 $G python3 "$here/bench_vs_eager.py" --device cuda --dtype bf16 --preset gpt2-1.5b --batch-size 8 \
+          --steps 10 --repeats 1 --ps-train "$PS" "${extra[@]}" > "$OUT/eager_$mode.log" 2>&1
+        log "eager_$mode rc=$?"
+      done ;;
+    accum)  # issue #9 §1: gpt2-1.5b micro 8 x 2 (plain, chunks x2, chunks x1)
+      timeout 300 $G python3 "$here/bench_accum.py" --ps-train "$PS" --out "$R/accum" --steps 4 \
+        --cases gpt2-1.5b:8:2 > "$OUT/accum.log" 2>&1; log "accum rc=$?" ;;
+    accum4b)  # issue #9 §1: GPT2_4B micro 8 x 4 against x 1 (plain does not fit)
+      timeout 300 $G python3 "$here/bench_accum.py" --ps-train "$PS" --out "$R/accum4b" --steps 4 \
+        --modes chunks_k,chunks_1 --cases GPT2_4B:8:4 --run-timeout-s 140 > "$OUT/accum4b.log" 2>&1
+      log "accum4b rc=$?" ;;
+    gpt3_6b)  # issue #9 §3-5: GPT3_6B micro 8: start-up, peak host memory against the pool, step breakdown
+      $G "$PS" "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 --set train.global_batch_size=8 \
+        --plan > "$OUT/plan_GPT3_6B.txt" 2>&1
+      run GPT3_6B 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
+        --set train.global_batch_size=8 --set train.max_steps=5 ;;
+    gaming)  # issue #9 §7: 8 GiB stated device memory (allocator capped): gpt2-1.5b and a 2.22B GPT
+      run gpc_1.5b 90 "${GPC[@]}"
+      run gpc_2.2b 100 "${GPC[@]}" --set model.preset= --set model.n_layer=42 --set model.n_embd=2048 \
+        --set model.n_head=16 --set model.n_positions=1024 --set model.vocab_size=50257 ;;
+    largest)  # issue #9 §2: the plan's verdict from GPT3_13B down; GPT3_10B trains 3 steps at micro 1
+      for m in GPT3_13B GPT3_12B GPT3_11B GPT3_10B; do
+        echo "== $m" >> "$OUT/plans.txt"
+        $G "$PS" "${BIG[@]}" --set model.preset=$m --set train.micro_batch_size=1 --set train.global_batch_size=1 \
+          --plan 2>&1 | grep -E "^(parameters|device|host|optimizer state|largest|fits)" >> "$OUT/plans.txt"
+      done
+      log "plans done"
+      run GPT3_10B 260 "${BIG[@]}" --set model.preset=GPT3_10B --set train.micro_batch_size=1 \
+        --set train.global_batch_size=1 --set train.max_steps=3 ;;
+    nccl1)  # issue #11 §4: NCCL with one rank, end to end (plain data parallel and ZeRO chunks)
+      local Q=(--config configs/quickstart.yaml --set run.device=cuda --set data.format=synthetic
+               --set train.max_steps=20 --set train.eval_every=0)
+      run nccl1_plain_ref 60 "${Q[@]}"
+      run nccl1_plain 60 "${Q[@]}" --set distributed.force_collectives=true
+      run nccl1_zero_ref 60 "${Q[@]}" --set chunk.enabled=true --set chunk.size_elements=100000
+      run nccl1_zero 60 "${Q[@]}" --set chunk.enabled=true --set chunk.size_elements=100000 \
+        --set distributed.force_collectives=true ;;
+    all) for c in parity eager accum accum4b gpt3_6b gaming largest nccl1; do check $c; done ;;
+    *) echo "unknown check: $1" >&2; exit 2 ;;
+  esac
+}
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; date -u; } >> "$OUT/timeline.txt" 2>&1
+for c in "$@"; do check "$c"; done
