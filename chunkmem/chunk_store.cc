@@ -193,14 +193,14 @@ void ChunkStore::Account(Tier tier, int64_t bytes) {
   }
 }
 
-void ChunkStore::Allocate(int id, Tier tier) {
+void ChunkStore::Allocate(int id, Tier tier, bool zero) {
   Entry& e = chunks_.at(id);
   TORCH_INTERNAL_ASSERT(e.tier == Tier::kNone, "chunk ", id, " already has a payload");
   CheckBudget(id, tier);
   ProbePause pause(probe_);
   e.payload = allocator(tier).Allocate(e.capacity_numel, e.dtype);
   if (tier == Tier::kHost && host_->keeps_home_slots()) e.home = e.payload;
-  e.payload.zero_();
+  if (zero) e.payload.zero_();
   e.tier = tier;
   Account(tier, chunk_bytes(id));
 }

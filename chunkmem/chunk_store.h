@@ -103,8 +103,10 @@ class ChunkStore {
   int64_t BytesUsed(Tier tier) const;
   int64_t Budget(Tier tier) const;
 
-  // Gives chunk `id` (without payload) a zero-filled payload on `tier`.
-  void Allocate(int id, Tier tier);
+  // Gives chunk `id` (without payload) a zero-filled payload on `tier`; `zero` false:
+  // uninitialised, for a caller that writes every element itself (start-up fills
+  // payloads on many threads: ChunkRuntime's constructor).
+  void Allocate(int id, Tier tier, bool zero = true);
   // Copies the payload to `to` and frees the old one; bytes are preserved exactly.
   // `long_lived`: the chunk will stay there (the optimizer's device chunks).
   void Move(int id, Tier to, bool long_lived = false);

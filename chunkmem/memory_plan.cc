@@ -52,6 +52,7 @@ PlacementInput PlacementInputOf(const PlanInput& in) {
   p.host_scratch_chunks = in.host_scratch_chunks;
   p.world_size = in.world_size;
   p.rank = in.rank;
+  p.zero = in.zero;
   p.prefetch_groups = in.prefetch_groups;
   return p;
 }
@@ -112,7 +113,7 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
                 static_cast<long long>(p.param_numel));
   out += buf;
   out += "chunks            " + p.layout.Summary() + "\n";
-  if (in.world_size > 1) {
+  if (in.world_size > 1 || in.zero) {
     out += "ZeRO              rank " + std::to_string(in.rank) + " of " + std::to_string(in.world_size) + " holds " +
            std::to_string(p.placement.owned_chunks) + " of " + std::to_string(p.layout.num_chunks()) +
            " chunks (figures below are this rank's); group buffers " +

@@ -50,6 +50,7 @@ struct PlanInput {
   // count is padded to a multiple of world_size, and every byte figure is this rank's.
   int64_t world_size = 1;
   int64_t rank = 0;
+  bool zero = false;             // ZeRO at world_size 1 too (PlacementInput::zero)
   bool prefetch_groups = false;  // ZeRO: the next block's groups gathered ahead (PlacementInput)
 };
 

@@ -72,7 +72,8 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
   }
   // ZeRO with prefetch: blocks b and b + 1 together (forward gathers b + 1 during b,
   // backward b during b + 1).
-  const int span = world > 1 && in.prefetch_groups ? 2 : 1;
+  const bool zero = world > 1 || in.zero;
+  const int span = zero && in.prefetch_groups ? 2 : 1;
   for (int b = 0; b <= max_block; ++b) {
     std::set<int> chunks = shared;
     for (size_t i = 0; i < used_by_blocks.size(); ++i) {
@@ -82,7 +83,7 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
     }
     int64_t bytes = 0;
     int64_t buffers = 0;
-    if (world == 1) {
+    if (!zero) {
       for (int c : chunks) bytes += compute[c];  // <= compute_bytes, which did not overflow
     } else {
       std::set<int64_t> groups;

@@ -60,6 +60,9 @@ struct PlacementInput {
   // buffer while a block uses it. 1 = one process: every chunk is owned.
   int64_t world_size = 1;
   int64_t rank = 0;
+  // ZeRO with world_size 1 too (distributed.force_collectives): the one chunk of each
+  // group is still gathered into a group buffer, so the working set counts it.
+  bool zero = false;
   // ZeRO with prefetch (chunk.prefetch_depth > 0): while a block computes, the groups of
   // the next one are gathered, so the working set is the groups of two adjacent blocks.
   bool prefetch_groups = false;

@@ -40,7 +40,8 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     specs.push_back({p.name, p.tensor.numel(), p.used_by_blocks.front()});
     for (int b : p.used_by_blocks) max_block = std::max(max_block, b);
   }
-  if (options.comm != nullptr && options.comm->world_size() > 1) {
+  if (options.comm != nullptr) {
+    zero_ = true;
     world_ = options.comm->world_size();
     rank_ = options.comm->rank();
     TORCH_CHECK(!options.grads_in_compute_chunks, "chunkmem: ZeRO reduces gradients in fp32 group buffers; "
@@ -90,6 +91,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   where.host_budget_bytes = store_.Budget(Tier::kHost);
   where.host_scratch_chunks = HostGradScratchChunks(options.grads_in_compute_chunks);
   where.world_size = world_;
+  where.zero = zero_;
   where.rank = rank_;
   where.prefetch_groups = options.prefetch_depth > 0;
   if (traced_budget() && where.warmup_share_bytes == 0) {
@@ -112,6 +114,17 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     at::Tensor master, compute;
   };
   std::vector<Slots> fill;
+  // Payloads are allocated uninitialised and zeroed below on many threads (start-up is
+  // bounded by memory bandwidth, issue #9 §4): m, v and grads whole; a chunk that
+  // receives its parameters' values only where no parameter lies (alignment gaps and
+  // the padding past the last one), so no byte is written twice.
+  struct Zeroing {
+    at::Tensor payload;
+    int chunk;  // -1: the whole payload; else zero the gaps between chunk's parameters
+  };
+  std::vector<Zeroing> zeroing;
+  using Clock = std::chrono::steady_clock;
+  const auto allocate_start = Clock::now();
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     const auto& chunk = layout_.chunks()[c];
     const Tier optimizer_tier = placement_.optimizer_on_device[c] ? Tier::kDevice : Tier::kHost;
@@ -128,21 +141,23 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
       }
       continue;
     }
-    auto add = [&](at::ScalarType dtype, Tier tier) {
+    auto add = [&](at::ScalarType dtype, Tier tier, bool holds_values) {
       const int id = store_.Add(chunk.capacity_numel, dtype);
-      store_.Allocate(id, tier);  // zero-filled: m, v and grads start at 0
+      store_.Allocate(id, tier, /*zero=*/false);  // zeroed below: m, v and grads start at 0
+      zeroing.push_back({store_.payload(id), holds_values ? c : -1});
       return id;
     };
-    ids[kCompute] = add(options.compute_dtype, Tier::kHost);
+    ids[kCompute] = add(options.compute_dtype, Tier::kHost, true);
     ids[static_cast<int>(ChunkKind::kGrad)] =
-        options.grads_in_compute_chunks ? ids[kCompute] : add(at::kFloat, Tier::kHost);
-    ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat, optimizer_tier) : ids[kCompute];
-    ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat, optimizer_tier);
-    ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat, optimizer_tier);
+        options.grads_in_compute_chunks ? ids[kCompute] : add(at::kFloat, Tier::kHost, false);
+    ids[static_cast<int>(ChunkKind::kMaster)] =
+        separate_master ? add(at::kFloat, optimizer_tier, true) : ids[kCompute];
+    ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat, optimizer_tier, false);
+    ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat, optimizer_tier, false);
     ids_.push_back(ids);
     for (int index : chunk.param_indices) {
       auto& param = params_[index].tensor;
-      if (options.initial_values) {
+      if (options.initial_values) {  // written on many threads below, after the zeroing
         fill.push_back({index, View(ChunkKind::kMaster, index), View(ChunkKind::kCompute, index)});
       } else {
         View(ChunkKind::kCompute, index).copy_(param);
@@ -158,16 +173,38 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   // The master chunks are on the host or, placed there at start-up, on the simulated
   // device (host memory too). TODO(issue #9 §4, GPU): write device-placed masters with
   // the device's generator instead of a host buffer and a copy.
+  const auto zero_start = Clock::now();
+  startup_seconds_.allocate_s = std::chrono::duration<double>(zero_start - allocate_start).count();
+  at::parallel_for(0, static_cast<int64_t>(zeroing.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      at::Tensor& payload = zeroing[i].payload;
+      if (zeroing[i].chunk < 0) {
+        payload.zero_();
+        continue;
+      }
+      int64_t from = 0;  // parameters lie in offset order (ChunkSpec::param_indices)
+      for (int index : layout_.chunks()[zeroing[i].chunk].param_indices) {
+        const ParamPlacement& pl = layout_.placements()[index];
+        if (pl.offset_numel > from) payload.narrow(0, from, pl.offset_numel - from).zero_();
+        from = std::max(from, pl.offset_numel + pl.numel);
+      }
+      if (payload.numel() > from) payload.narrow(0, from, payload.numel() - from).zero_();
+    }
+  });
+  zeroing.clear();
+  const auto values_start = Clock::now();
+  startup_seconds_.zero_s = std::chrono::duration<double>(values_start - zero_start).count();
   at::parallel_for(0, static_cast<int64_t>(fill.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       Slots& f = fill[i];
       at::Tensor values = f.master.device().is_cpu() ? f.master : at::empty(f.master.sizes(), at::kFloat);
-      options_.initial_values(f.index, values);
+      if (!options_.initial_values(f.index, values)) values.zero_();
       if (!values.is_same(f.master)) f.master.copy_(values);
       if (separate_master) f.compute.copy_(values);
     }
   });
   options_.initial_values = nullptr;  // what it holds (the model, names) is not needed again
+  startup_seconds_.initial_values_s = std::chrono::duration<double>(Clock::now() - values_start).count();
 }
 
 ChunkRuntime::~ChunkRuntime() {

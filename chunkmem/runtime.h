@@ -86,10 +86,12 @@ struct RuntimeOptions {
   // a lower compute dtype gets a rounded copy), in parallel over parameters
   // (at::parallel_for, so calls run on several threads at once), instead of copying the
   // parameter tensors, whose storage is then never read. `values`: fp32, contiguous,
-  // host, the parameter's shape; a parameter left unwritten stays 0.
-  std::function<void(int index, at::Tensor values)> initial_values;
-  // ZeRO over chunk groups (docs/comm.md): the ranks of a data-parallel run (null or
-  // world size 1: one process). Chunk c is owned by rank c mod p; p consecutive chunks
+  // host, the parameter's shape, uninitialised; returns whether it wrote them (false:
+  // the runtime zeroes them, e.g. for values a checkpoint provides later).
+  std::function<bool(int index, at::Tensor values)> initial_values;
+  // ZeRO over chunk groups (docs/comm.md): the ranks of a data-parallel run (null: one
+  // process without collectives; world size 1: ZeRO over one rank, groups of one chunk,
+  // which runs the collectives end to end, distributed.force_collectives). Chunk c is owned by rank c mod p; p consecutive chunks
   // form a group. This rank keeps the compute, grad, master, m and v chunks it owns;
   // a group is all-gathered into one device buffer when a block first uses it and
   // released when a block that does not use it starts; gradients are added into a
@@ -132,6 +134,7 @@ struct RuntimeStats {
   int64_t group_gathers = 0;            // ZeRO: groups all-gathered (prefetched ones included)
   int64_t group_prefetches = 0;         // ZeRO: of those, gathered ahead while the block before computed
   int64_t group_reductions = 0;         // ZeRO: group gradient buffers reduce-scattered
+  int64_t reductions_overlapped = 0;    // ZeRO: of those, left in flight while backward went on
   int64_t comm_bytes = 0;               // ZeRO: bytes this rank sent into collectives (gathers + reductions)
 };
 
@@ -185,6 +188,15 @@ class ChunkRuntime {
   // the bytes per tier it plans for, and whether it fits (the runtime does not refuse a
   // placement that does not fit; the trainer does, before constructing it).
   const Placement& placement() const { return placement_; }
+  // Where the constructor's time went (start-up, issue #9 §4): allocating every payload,
+  // zeroing what no parameter's values cover (many threads), then writing the initial
+  // values (parameters' own, or initial_values on many threads).
+  struct StartupSeconds {
+    double allocate_s = 0.0;
+    double zero_s = 0.0;
+    double initial_values_s = 0.0;
+  };
+  const StartupSeconds& startup_seconds() const { return startup_seconds_; }
   bool optimizer_on_device(int chunk) const { return placement_.optimizer_on_device.at(chunk); }
   // fp32 grad-chunk-sized host buffers the gradient path may hold at once (the
   // placement reserves them: PlacementInput::host_scratch_chunks).
@@ -222,7 +234,7 @@ class ChunkRuntime {
   // ZeRO: whether this rank holds chunk `chunk`'s data (always, with one process).
   bool owned(int chunk) const { return chunk % world_ == rank_; }
   int world_size() const { return world_; }
-  comm::Communicator* comm() const { return world_ > 1 ? options_.comm : nullptr; }
+  comm::Communicator* comm() const { return zero_ ? options_.comm : nullptr; }
   int64_t param_dim(int index) const { return static_cast<int64_t>(shapes_[index].size()); }
   const std::vector<int64_t>& param_sizes(int index) const { return shapes_[index]; }
 
@@ -302,15 +314,17 @@ class ChunkRuntime {
   void ReleaseIdleGroups(int block);   // groups no parameter uses now and `block` does not need
   void AddGroupGrad(int index, const at::Tensor& grad);
   bool GroupGradsIn(int group) const;
-  void ReduceGroupGrads(int group);
+  void ReduceGroupGrads(int group);    // started; the one before it finished
+  void FinishReduction();              // the reduction in flight (if any): waited for, added in
   void MakeDeviceRoom(int64_t bytes, int keep, const char* what);
-  bool zero() const { return world_ > 1; }
+  bool zero() const { return zero_; }
 
   std::vector<ManagedParam> params_;
   ChunkStore& store_;
   RuntimeOptions options_;
   ChunkLayout layout_;
   Placement placement_;                            // decided in the constructor
+  StartupSeconds startup_seconds_;                 // measured in the constructor
   std::vector<std::vector<int>> params_of_block_;  // [block] -> param indices
   std::vector<std::array<int, 5>> ids_;            // [chunk][kind] -> store id
   std::vector<TensorState> states_;                // [param]
@@ -340,10 +354,16 @@ class ChunkRuntime {
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // see lifetime()
   // ZeRO.
   int world_ = 1, rank_ = 0;
+  bool zero_ = false;  // options.comm given: ZeRO over its ranks
   std::vector<at::Tensor> gathered_;               // [group] device buffer while gathered
   std::vector<comm::WorkPtr> gather_work_;         // [group] its all-gather, while in flight
   std::vector<at::Tensor> remote_;                 // [chunk] not owned: its slot of the gathered buffer
   std::vector<at::Tensor> group_grad_;             // [group] fp32 gradient buffer of this micro-batch
+  // The one reduce-scatter left in flight while backward goes on (docs/comm.md): its
+  // group (-1: none) and its work; its buffer stays borrowed until FinishReduction.
+  int reducing_group_ = -1;
+  comm::WorkPtr reduce_work_;
+  bool overlapped_since_reduce_ = false;  // a gradient arrived after it started: backward went on
   std::vector<std::vector<int>> groups_of_block_;  // [block] groups its parameters are in
 };
 

@@ -32,6 +32,7 @@ void ChunkRuntime::OnGradAccumulated(int index) {
   at::NoGradGuard no_grad;
   at::Tensor grad = param.grad();
   TORCH_INTERNAL_ASSERT(grad.defined(), "grad hook without a gradient for ", params_[index].name);
+  if (reducing_group_ >= 0) overlapped_since_reduce_ = true;
   if (zero()) {
     AddGroupGrad(index, grad);
   } else if (options_.grads_in_compute_chunks) {
@@ -167,8 +168,9 @@ void ChunkRuntime::AfterBackward() {
   if (grad_slot_.empty()) return;  // no fp32 gradient arrived yet (or gradients reuse the slots)
   if (zero()) {  // groups whose parameters were used without a gradient kept their buffer open
     for (int g = 0; g < static_cast<int>(group_grad_.size()); ++g) {
-      if (group_grad_[g].defined()) ReduceGroupGrads(g);
+      if (group_grad_[g].defined() && g != reducing_group_) ReduceGroupGrads(g);
     }
+    FinishReduction();  // every reduction is in before the optimizer reads the grad chunks
   }
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     if (grad_slot_[c].defined()) FlushGradSlot(c);  // parameters used without a gradient kept it open

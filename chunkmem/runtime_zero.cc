@@ -27,6 +27,10 @@ const at::Tensor& ChunkRuntime::ComputePayload(int chunk) const {
 
 void ChunkRuntime::MakeDeviceRoom(int64_t bytes, int keep, const char* what) {
   if (FitsOnDevice(bytes, ChunkBudgetNow())) return;
+  if (reducing_group_ >= 0) {  // a reduction in flight holds a group buffer: finish it first
+    FinishReduction();
+    if (FitsOnDevice(bytes, ChunkBudgetNow())) return;
+  }
   if (EvictDownTo(ChunkBudgetNow() - bytes, keep, bytes)) return;
   if (store_.CanHold(Tier::kDevice, bytes)) return;  // over the traced share, within the store's budget
   TORCH_CHECK(false, "chunkmem: rank ", rank_, ": no device room for ", what, " (", bytes, " bytes): ",
@@ -102,6 +106,7 @@ void ChunkRuntime::AddGroupGrad(int index, const at::Tensor& grad) {
   grad_arrived_[index] = true;
   const auto& pl = layout_.placements()[index];
   const int group = pl.chunk_id / world_;
+  if (group == reducing_group_) FinishReduction();  // the group's next micro-batch (accumulation)
   at::Tensor& buffer = group_grad_[group];
   const int64_t n = layout_.chunks()[pl.chunk_id].capacity_numel;
   if (!buffer.defined()) {
@@ -120,14 +125,38 @@ bool ChunkRuntime::GroupGradsIn(int group) const {
   return true;
 }
 
+// Started without waiting, so the reduction runs while backward computes the blocks
+// before; the previous one is finished first, so at most one is in flight (one group
+// buffer beyond the block's: --plan's two-block working set holds it, and MakeDeviceRoom
+// finishes it when room is short). Every rank starts and finishes the same reductions in
+// the same order (they depend on gradient arrival and block order only).
 void ChunkRuntime::ReduceGroupGrads(int group) {
   at::NoGradGuard no_grad;
+  FinishReduction();
   const int own = group * world_ + rank_;
   const int64_t n = layout_.chunks()[own].capacity_numel;
   // Averaged in fp32: one rank at p x the micro-batch has the mean of these gradients.
   // In place: the result is this rank's slot of the buffer (NCCL's in-place form).
   const at::Tensor reduced = group_grad_[group].narrow(0, rank_ * n, n);
-  options_.comm->ReduceScatter(reduced, group_grad_[group], comm::ReduceOp::kAvg)->Wait();
+  reduce_work_ = options_.comm->ReduceScatter(reduced, group_grad_[group], comm::ReduceOp::kAvg);
+  reducing_group_ = group;
+  ++stats_.group_reductions;
+  stats_.comm_bytes += world_ * n * 4;
+}
+
+void ChunkRuntime::FinishReduction() {
+  if (reducing_group_ < 0) return;
+  at::NoGradGuard no_grad;
+  const int group = reducing_group_;
+  reducing_group_ = -1;
+  comm::WorkPtr work = std::move(reduce_work_);
+  reduce_work_ = nullptr;
+  work->Wait();
+  if (overlapped_since_reduce_) ++stats_.reductions_overlapped;
+  overlapped_since_reduce_ = false;
+  const int own = group * world_ + rank_;
+  const int64_t n = layout_.chunks()[own].capacity_numel;
+  const at::Tensor reduced = group_grad_[group].narrow(0, rank_ * n, n);
   const at::Tensor& grads = store_.payload(chunk_id(ChunkKind::kGrad, own));
   if (grads.device() == reduced.device()) {
     grads.add_(reduced);
@@ -136,8 +165,6 @@ void ChunkRuntime::ReduceGroupGrads(int group) {
   }
   grad_dirty_[own] = true;
   store_.GiveBack(Tier::kDevice, group_grad_[group]);
-  ++stats_.group_reductions;
-  stats_.comm_bytes += world_ * n * 4;
 }
 
 }  // namespace ps::chunkmem

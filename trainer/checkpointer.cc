@@ -69,7 +69,7 @@ Checkpointer::Checkpointer(const CheckpointConfig& config, std::string dir, comm
     : config_(config),
       dir_(std::move(dir)),
       last_save_time_(Clock::now()),
-      comm_(comm != nullptr && comm->world_size() > 1 ? comm : nullptr),
+      comm_(comm),
       device_(device) {}
 
 Checkpointer::~Checkpointer() {

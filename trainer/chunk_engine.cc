@@ -194,6 +194,7 @@ void ChunkEngine::AddStepMetrics(JsonLine& line, const StepOutcome& /*outcome*/)
     line.Add("group_gathers", rs.group_gathers)
         .Add("group_prefetches", rs.group_prefetches)
         .Add("group_reductions", rs.group_reductions)
+        .Add("reductions_overlapped", rs.reductions_overlapped)
         .Add("comm_bytes", rs.comm_bytes - comm_bytes_at_step_start_);
   }
   peak_device_chunk_bytes_ = std::max(peak_device_chunk_bytes_, ss.peak_device_bytes);

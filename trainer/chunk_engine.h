@@ -52,7 +52,7 @@ class ChunkEngine final : public TrainingEngine {
   at::Tensor GatherAll(chunkmem::ChunkKind kind) const;
 
   std::unique_ptr<models::TrainableModel> model_;
-  comm::Communicator* comm_ = nullptr;  // world size > 1 only
+  comm::Communicator* comm_ = nullptr;  // data parallel only (world size > 1, or distributed.force_collectives)
   const Config& config_;
   at::Device device_;
   ChunkSetup chunks_;

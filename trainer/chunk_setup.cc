@@ -1,6 +1,9 @@
 #include "trainer/chunk_setup.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <chrono>
 
 #include <unistd.h>
 
@@ -51,14 +54,14 @@ namespace {
 // PatrickStar's reuse is safe with one backward per step and a compute dtype that is
 // not the master's (fp32 needs its parameters intact).
 // ZeRO reduces gradients in fp32 group buffers into fp32 grad chunks.
-bool GradsInComputeChunks(const Config& c, int world_size) {
-  return world_size == 1 && c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, 1) == 1;
+bool GradsInComputeChunks(const Config& c, bool zero) {
+  return !zero && c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, 1) == 1;
 }
 
 // chunk.cpu_embedding: the position embedding, and the token embedding unless it is
 // tied to the LM head (then it is used on the device too), live outside the chunks.
 
-chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
+chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, bool zero) {
   chunkmem::RuntimeOptions options;
   options.chunk_numel = c.chunk.size_elements;
   options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16   ? at::kBFloat16
@@ -67,7 +70,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   options.eviction = c.chunk.eviction == chunkmem::EvictionPolicyKind::kOpt ? chunkmem::EvictionKind::kOpt
                                                                             : chunkmem::EvictionKind::kLru;
   options.warmup_iterations = c.chunk.warmup_steps;
-  options.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
+  options.grads_in_compute_chunks = GradsInComputeChunks(c, zero);
   options.prefetch_depth = c.chunk.prefetch_depth;
   return options;
 }
@@ -91,11 +94,13 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     chunkmem::CapCudaMemory(device, c.chunk.device_memory_bytes);
   }
   ChunkSetup s;
+  const auto pool_start = std::chrono::steady_clock::now();
   const bool arena = c.chunk.device_arena && budgets.traced_capacity_bytes == 0 && budgets.device_bytes < kUnlimitedBytes;
   s.store = std::make_unique<chunkmem::ChunkStore>(
       chunkmem::MakeHostPoolAllocator(/*pinned=*/device.is_cuda(), run_plan.plan.placement.host_chunk_bytes),
       arena ? chunkmem::MakeArenaAllocator(device, budgets.device_bytes) : chunkmem::MakeDeviceAllocator(device),
       budgets.host_bytes, budgets.device_bytes);
+  const double pool_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - pool_start).count();
   if (c.chunk.async_prefetch) {
     s.copies = device.is_cuda() ? chunkmem::MakeCudaCopyEngine(device) : chunkmem::MakeThreadCopyEngine();
     s.store->set_copy_engine(s.copies.get());
@@ -117,8 +122,8 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     }
     params.push_back({p.name, p.tensor, p.used_by_blocks});
   }
-  chunkmem::RuntimeOptions options = RuntimeOptionsOf(c, world);
-  options.comm = world > 1 ? comm : nullptr;
+  chunkmem::RuntimeOptions options = RuntimeOptionsOf(c, comm != nullptr);
+  options.comm = comm;  // MakeEngine passes one only for a data-parallel run
   options.device_memory_bytes = budgets.traced_capacity_bytes;
   options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
   options.static_placement = c.chunk.placement == chunkmem::PlacementKind::kStatic;
@@ -126,7 +131,9 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   std::vector<std::string> names;
   for (const auto& p : params) names.push_back(p.name);
   options.initial_values = [&model, init, names](int index, at::Tensor values) {  // in the constructor only
-    if (init.Initialises(names[index])) model.InitParameter(names[index], std::move(values), init.seed);
+    if (!init.Initialises(names[index])) return false;
+    model.InitParameter(names[index], std::move(values), init.seed);
+    return true;
   };
   s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, options);
   // Same function, same input: the runtime's placement is the plan's.
@@ -135,6 +142,11 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
                             s.runtime->placement().device_bytes == run_plan.plan.placement.device_bytes,
                         "the runtime's chunk placement differs from the memory plan's");
   s.runtime->set_memory_probe(s.probe.get());
+  const auto& startup = s.runtime->startup_seconds();
+  spdlog::info("chunk start-up: host pool of {:.2f} GiB ({}) reserved in {:.1f} s; payloads allocated in {:.1f} s, "
+               "zeroed in {:.1f} s; initial values written in {:.1f} s",
+               run_plan.plan.placement.host_chunk_bytes / 1073741824.0, device.is_cuda() ? "pinned" : "pageable",
+               pool_s, startup.allocate_s, startup.zero_s, startup.initial_values_s);
   optim::HybridAdamOptions adam;
   adam.optimizer = c.optimizer;
   adam.cpu_threads = CpuThreads(c.run);
@@ -167,6 +179,7 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   RunPlan r;
   r.input.world_size = world_size;
   r.input.rank = rank;
+  r.input.zero = world_size > 1 || c.distributed.force_collectives;
   r.input.prefetch_groups = c.chunk.prefetch_depth > 0;
   r.budgets = ResolveChunkBudgets(c, device);
   const ChunkBudgets& budgets = r.budgets;
@@ -204,7 +217,7 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
     }
   }
   input.host_budget_bytes = budgets.host_bytes;
-  input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
+  input.grads_in_compute_chunks = GradsInComputeChunks(c, input.zero);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
   input.non_model_bytes = r.activation_bytes;

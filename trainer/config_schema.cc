@@ -437,6 +437,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Int("distributed.timeout_s", PS_ACCESS(distributed.timeout_s),
           "collective timeout: a rank that stops answering fails the others after this long",
           IntRange(1, 7 * 24 * 3600)),
+      Bool("distributed.force_collectives", PS_ACCESS(distributed.force_collectives),
+           "one process too: build the communicator (NCCL on CUDA, Gloo on CPU) and run the data-parallel / ZeRO "
+           "path over one rank (checks the collectives on one GPU)"),
       // logging
       Enum<std::string>("logging.level", PS_ACCESS(logging.level), "console verbosity",
                         {{"trace", "trace"}, {"debug", "debug"}, {"info", "info"}, {"warn", "warn"}, {"error", "error"}}),

@@ -142,7 +142,7 @@ int Run(int argc, char** argv) {
   ps::trainer::TrainOptions train_options;
   train_options.stop_requested = &signals.requested();
   std::unique_ptr<ps::comm::Communicator> communicator;
-  if (rank_env.distributed()) {
+  if (rank_env.distributed() || config.distributed.force_collectives) {
     const bool cuda = config.run.device == ps::trainer::DeviceKind::kCuda ||
                       (config.run.device == ps::trainer::DeviceKind::kAuto && torch::cuda::is_available());
     spdlog::info("{}: connecting ({})", rank_env.Describe(), cuda ? "NCCL" : "Gloo");

@@ -58,7 +58,6 @@ void BucketedCollective(const std::vector<at::Tensor>& tensors, int64_t bucket_b
 PlainEngine::PlainEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
                          const models::InitPlan& init, comm::Communicator* comm)
     : model_(std::move(model)), config_(config), device_(device), comm_(comm) {
-  if (comm_ != nullptr && comm_->world_size() == 1) comm_ = nullptr;
   models::InitParameters(model_->BlockParameters(), init, [&](const std::string& name, at::Tensor values) {
     model_->InitParameter(name, std::move(values), init.seed);
   });

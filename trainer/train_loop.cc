@@ -460,6 +460,9 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     throw ConfigError("precision.dtype: fp16 needs chunk.enabled: true (the chunk optimizer owns the loss scaler); "
                       "use bf16 or fp32 without chunks");
   }
+  if (c.distributed.force_collectives && options.comm == nullptr) {
+    throw ConfigError("distributed.force_collectives: the run has no communicator (ps_train's main builds one)");
+  }
   const int world = options.comm ? options.comm->world_size() : 1;
   const int rank = options.comm ? options.comm->rank() : 0;
   const bool writer = rank == 0;
