@@ -44,8 +44,6 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     zero_ = true;
     world_ = options.comm->world_size();
     rank_ = options.comm->rank();
-    TORCH_CHECK(!options.grads_in_compute_chunks, "chunkmem: ZeRO reduces gradients in fp32 group buffers; "
-                "grads_in_compute_chunks must be off");
   }
   const int64_t chunk_numel = options.chunk_numel > 0 ? options.chunk_numel : ChooseChunkNumel(specs, world_);
   layout_ = ChunkLayout::Plan(specs, {chunk_numel, world_, /*align_numel=*/32});

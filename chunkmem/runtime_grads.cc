@@ -44,7 +44,7 @@ void ChunkRuntime::OnGradAccumulated(int index) {
   param.mutable_grad() = at::Tensor();
   has_grad_[index] = true;
   if (states_[index] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
-  if (options_.grads_in_compute_chunks) return;
+  if (options_.grads_in_compute_chunks && !zero()) return;
   const int chunk = layout_.placements()[index].chunk_id;
   if (zero()) {
     const int group = chunk / world_;

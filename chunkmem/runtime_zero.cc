@@ -158,12 +158,32 @@ void ChunkRuntime::FinishReduction() {
   const int64_t n = layout_.chunks()[own].capacity_numel;
   const at::Tensor reduced = group_grad_[group].narrow(0, rank_ * n, n);
   const at::Tensor& grads = store_.payload(chunk_id(ChunkKind::kGrad, own));
-  if (grads.device() == reduced.device()) {
-    grads.add_(reduced);
+  const at::Tensor source = grads.device() == reduced.device() ? reduced : store_.ToHostSync(reduced);
+  if (!options_.grads_in_compute_chunks) {
+    grads.add_(source);
+    grad_dirty_[own] = true;
   } else {
-    grads.add_(store_.ToHostSync(reduced));
+    // 14/p bytes per parameter: one micro-batch per step, so the averaged gradient
+    // overwrites the owned compute slots (rounded once to the compute dtype), as in a
+    // one-process run; a parameter without a gradient this step keeps its values. No
+    // gather of the group follows in this backward: its gradients are all in.
+    const auto& indices = layout_.chunks()[own].param_indices;
+    int64_t end = 0;
+    bool all = true;
+    for (int index : indices) {
+      all = all && has_grad_[index];
+      end = std::max(end, layout_.placements()[index].offset_numel + layout_.placements()[index].numel);
+    }
+    if (all) {  // the gaps between slots are zero in both
+      grads.narrow(0, 0, end).copy_(source.narrow(0, 0, end));
+    } else {
+      for (int index : indices) {
+        if (!has_grad_[index]) continue;
+        const auto& pl = layout_.placements()[index];
+        grads.narrow(0, pl.offset_numel, pl.numel).copy_(source.narrow(0, pl.offset_numel, pl.numel));
+      }
+    }
   }
-  grad_dirty_[own] = true;
   store_.GiveBack(Tier::kDevice, group_grad_[group]);
 }
 

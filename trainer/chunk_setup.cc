@@ -53,15 +53,16 @@ namespace {
 
 // PatrickStar's reuse is safe with one backward per step and a compute dtype that is
 // not the master's (fp32 needs its parameters intact).
-// ZeRO reduces gradients in fp32 group buffers into fp32 grad chunks.
-bool GradsInComputeChunks(const Config& c, bool zero) {
-  return !zero && c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, 1) == 1;
+// ZeRO reduces gradients in fp32 group buffers, then (one micro-batch per step) into the
+// owned compute slots: 14/p bytes per parameter.
+bool GradsInComputeChunks(const Config& c, int world_size) {
+  return c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, world_size) == 1;
 }
 
 // chunk.cpu_embedding: the position embedding, and the token embedding unless it is
 // tied to the LM head (then it is used on the device too), live outside the chunks.
 
-chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, bool zero) {
+chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   chunkmem::RuntimeOptions options;
   options.chunk_numel = c.chunk.size_elements;
   options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16   ? at::kBFloat16
@@ -70,7 +71,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, bool zero) {
   options.eviction = c.chunk.eviction == chunkmem::EvictionPolicyKind::kOpt ? chunkmem::EvictionKind::kOpt
                                                                             : chunkmem::EvictionKind::kLru;
   options.warmup_iterations = c.chunk.warmup_steps;
-  options.grads_in_compute_chunks = GradsInComputeChunks(c, zero);
+  options.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   options.prefetch_depth = c.chunk.prefetch_depth;
   return options;
 }
@@ -122,7 +123,7 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     }
     params.push_back({p.name, p.tensor, p.used_by_blocks});
   }
-  chunkmem::RuntimeOptions options = RuntimeOptionsOf(c, comm != nullptr);
+  chunkmem::RuntimeOptions options = RuntimeOptionsOf(c, world);
   options.comm = comm;  // MakeEngine passes one only for a data-parallel run
   options.device_memory_bytes = budgets.traced_capacity_bytes;
   options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
@@ -217,7 +218,7 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
     }
   }
   input.host_budget_bytes = budgets.host_bytes;
-  input.grads_in_compute_chunks = GradsInComputeChunks(c, input.zero);
+  input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
   input.non_model_bytes = r.activation_bytes;

@@ -2,7 +2,10 @@
 # ZeRO over chunk groups through the real binary on Gloo (CPU, simulated device tier):
 # 2 and 4 ranks at micro-batch b give the per-step losses of one process at p x b
 # (fp32: 1e-6 relative), with chunks evicted under a device budget and with gradient
-# accumulation; the next block's groups gathered ahead; bf16 with activation checkpointing and CPU embeddings to bf16 rounding;
+# accumulation; the next block's groups gathered ahead and reductions left in flight while
+# backward goes on; bf16 with activation checkpointing and CPU embeddings to bf16 rounding;
+# bf16 without accumulation reduces into the compute slots (14/p bytes per parameter);
+# one process with distributed.force_collectives runs the same path over one rank;
 # BERT as plain data parallel does;
 # each rank holds 1/p of the model data; a 2-rank checkpoint is sharded (each rank
 # writes the parameters it owns, by name, once) and resumes on 1 and on 4 ranks with
@@ -110,6 +113,17 @@ mixed=(--set precision.dtype=bf16 --set model.activation_checkpointing=true --se
 run one_mixed "${mixed[@]}" --set train.micro_batch_size=4
 run zero_mixed "${mixed[@]}" --nproc 2
 compare zero_mixed one_mixed 1e-4
+
+echo "== bf16, one micro-batch per step: gradients reduced into the compute slots (14/p bytes per parameter)"
+run one_bf16 --set precision.dtype=bf16 --set train.micro_batch_size=8
+run zero_bf16 --set precision.dtype=bf16 --set train.micro_batch_size=4 --nproc 2
+grep -q "1 accumulation x 2 ranks" "$tmp/zero_bf16.log"
+compare zero_bf16 one_bf16 1e-4
+one=$(summary one_bf16 model_data_bytes)
+two=$(summary zero_bf16 model_data_bytes)
+echo "bf16 model data bytes: one process $one (14 bytes per element), rank 0 of 2 $two"
+[ "$((one / 2))" -eq "$two" ] || { echo "FAILED: ZeRO bf16 holds more than half of one process's model data"; exit 1; }
+[ "$(metric zero_bf16 group_reductions)" -gt 0 ]
 
 echo "== BERT (masked LM): ZeRO chunks give the losses of plain data parallel on the same ranks"
 # (Each rank averages over its own masked tokens, so p ranks are compared with p ranks.)
