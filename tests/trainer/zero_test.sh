@@ -6,6 +6,7 @@
 # backward goes on; bf16 with activation checkpointing and CPU embeddings to bf16 rounding;
 # bf16 without accumulation reduces into the compute slots (14/p bytes per parameter);
 # one process with distributed.force_collectives runs the same path over one rank;
+# a traced budget with hybrid Adam on the device; fp16 overflow skips on every rank;
 # BERT as plain data parallel does;
 # each rank holds 1/p of the model data; a 2-rank checkpoint is sharded (each rank
 # writes the parameters it owns, by name, once) and resumes on 1 and on 4 ranks with
@@ -107,6 +108,14 @@ compare zero_acc one_acc 1e-6
 [ "$(metric zero_acc evictions)" -gt 0 ] || { echo "rank 0 evicted nothing"; exit 1; }
 
 
+echo "== a traced device budget (warm-up, then the plan's placement) with hybrid Adam updating on the device"
+traced=(--set chunk.device_memory_bytes=9000000 --set model.n_layer=4)
+run one_traced "${traced[@]}" --set train.micro_batch_size=4
+run zero_traced "${traced[@]}" --nproc 2
+compare zero_traced one_traced 1e-6
+[ "$(metric zero_traced evictions)" -gt 0 ] && [ "$(metric zero_traced adam_device_chunks)" -gt 0 ] ||
+  { echo "FAILED: the traced ZeRO run evicted nothing or updated nothing on the device"; exit 1; }
+
 echo "== bf16, activation checkpointing, CPU embeddings"
 mixed=(--set precision.dtype=bf16 --set model.activation_checkpointing=true --set chunk.cpu_embedding=true
        --set model.tie_word_embeddings=false)
@@ -124,6 +133,16 @@ two=$(summary zero_bf16 model_data_bytes)
 echo "bf16 model data bytes: one process $one (14 bytes per element), rank 0 of 2 $two"
 [ "$((one / 2))" -eq "$two" ] || { echo "FAILED: ZeRO bf16 holds more than half of one process's model data"; exit 1; }
 [ "$(metric zero_bf16 group_reductions)" -gt 0 ]
+
+echo "== fp16: overflowing steps are skipped on every rank, the compute slots restored from the masters"
+# A loss scale of 2^24 overflows in the first 5 steps of both runs (2^24 down to 2^20);
+# step 6's loss is that of the initial weights, restored after every skip.
+fp16=(--set precision.dtype=fp16 --set precision.initial_scale_power=24 --set precision.hysteresis=1)
+run one_fp16 "${fp16[@]}" --set train.micro_batch_size=8
+run zero_fp16 "${fp16[@]}" --set train.micro_batch_size=4 --nproc 2
+compare zero_fp16 one_fp16 1e-5
+[ "$(metric zero_fp16 skipped_steps)" -ge 5 ] && grep -q "rank 1\] gradient overflow" "$tmp/zero_fp16.log" ||
+  { echo "FAILED: the fp16 ZeRO run did not skip on every rank"; exit 1; }
 
 echo "== BERT (masked LM): ZeRO chunks give the losses of plain data parallel on the same ranks"
 # (Each rank averages over its own masked tokens, so p ranks are compared with p ranks.)
