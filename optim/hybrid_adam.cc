@@ -103,51 +103,64 @@ void HybridAdam::UpdateHostParams(double lr, double grad_scale) {
   ParallelAdam(kernels_, work, options_.cpu_threads);
 }
 
+std::vector<at::Tensor> HybridAdam::ChunkGrads(int chunk) const {
+  // When every parameter of the chunk has a gradient, the gradient region from the
+  // chunk's start to its last parameter's end is reduced at once: the alignment gaps
+  // between slots are zero (zeroed at start-up, never written). Otherwise parameter by
+  // parameter (a slot without a gradient may hold the parameter, the 14-byte reuse).
+  const auto& layout = runtime_.layout();
+  const auto& indices = layout.chunks()[chunk].param_indices;
+  bool all = !indices.empty();
+  int64_t end = 0;
+  for (int i : indices) {
+    all = all && runtime_.has_grad(i);
+    end = std::max(end, layout.placements()[i].offset_numel + layout.placements()[i].numel);
+  }
+  if (all) return {runtime_.store().payload(runtime_.chunk_id(ChunkKind::kGrad, chunk)).narrow(0, 0, end)};
+  std::vector<at::Tensor> grads;
+  for (int i : indices) {
+    if (runtime_.has_grad(i)) grads.push_back(runtime_.View(ChunkKind::kGrad, i));
+  }
+  return grads;
+}
+
+double HybridAdam::HostSumSquares(const std::vector<at::Tensor>& grads) const {
+  std::vector<GradSpan> spans;
+  for (const auto& g : grads) spans.push_back({g.data_ptr(), ElemOf(g.scalar_type()), g.numel()});
+  return ParallelSumSquares(kernels_, spans, options_.cpu_threads);
+}
+
+// The norm is a sum in chunk order of per-chunk sums (host chunks; device ones in one
+// device reduction), so it does not depend on which chunks were speculated, whose sums
+// were taken before their update (docs/optim.md, invariant 2).
 double HybridAdam::SumSquares() {
-  std::vector<GradSpan> host_spans;
   std::vector<at::Tensor> device_sums;  // one reduction per chunk (or per parameter), summed once
-  auto add = [&](const at::Tensor& grad) {
-    if (grad.is_cpu()) {
-      host_spans.push_back({grad.data_ptr(), ElemOf(grad.scalar_type()), grad.numel()});
-    } else {
-      device_sums.push_back(at::linalg_vector_norm(grad, 2, {}, false, at::kDouble).square());  // no fp64 copy
-    }
-  };
+  double host_chunks_sum = 0.0;
   const auto& layout = runtime_.layout();
   for (int chunk = 0; chunk < layout.num_chunks(); ++chunk) {
     if (!runtime_.owned(chunk)) continue;  // ZeRO: its owner counts it
-    // When every parameter of the chunk has a gradient, the gradient region from the
-    // chunk's start to its last parameter's end is reduced at once: the alignment gaps
-    // between slots are zero (allocated zeroed, never written). Otherwise parameter by
-    // parameter (a slot without a gradient may hold the parameter, the 14-byte reuse).
-    const auto& indices = layout.chunks()[chunk].param_indices;
-    bool all = !indices.empty();
-    int64_t end = 0;
-    for (int i : indices) {
-      all = all && runtime_.has_grad(i);
-      end = std::max(end, layout.placements()[i].offset_numel + layout.placements()[i].numel);
-    }
-    if (all) {
-      add(runtime_.store().payload(runtime_.chunk_id(ChunkKind::kGrad, chunk)).narrow(0, 0, end));
+    const auto spec = std::find_if(speculated_.begin(), speculated_.end(),
+                                   [chunk](const Speculation& s) { return s.chunk == chunk; });
+    if (spec != speculated_.end()) {
+      host_chunks_sum += spec->sum_squares;
       continue;
     }
-    for (int i : indices) {
-      if (runtime_.has_grad(i)) add(runtime_.View(ChunkKind::kGrad, i));
+    const std::vector<at::Tensor> grads = ChunkGrads(chunk);
+    if (grads.empty()) continue;
+    if (grads.front().is_cpu()) {
+      host_chunks_sum += HostSumSquares(grads);
+    } else {
+      for (const auto& g : grads) device_sums.push_back(at::linalg_vector_norm(g, 2, {}, false, at::kDouble).square());
     }
   }
   const at::Tensor device_sum = device_sums.empty() ? at::Tensor() : at::stack(device_sums).sum();
-  comm::Communicator* comm = runtime_.comm();
-  if (comm == nullptr) {  // one process: everything in one sum
-    for (const auto& hp : host_params_) {
-      const at::Tensor& grad = hp.param.grad();
-      if (grad.defined()) host_spans.push_back({grad.data_ptr(), ElemType::kFp32, grad.numel()});
-    }
-    const double host_sum = ParallelSumSquares(kernels_, host_spans, options_.cpu_threads);
-    return host_sum + (device_sum.defined() ? device_sum.item<double>() : 0.0);  // the one host sync
+  std::vector<at::Tensor> host_param_grads;
+  for (const auto& hp : host_params_) {
+    if (hp.param.grad().defined()) host_param_grads.push_back(hp.param.grad());
   }
-  double chunk_sum = ParallelSumSquares(kernels_, host_spans, options_.cpu_threads) +
-                     (device_sum.defined() ? device_sum.item<double>() : 0.0);  // the one host sync
-  {
+  double chunk_sum = host_chunks_sum + (device_sum.defined() ? device_sum.item<double>() : 0.0);  // the one host sync
+  comm::Communicator* comm = runtime_.comm();
+  if (comm != nullptr) {
     // ZeRO: each rank summed the reduced gradients of its own chunks; a non-finite one
     // anywhere makes the total non-finite, so every rank skips (one all-reduce per step).
     at::Tensor total = at::full({1}, chunk_sum, at::kDouble);
@@ -155,13 +168,9 @@ double HybridAdam::SumSquares() {
     comm->AllReduce(total, comm::ReduceOp::kSum)->Wait();
     chunk_sum = total.item<double>();
   }
-  // Parameters outside the chunks are replicated (their gradients all-reduced): once.
-  std::vector<GradSpan> replicated;
-  for (const auto& hp : host_params_) {
-    const at::Tensor& grad = hp.param.grad();
-    if (grad.defined()) replicated.push_back({grad.data_ptr(), ElemType::kFp32, grad.numel()});
-  }
-  return chunk_sum + ParallelSumSquares(kernels_, replicated, options_.cpu_threads);
+  // Parameters outside the chunks are replicated under ZeRO (their gradients
+  // all-reduced): counted once, after the chunks.
+  return chunk_sum + HostSumSquares(host_param_grads);
 }
 
 void HybridAdam::RestoreComputeFromMaster() {
@@ -269,6 +278,65 @@ void HybridAdam::UpdateDeviceChunk(int chunk, double lr, const at::Tensor& unsca
   if (separate_master) store.payload(runtime_.chunk_id(ChunkKind::kCompute, chunk)).copy_(master_payload);
 }
 
+void HybridAdam::BeginSpeculation(double lr, double loss_scale) {
+  TORCH_INTERNAL_ASSERT(speculated_.empty(), "HybridAdam: BeginSpeculation twice in one step");
+  speculating_ = options_.speculation_slots > 0;
+  speculation_lr_ = lr;
+  speculation_loss_scale_ = loss_scale;
+}
+
+void HybridAdam::CopyState(int chunk, Backup& slot, bool to_slot) {
+  const auto& store = runtime_.store();
+  const bool separate_master = runtime_.compute_dtype() != at::kFloat;
+  auto copy = [&](ChunkKind kind, at::Tensor& backup) {
+    const at::Tensor& payload = store.payload(runtime_.chunk_id(kind, chunk));
+    if (!backup.defined() || backup.numel() < payload.numel() || backup.scalar_type() != payload.scalar_type()) {
+      backup = at::empty({payload.numel()}, payload.options());
+    }
+    at::Tensor part = backup.narrow(0, 0, payload.numel());
+    to_slot ? part.copy_(payload) : payload.copy_(part);
+  };
+  copy(ChunkKind::kMaster, slot.master);  // the compute chunk in fp32 runs
+  copy(ChunkKind::kAdamM, slot.m);
+  copy(ChunkKind::kAdamV, slot.v);
+  // The update writes the parameters into the compute slots, over the gradients when
+  // they share them: a redo needs both back.
+  if (separate_master) copy(ChunkKind::kCompute, slot.compute);
+}
+
+bool HybridAdam::Speculate(int chunk) {
+  if (!speculating_ || on_device_[chunk] || !runtime_.owned(chunk)) return false;
+  const auto& store = runtime_.store();
+  for (ChunkKind kind : {ChunkKind::kCompute, ChunkKind::kGrad, ChunkKind::kMaster}) {
+    if (!store.payload(runtime_.chunk_id(kind, chunk)).is_cpu()) return false;
+  }
+  const bool pipeline = store.device_of(chunkmem::Tier::kDevice).is_cuda() || options_.pipeline_simulated;
+  if (pipeline && store.tier(runtime_.chunk_id(ChunkKind::kCompute, chunk)) == chunkmem::Tier::kDevice) return false;
+  if (slot_used_.empty()) {
+    slots_.resize(options_.speculation_slots);
+    slot_used_.assign(options_.speculation_slots, false);
+  }
+  const auto free = std::find(slot_used_.begin(), slot_used_.end(), false);
+  if (free == slot_used_.end()) return false;
+  at::NoGradGuard no_grad;
+  const double sum_squares = HostSumSquares(ChunkGrads(chunk));  // before the update may overwrite them
+  if (!std::isfinite(sum_squares)) return false;                  // the step will skip: nothing to undo
+  const int slot = static_cast<int>(free - slot_used_.begin());
+  slot_used_[slot] = true;
+  CopyState(chunk, slots_[slot], /*to_slot=*/true);
+  // What Step does with a clip coefficient of 1: grad_scale 1 / loss scale.
+  UpdateHostChunks({chunk}, speculation_lr_, 1.0 / speculation_loss_scale_);
+  speculated_.push_back({chunk, slot, sum_squares});
+  return true;
+}
+
+void HybridAdam::RollBack(const Speculation& s) {
+  CopyState(s.chunk, slots_[s.slot], /*to_slot=*/false);
+  for (int i : runtime_.layout().chunks()[s.chunk].param_indices) {
+    if (runtime_.has_grad(i)) --steps_[i];  // UpdateHostChunks counted the update
+  }
+}
+
 StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   at::NoGradGuard no_grad;
   StepReport r;
@@ -277,19 +345,35 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   const bool overflow = !std::isfinite(sum_squares);
   r.grad_norm = std::sqrt(sum_squares) / r.loss_scale;
   scaler.Update(overflow);
+  // Speculated chunks (Speculate) stand when this step's grad_scale is the one they
+  // assumed (clip coefficient 1, the same loss scale) at the same lr; else restored.
+  const double clip_coef =
+      max_norm > 0 && std::isfinite(max_norm) ? std::min(1.0, max_norm / (r.grad_norm + 1e-6)) : 1.0;
+  const double grad_scale = clip_coef / r.loss_scale;
+  const bool speculation_stands =
+      !overflow && grad_scale == 1.0 / speculation_loss_scale_ && lr == speculation_lr_;
+  std::vector<bool> kept(runtime_.layout().num_chunks(), false);
+  for (const Speculation& s : speculated_) {
+    if (speculation_stands) {
+      kept[s.chunk] = true;
+      ++r.speculated_chunks;
+    } else {
+      RollBack(s);
+      ++r.rolled_back_chunks;
+    }
+  }
+  speculated_.clear();
+  std::fill(slot_used_.begin(), slot_used_.end(), false);
+  speculating_ = false;
   if (overflow) {  // skipped with or without a scaler (fp32/bf16: the caller stops)
     r.skipped = true;
     RestoreComputeFromMaster();
     ClearHostGrads();
     return r;
   }
-  const double clip_coef =
-      max_norm > 0 && std::isfinite(max_norm) ? std::min(1.0, max_norm / (r.grad_norm + 1e-6)) : 1.0;
-  const double grad_scale = clip_coef / r.loss_scale;
-
   std::vector<int> host_chunks;
   for (int chunk = 0; chunk < runtime_.layout().num_chunks(); ++chunk) {
-    if (!on_device_[chunk] && runtime_.owned(chunk)) host_chunks.push_back(chunk);
+    if (!on_device_[chunk] && runtime_.owned(chunk) && !kept[chunk]) host_chunks.push_back(chunk);
   }
   // Device chunks first: on CUDA their fused updates queue on the GPU and run while the
   // CPU kernels update the host chunks, and the host pipeline's send-backs come last, so
@@ -308,7 +392,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   UpdateHostParams(lr, grad_scale);
   ClearHostGrads();
   r.host_ms = MsSince(t0);
-  r.host_chunks = static_cast<int>(host_chunks.size());
+  r.host_chunks = static_cast<int>(host_chunks.size()) + r.speculated_chunks;
   return r;
 }
 

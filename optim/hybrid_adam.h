@@ -43,6 +43,10 @@ struct HybridAdamOptions {
   // one chunk ahead, updated, sent back) also on a simulated device tier, where the CPU
   // kernels could read them in place: tests run the CUDA path's logic this way.
   bool pipeline_simulated = false;
+  // The overlapped host step (docs/optim.md, "The overlapped host step"): host chunks
+  // that may be updated ahead (Speculate) within one step, each backed up in a slot of
+  // 14 bytes (fp32 master, m, v and the compute chunk) per chunk element. 0 = off.
+  int speculation_slots = 0;
 };
 
 struct StepReport {
@@ -53,6 +57,8 @@ struct StepReport {
   int host_chunks = 0;     // chunks updated by the CPU kernels
   double host_ms = 0.0;    // time in the CPU update
   double device_ms = 0.0;  // time in the device update (CUDA: to queue it; it overlaps the host update)
+  int speculated_chunks = 0;   // host chunks updated ahead (Speculate) and kept
+  int rolled_back_chunks = 0;  // host chunks updated ahead, restored (clipped or overflow) and redone or skipped
 };
 
 class HybridAdam {
@@ -62,6 +68,18 @@ class HybridAdam {
   // One optimizer step at learning rate `lr`, clipping to `max_norm` (<= 0 or inf: no
   // clipping). Updates `scaler` (fp16). Call between AfterBackward and EndIteration.
   StepReport Step(double lr, double max_norm, LossScaler& scaler);
+
+  // The overlapped host step (docs/optim.md): once the last micro-batch's backward has
+  // started, BeginSpeculation(lr, loss scale of this step); then Speculate(c) for a host-
+  // updated chunk whose gradients are final updates it at once as Step would with a clip
+  // coefficient of 1 (its sum of squares taken first, its state backed up in a slot).
+  // Step validates: the same clip coefficient 1 and finite gradients keep the update
+  // (bitwise what Step would have done); otherwise the chunk is restored from its slot
+  // and redone with the real coefficient, or skipped on overflow. Returns false (and
+  // does nothing) without a free slot, for a device-updated chunk, a chunk whose data
+  // is on a CUDA device, or non-finite gradients.
+  void BeginSpeculation(double lr, double loss_scale);
+  bool Speculate(int chunk);
 
   // A parameter kept outside the chunks (fp32, host; e.g. CPU embeddings): updated by the
   // CPU kernels in every step with its own m and v; its .grad is read and cleared.
@@ -90,6 +108,21 @@ class HybridAdam {
 
  private:
   double SumSquares();
+  // The gradient tensors of `chunk` SumSquares reads (one region when every parameter
+  // has a gradient, else one per parameter that has one).
+  std::vector<at::Tensor> ChunkGrads(int chunk) const;
+  double HostSumSquares(const std::vector<at::Tensor>& grads) const;
+  // Speculation: payloads an update writes (master, m, v, compute) to and from a slot.
+  struct Backup {
+    at::Tensor master, m, v, compute;
+  };
+  struct Speculation {
+    int chunk = -1;
+    int slot = -1;
+    double sum_squares = 0.0;
+  };
+  void CopyState(int chunk, Backup& slot, bool to_slot);
+  void RollBack(const Speculation& s);
   void UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale);
   // `unscale`: 1 / grad_scale as a 0-dim fp32 tensor on the device, as the fused op wants.
   void UpdateDeviceChunk(int chunk, double lr, const at::Tensor& unscale);
@@ -113,6 +146,12 @@ class HybridAdam {
   std::vector<at::Tensor> device_steps_;  // [param] step counters of the fused op (device chunks)
   std::vector<int> device_chunks_;
   std::vector<bool> on_device_;   // [chunk]
+  // Speculation within the current step (BeginSpeculation .. Step).
+  bool speculating_ = false;
+  double speculation_lr_ = 0.0, speculation_loss_scale_ = 1.0;
+  std::vector<Backup> slots_;              // [slot], allocated on first use, reused
+  std::vector<bool> slot_used_;
+  std::vector<Speculation> speculated_;    // in the order they were made
 };
 
 }  // namespace ps::optim

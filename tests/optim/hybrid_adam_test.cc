@@ -3,7 +3,8 @@
 // clip_grad_norm_ agree; the placement puts chunks on the device only when hybrid is on
 // and the margin allows; an fp16 overflow skips the step, leaves master/m/v bitwise
 // untouched, restores the compute-dtype parameters from the masters and drives the
-// loss scaler.
+// loss scaler; chunks updated ahead (speculation) end bitwise where the plain step
+// ends, whether the speculation is kept, clipped and redone, or undone by an overflow.
 #include <ATen/ATen.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
@@ -34,7 +35,8 @@ struct Rig {
 
   // `pipeline`: host updates take the CUDA path (to the host and back, one chunk
   // ahead); `async`: its copies run on a worker thread.
-  Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget, bool pipeline = false, bool async = false) {
+  Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget, bool pipeline = false, bool async = false,
+      int speculation_slots = 0) {
     at::manual_seed(1);
     initial = {at::randn({16, 24}), at::randn({24}), at::randn({24, 8}), at::randn({40})};
     std::vector<chunkmem::ManagedParam> managed;
@@ -67,6 +69,7 @@ struct Rig {
     o.cpu_isa = BestCpuIsa();
     o.cpu_threads = 2;
     o.pipeline_simulated = pipeline;
+    o.speculation_slots = speculation_slots;
     adam = std::make_unique<HybridAdam>(*runtime, o);
   }
 
@@ -257,6 +260,84 @@ TEST_CASE("fp16 overflow: skipped, master/m/v untouched, compute params restored
     CHECK(r.grad_norm < 1e3);  // unscaled
     CHECK_FALSE(Same(rig.Master(0), master[0]));
   }
+}
+
+TEST_CASE("speculative host updates: kept, clipped and redone, overflow undone; bitwise the plain step",
+          "[hybrid_adam][speculation]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (int slots : {1, 2}) {
+      INFO(c10::toString(dtype) << ", " << slots << " slot(s)");
+      Rig plain(dtype, /*hybrid=*/false, kUnlimited);
+      Rig spec(dtype, /*hybrid=*/false, kUnlimited, false, false, slots);
+      REQUIRE(spec.runtime->layout().num_chunks() == 2);
+      PrecisionConfig pc;
+      if (dtype == at::kHalf) {
+        pc.dtype = Dtype::kFp16;
+        pc.initial_scale_power = 10;
+        pc.hysteresis = 1;
+      }
+      LossScaler scale_plain(pc), scale_spec(pc);
+      struct Case {
+        double max_norm;
+        bool overflow;
+        int kept, rolled_back;
+      };
+      // The gradient norm is ~16: a max norm of 1e-3 clips, 1e6 does not (coefficient 1).
+      const Case cases[] = {{inf, false, slots, 0},       {1e-3, false, 0, slots}, {1e6, true, 0, 1},
+                            {1e6, false, slots, 0},       {1e-3, false, 0, slots}};
+      uint64_t seed = 1;
+      for (const Case& k : cases) {
+        auto grads = Grads(plain, seed++);
+        // Non-finite in chunk 1 (w2): chunk 0 is speculated, chunk 1 refused, the step skips.
+        if (k.overflow) grads[2][3][1] = std::numeric_limits<float>::infinity();
+        plain.Backward(grads, scale_plain.scale());
+        spec.Backward(grads, scale_spec.scale());
+        spec.adam->BeginSpeculation(1e-2, scale_spec.scale());
+        int speculated = 0;
+        for (int c = 0; c < 2; ++c) speculated += spec.adam->Speculate(c) ? 1 : 0;
+        CHECK(speculated == (k.overflow ? 1 : slots));
+        const StepReport a = plain.adam->Step(1e-2, k.max_norm, scale_plain);
+        const StepReport b = spec.adam->Step(1e-2, k.max_norm, scale_spec);
+        INFO("max norm " << k.max_norm << (k.overflow ? ", overflow" : ""));
+        CHECK(a.skipped == k.overflow);
+        CHECK(b.skipped == k.overflow);
+        CHECK(b.speculated_chunks == k.kept);
+        CHECK(b.rolled_back_chunks == k.rolled_back);
+        CHECK((a.grad_norm == b.grad_norm || (std::isnan(a.grad_norm) && std::isnan(b.grad_norm))));
+        CHECK(scale_plain.scale() == scale_spec.scale());
+        for (int i = 0; i < 4; ++i) {
+          INFO("param " << i);
+          CHECK(Same(spec.Master(i), plain.Master(i)));
+          CHECK(Same(spec.runtime->View(ChunkKind::kAdamM, i).clone(), plain.runtime->View(ChunkKind::kAdamM, i).clone()));
+          CHECK(Same(spec.runtime->View(ChunkKind::kAdamV, i).clone(), plain.runtime->View(ChunkKind::kAdamV, i).clone()));
+          CHECK(Same(spec.runtime->View(ChunkKind::kCompute, i).clone(),
+                     plain.runtime->View(ChunkKind::kCompute, i).clone()));
+          CHECK(spec.adam->param_steps(i) == plain.adam->param_steps(i));
+        }
+        plain.runtime->EndIteration();
+        spec.runtime->EndIteration();
+      }
+    }
+  }
+}
+
+TEST_CASE("speculation refuses device-updated chunks, and is off without slots or BeginSpeculation",
+          "[hybrid_adam][speculation]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  Rig hybrid(at::kFloat, /*hybrid=*/true, kUnlimited, false, false, /*slots=*/2);
+  REQUIRE(hybrid.adam->device_chunks().size() == 2);
+  hybrid.Backward(Grads(hybrid, 1));
+  hybrid.adam->BeginSpeculation(1e-2, 1.0);
+  CHECK_FALSE(hybrid.adam->Speculate(0));  // its state is on the device: updated there
+  Rig none(at::kFloat, /*hybrid=*/false, kUnlimited);
+  none.Backward(Grads(none, 1));
+  none.adam->BeginSpeculation(1e-2, 1.0);
+  CHECK_FALSE(none.adam->Speculate(0));  // no slots
+  Rig unopened(at::kFloat, /*hybrid=*/false, kUnlimited, false, false, /*slots=*/2);
+  unopened.Backward(Grads(unopened, 1));
+  CHECK_FALSE(unopened.adam->Speculate(0));  // no BeginSpeculation this step
 }
 
 }  // namespace
