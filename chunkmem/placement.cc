@@ -50,10 +50,11 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
   const bool separate_master = k != 4;
   const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (separate_master ? 4 : 0);
   std::vector<int64_t> compute(n), optimizer(n);
-  int64_t largest_grad = 0;
+  int64_t largest_grad = 0, largest_fp32 = 0;  // fp32 chunk bytes: a grad chunk's (if any), any chunk's
   for (int c = 0; c < n; ++c) {
     const int64_t capacity = layout.chunks()[c].capacity_numel;
-    if (!in.grads_in_compute_chunks) largest_grad = std::max(largest_grad, Mul(capacity, 4));
+    largest_fp32 = std::max(largest_fp32, Mul(capacity, 4));
+    if (!in.grads_in_compute_chunks) largest_grad = largest_fp32;
     compute[c] = Mul(capacity, k);
     optimizer[c] = Mul(capacity, optimizer_per_element);
     if (!owned(c)) continue;
@@ -130,7 +131,7 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
   if (in.warmup_share_bytes > 0) {
     p.warmup_device_bytes = p.device_optimizer_bytes + std::min(in.warmup_share_bytes, compute_room);
   }
-  p.host_scratch_bytes = Mul(in.host_scratch_chunks, largest_grad);
+  p.host_scratch_bytes = Add(Mul(in.host_scratch_chunks, largest_grad), Mul(in.host_backup_chunks, largest_fp32));
   p.host_chunk_bytes = Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes);
   p.host_bytes = Add(p.host_chunk_bytes, in.host_param_bytes);
 

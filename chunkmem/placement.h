@@ -51,6 +51,9 @@ struct PlacementInput {
   // fp32 grad-chunk-sized buffers the gradient path borrows on the host at once
   // (landing buffers of gradient flushes; ChunkRuntime::HostGradScratchChunks).
   int64_t host_scratch_chunks = 0;
+  // Host buffers of the optimizer's speculation backups (optimizer.speculation_slots),
+  // in the same unit: fp32 chunks of the largest chunk's capacity.
+  int64_t host_backup_chunks = 0;
   // Share of the device margin given to optimizer state (chunk.margin_use_ratio);
   // 0 = every chunk's optimizer state on the host (optimizer.hybrid_adam: false).
   double margin_use_ratio = 0.0;

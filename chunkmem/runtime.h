@@ -246,6 +246,16 @@ class ChunkRuntime {
   std::weak_ptr<const int> lifetime() const { return alive_; }
   // Read-only: payloads and tiers. Moves go through the runtime (the placement owner).
   const ChunkStore& store() const { return store_; }
+  // A host buffer from the store, counted in its host tier for the rest of the run (the
+  // optimizer's speculation backups; the plan reserves them: host_backup_chunks).
+  at::Tensor BorrowHost(int64_t numel, at::ScalarType dtype) { return store_.Borrow(Tier::kHost, numel, dtype, false); }
+  // Speculation (docs/optim.md, "The overlapped host step"): with final_micro_batch on,
+  // `on_grads_final(chunk)` is called once an owned chunk's gradients of the step are
+  // complete in host-readable memory (the last micro-batch's: slot copies, flushes
+  // or the ZeRO reduction done), while backward goes on. Not called for gradients that
+  // stay in a device-resident chunk.
+  void set_on_grads_final(std::function<void(int chunk)> callback) { on_grads_final_ = std::move(callback); }
+  void set_final_micro_batch(bool final) { final_micro_batch_ = final; }
   // Store id of layout chunk `chunk` of `kind`. kMaster is the compute chunk in fp32;
   // kGrad is the compute chunk when gradients reuse the compute slots. ZeRO: -1 for
   // every kind but kCompute of a chunk this rank does not own.
@@ -364,6 +374,10 @@ class ChunkRuntime {
   int reducing_group_ = -1;
   comm::WorkPtr reduce_work_;
   bool overlapped_since_reduce_ = false;  // a gradient arrived after it started: backward went on
+  std::function<void(int chunk)> on_grads_final_;
+  bool final_micro_batch_ = false;
+  void GradsFinal(int chunk);  // calls on_grads_final_ in the final micro-batch
+  bool ComputeSlotGradsIn(int chunk) const;  // gradients in the compute slots: every used parameter's is in
   std::vector<std::vector<int>> groups_of_block_;  // [block] groups its parameters are in
 };
 

@@ -44,8 +44,11 @@ void ChunkRuntime::OnGradAccumulated(int index) {
   param.mutable_grad() = at::Tensor();
   has_grad_[index] = true;
   if (states_[index] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
-  if (options_.grads_in_compute_chunks && !zero()) return;
   const int chunk = layout_.placements()[index].chunk_id;
+  if (options_.grads_in_compute_chunks && !zero()) {  // the slots are the gradients: final once all are in
+    if (final_micro_batch_ && ComputeSlotGradsIn(chunk)) GradsFinal(chunk);
+    return;
+  }
   if (zero()) {
     const int group = chunk / world_;
     if (group_grad_[group].defined() && GroupGradsIn(group)) ReduceGroupGrads(group);
@@ -64,16 +67,17 @@ void ChunkRuntime::InitGradState() {
 
 void ChunkRuntime::AddGrad(int index, const at::Tensor& grad) {
   InitGradState();
-  grad_arrived_[index] = true;
   const auto& pl = layout_.placements()[index];
   const int chunk = pl.chunk_id;
   grad_dirty_[chunk] = true;
   if (store_.tier(chunk_id(ChunkKind::kGrad, chunk)) == Tier::kDevice) {
     View(ChunkKind::kGrad, index).add_(grad);  // pinned: in place, on the device
+    grad_arrived_[index] = true;
     return;
   }
   if (grad_slot_[chunk].defined() || OpenGradSlot(chunk)) {
     grad_slot_[chunk].narrow(0, pl.offset_numel, pl.numel).view(shapes_[index]).add_(grad);
+    grad_arrived_[index] = true;
     return;
   }
   // No device room for a slot: this gradient alone, after the chunk's earlier flushes
@@ -82,6 +86,8 @@ void ChunkRuntime::AddGrad(int index, const at::Tensor& grad) {
   CompleteGradFlushes(chunk);
   host_grad_written_[chunk] = true;
   View(ChunkKind::kGrad, index).add_(store_.ToHostSync(grad.to(at::kFloat)));
+  // Arrived only now: the flushes completed above must not find the chunk complete.
+  grad_arrived_[index] = true;
 }
 
 bool ChunkRuntime::OpenGradSlot(int chunk) {
@@ -93,6 +99,18 @@ bool ChunkRuntime::OpenGradSlot(int chunk) {
   grad_slot_[chunk] = store_.Borrow(Tier::kDevice, layout_.chunks()[chunk].capacity_numel, at::kFloat, /*zero=*/true);
   interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
   return true;
+}
+
+bool ChunkRuntime::ComputeSlotGradsIn(int chunk) const {
+  for (int i : layout_.chunks()[chunk].param_indices) {
+    const TensorState s = states_[i];
+    if ((s == TensorState::kCompute || s == TensorState::kHoldAfterFwd) && !has_grad_[i]) return false;
+  }
+  return true;
+}
+
+void ChunkRuntime::GradsFinal(int chunk) {
+  if (final_micro_batch_ && on_grads_final_) on_grads_final_(chunk);
 }
 
 bool ChunkRuntime::GradsOfMicroBatchIn(int chunk) const {
@@ -138,6 +156,12 @@ void ChunkRuntime::CompleteOldestGradFlush() {
     store_.GiveBack(Tier::kHost, flush.landing);
   }
   store_.GiveBack(Tier::kDevice, flush.slot);
+  // The last flush of a chunk whose gradients of the final micro-batch are all in.
+  const int chunk = flush.chunk;
+  if (final_micro_batch_ && !grad_slot_[chunk].defined() && GradsOfMicroBatchIn(chunk) &&
+      std::none_of(grad_flushes_.begin(), grad_flushes_.end(), [chunk](const GradFlush& f) { return f.chunk == chunk; })) {
+    GradsFinal(chunk);
+  }
 }
 
 void ChunkRuntime::CompleteGradFlushes(int chunk) {

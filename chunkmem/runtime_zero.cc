@@ -185,6 +185,7 @@ void ChunkRuntime::FinishReduction() {
     }
   }
   store_.GiveBack(Tier::kDevice, group_grad_[group]);
+  GradsFinal(own);  // in the final micro-batch, its owner's gradients are complete
 }
 
 }  // namespace ps::chunkmem

@@ -47,6 +47,19 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
     on_device_[c] = true;
     device_chunks_.push_back(c);
   }
+  // Speculation slots, at start-up (before any chunk moves, so the host reservation is
+  // not fragmented), each the size of the largest chunk; the plan reserves them
+  // (host_backup_chunks) and the store counts them.
+  int64_t largest = 0;
+  for (const auto& spec : runtime.layout().chunks()) largest = std::max(largest, spec.capacity_numel);
+  slots_.resize(std::max(0, options.speculation_slots));
+  slot_used_.assign(slots_.size(), false);
+  for (Backup& slot : slots_) {
+    slot.master = runtime.BorrowHost(largest, at::kFloat);
+    slot.m = runtime.BorrowHost(largest, at::kFloat);
+    slot.v = runtime.BorrowHost(largest, at::kFloat);
+    if (runtime.compute_dtype() != at::kFloat) slot.compute = runtime.BorrowHost(largest, runtime.compute_dtype());
+  }
 }
 
 void HybridAdam::AddHostParam(const std::string& name, const at::Tensor& param) {
@@ -290,9 +303,8 @@ void HybridAdam::CopyState(int chunk, Backup& slot, bool to_slot) {
   const bool separate_master = runtime_.compute_dtype() != at::kFloat;
   auto copy = [&](ChunkKind kind, at::Tensor& backup) {
     const at::Tensor& payload = store.payload(runtime_.chunk_id(kind, chunk));
-    if (!backup.defined() || backup.numel() < payload.numel() || backup.scalar_type() != payload.scalar_type()) {
-      backup = at::empty({payload.numel()}, payload.options());
-    }
+    TORCH_INTERNAL_ASSERT(backup.defined() && backup.numel() >= payload.numel() &&
+                          backup.scalar_type() == payload.scalar_type(), "HybridAdam: speculation slot too small");
     at::Tensor part = backup.narrow(0, 0, payload.numel());
     to_slot ? part.copy_(payload) : payload.copy_(part);
   };
@@ -306,16 +318,15 @@ void HybridAdam::CopyState(int chunk, Backup& slot, bool to_slot) {
 
 bool HybridAdam::Speculate(int chunk) {
   if (!speculating_ || on_device_[chunk] || !runtime_.owned(chunk)) return false;
+  for (const Speculation& s : speculated_) {
+    if (s.chunk == chunk) return false;  // once per step
+  }
   const auto& store = runtime_.store();
   for (ChunkKind kind : {ChunkKind::kCompute, ChunkKind::kGrad, ChunkKind::kMaster}) {
     if (!store.payload(runtime_.chunk_id(kind, chunk)).is_cpu()) return false;
   }
   const bool pipeline = store.device_of(chunkmem::Tier::kDevice).is_cuda() || options_.pipeline_simulated;
   if (pipeline && store.tier(runtime_.chunk_id(ChunkKind::kCompute, chunk)) == chunkmem::Tier::kDevice) return false;
-  if (slot_used_.empty()) {
-    slots_.resize(options_.speculation_slots);
-    slot_used_.assign(options_.speculation_slots, false);
-  }
   const auto free = std::find(slot_used_.begin(), slot_used_.end(), false);
   if (free == slot_used_.end()) return false;
   at::NoGradGuard no_grad;

@@ -23,6 +23,9 @@ struct OptimizerConfig {
   double weight_decay = 0.1;      // matrices only: never biases or norm weights
   bool hybrid_adam = true;        // PatrickStar use_hybrid_adam: GPU Adam for resident chunks
   CpuAdamChoice cpu_adam = CpuAdamChoice::kAuto;  // CPU kernel variant (forced for tests/benchmarks)
+  // Chunk runtime: host chunks updated ahead in backward, speculatively (HybridAdam::
+  // Speculate; docs/optim.md); each costs a backup of 14 bytes per chunk element. 0 = off.
+  int64_t speculation_slots = 0;
 };
 
 struct LrScheduleConfig {

@@ -76,13 +76,20 @@ ChunkEngine::ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Co
   LogSetup(chunks_, config_);
 }
 
-void ChunkEngine::BeginStep() {
+void ChunkEngine::BeginStep(double lr) {
+  step_lr_ = lr;
+  micro_batch_ = 0;
   move_ms_at_step_start_ = chunks_.runtime->stats().move_ms;
   comm_bytes_at_step_start_ = chunks_.runtime->stats().comm_bytes;
   chunks_.runtime->ZeroGrads();
 }
 
 models::LossOutput ChunkEngine::Forward(const models::Batch& batch, int64_t accum_steps) {
+  // The last micro-batch's gradients are final: host chunks may update as they complete.
+  if (++micro_batch_ == accum_steps && config_.optimizer.speculation_slots > 0) {
+    chunks_.runtime->set_final_micro_batch(true);
+    chunks_.adam->BeginSpeculation(step_lr_, chunks_.scaler->scale());
+  }
   // The chunks hold the compute dtype already: no autocast.
   models::LossOutput out = model_->Loss(batch, chunks_.hooks.get());
   out.loss = out.loss / static_cast<double>(accum_steps);
@@ -117,6 +124,7 @@ void ChunkEngine::SyncGradients() {
 
 StepOutcome ChunkEngine::OptimizerStep(double lr, double max_norm) {
   last_report_ = chunks_.adam->Step(lr, max_norm, *chunks_.scaler);
+  chunks_.runtime->set_final_micro_batch(false);
   chunks_.runtime->EndIteration();
   StepOutcome out;
   out.grad_norm = last_report_.grad_norm;
@@ -188,6 +196,8 @@ void ChunkEngine::AddStepMetrics(JsonLine& line, const StepOutcome& /*outcome*/)
       .Add("adam_device_chunks", static_cast<int64_t>(last_report_.device_chunks))
       .Add("adam_host_chunks", static_cast<int64_t>(last_report_.host_chunks))
       .Add("adam_host_ms", last_report_.host_ms)
+      .Add("adam_speculated", static_cast<int64_t>(last_report_.speculated_chunks))
+      .Add("adam_rolled_back", static_cast<int64_t>(last_report_.rolled_back_chunks))
       .Add("adam_device_ms", last_report_.device_ms)
       .Add("chunk_move_ms", rs.move_ms - move_ms_at_step_start_);
   if (comm_ != nullptr) {

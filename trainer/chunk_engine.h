@@ -25,7 +25,7 @@ class ChunkEngine final : public TrainingEngine {
   ChunkEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
               const models::InitPlan& init, comm::Communicator* comm = nullptr);
 
-  void BeginStep() override;
+  void BeginStep(double lr) override;
   models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;
   void Backward(const at::Tensor& loss) override;
   void SyncGradients() override;
@@ -57,6 +57,8 @@ class ChunkEngine final : public TrainingEngine {
   at::Device device_;
   ChunkSetup chunks_;
   optim::StepReport last_report_;
+  double step_lr_ = 0.0;      // BeginStep's: speculation updates with it
+  int64_t micro_batch_ = 0;   // forwards since BeginStep
   double move_ms_at_step_start_ = 0.0;
   int64_t comm_bytes_at_step_start_ = 0;  // ZeRO: for the step's communication bytes
   int64_t peak_device_chunk_bytes_ = 0;  // over the whole run (the store's peak is reset per log line)

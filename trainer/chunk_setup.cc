@@ -161,7 +161,11 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     throw ConfigError(std::string("optimizer.cpu_adam: this CPU does not support the ") + optim::ToString(adam.cpu_isa) +
                       " variant (use auto)");
   }
+  adam.speculation_slots = static_cast<int>(c.optimizer.speculation_slots);
   s.adam = std::make_unique<optim::HybridAdam>(*s.runtime, adam);
+  if (adam.speculation_slots > 0) {
+    s.runtime->set_on_grads_final([optimizer = s.adam.get()](int chunk) { optimizer->Speculate(chunk); });
+  }
   for (const auto& [name, param] : host_params) {
     s.adam->AddHostParam(name, param);
     s.host_param_names.push_back(name);
@@ -220,6 +224,10 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   input.host_budget_bytes = budgets.host_bytes;
   input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
+  // Speculation backups: fp32 master, m, v (+ the compute chunk when it is not the
+  // master) per slot, counted in fp32 chunks of the largest chunk.
+  const int64_t backup_bytes_per_element = 12 + (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
+  input.host_backup_chunks = (c.optimizer.speculation_slots * backup_bytes_per_element + 3) / 4;
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
   input.non_model_bytes = r.activation_bytes;
   input.non_model_note = "per micro-batch, estimated from the model shape; ";

@@ -341,6 +341,11 @@ std::vector<FieldSpec> BuildConfigSchema() {
             "decoupled (adamw) or L2 (adam) weight decay; applied to matrices only, never to biases and norm weights", FloatRange(0.0, 10.0)),
       Bool("optimizer.hybrid_adam", PS_ACCESS(optimizer.hybrid_adam),
            "chunk runtime: update device-resident chunks on the GPU (PatrickStar use_hybrid_adam)"),
+      Int("optimizer.speculation_slots", PS_ACCESS(optimizer.speculation_slots),
+          "chunk runtime: host chunks updated ahead, as soon as their gradients are final in backward, assuming no "
+          "clipping and no overflow (undone and redone exactly when wrong); each holds a host backup of 14 bytes per "
+          "chunk element; 0 = off",
+          IntRange(0, 1 << 20)),
       Enum<optim::CpuAdamChoice>("optimizer.cpu_adam", PS_ACCESS(optimizer.cpu_adam),
                                  "chunk runtime: CPU Adam kernel variant (auto = best the CPU supports)",
                                  {{"auto", optim::CpuAdamChoice::kAuto}, {"scalar", optim::CpuAdamChoice::kScalar},

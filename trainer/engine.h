@@ -7,7 +7,7 @@
 // parameters a rank owns by name, so any rank count resumes any checkpoint.
 //
 // One optimizer step, as Train() calls it:
-//   BeginStep()  ->  { out = Forward(batch, k); Backward(out.loss) } x k micro-batches
+//   BeginStep(lr)  ->  { out = Forward(batch, k); Backward(out.loss) } x k micro-batches
 //                ->  SyncGradients()  ->  OptimizerStep(lr, max_norm)  ->  EndStep(step)
 // Evaluation: EvalLoss(batch) between steps, under BeginEval()/EndEval().
 // Checkpoints: Save() between steps (after EndStep), Load() before the first step.
@@ -56,7 +56,9 @@ class TrainingEngine {
  public:
   virtual ~TrainingEngine() = default;
 
-  virtual void BeginStep() = 0;  // gradients to zero
+  // Gradients to zero. `lr`: this step's learning rate, the one OptimizerStep will get
+  // (an engine may update ahead: optimizer.speculation_slots).
+  virtual void BeginStep(double lr) = 0;
   // Forward of one micro-batch (on device()); the loss is divided by `accum_steps`
   // (detached value for logging: loss.detach()); the accuracy counts are not.
   virtual models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) = 0;

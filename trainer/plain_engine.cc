@@ -68,7 +68,7 @@ PlainEngine::PlainEngine(std::unique_ptr<models::TrainableModel> model, const Co
   optimizer_ = std::make_unique<optim::FusedAdam>(param_tensors_, config_.optimizer);
 }
 
-void PlainEngine::BeginStep() {
+void PlainEngine::BeginStep(double /*lr*/) {
   for (auto& p : param_tensors_) p.mutable_grad() = at::Tensor();
   if (comm_ != nullptr && !params_broadcast_) {  // after Load(): every rank starts from rank 0's values
     at::NoGradGuard no_grad;

@@ -27,7 +27,7 @@ class PlainEngine final : public TrainingEngine {
   PlainEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
               const models::InitPlan& init, comm::Communicator* comm = nullptr);
 
-  void BeginStep() override;
+  void BeginStep(double lr) override;
   models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;
   void Backward(const at::Tensor& loss) override;
   void SyncGradients() override;  // all-reduce average over ranks (no-op for one)

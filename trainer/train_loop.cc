@@ -251,7 +251,7 @@ StepRecord RunStep(TrainingEngine& engine, BatchSource& batches, const Config& c
   const auto t0 = Clock::now();
   StepRecord r;
   r.lr = lr;
-  engine.BeginStep();
+  engine.BeginStep(lr);
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));
   AccuracyCounts counts;
   for (int64_t micro = 0; micro < accum; ++micro) {
