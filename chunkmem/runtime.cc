@@ -298,6 +298,7 @@ void ChunkRuntime::Moment(const char* what, int block) {
 }
 
 void ChunkRuntime::MoveChunk(int chunk, Tier to, bool async) {
+  TORCH_INTERNAL_ASSERT(!busy(chunk), "chunkmem: chunk ", chunk, " moved while the optimizer updates it");
   const int id = chunk_id(ChunkKind::kCompute, chunk);
   const int64_t start_us = timeline_ ? timeline_->NowUs() : 0;
   const auto start = std::chrono::steady_clock::now();
@@ -323,7 +324,7 @@ std::vector<EvictionCandidate> ChunkRuntime::EvictableChunks(int keep, int64_t n
   std::vector<EvictionCandidate> out;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     const int cid = chunk_id(ChunkKind::kCompute, c);
-    if (c == keep || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0) continue;
+    if (c == keep || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0 || busy(c)) continue;
     if (zero() && gather_work_[c / world_]) continue;  // the input of a gather in flight
     if (trace_.NextUse(c, moment_ - 1) <= needed_until) continue;
     out.push_back({c, store_.chunk_bytes(cid)});
@@ -446,7 +447,7 @@ void ChunkRuntime::Prefetch() {
   const int total = trace_.total_moments();
   for (int d = 1; d <= options_.prefetch_depth && d < total; ++d) {
     for (int c : trace_.ChunksAt((moment_ + d) % total)) {
-      if (!owned(c)) continue;  // ZeRO: gathered, not fetched
+      if (!owned(c) || busy(c)) continue;  // ZeRO: gathered, not fetched
       const int id = chunk_id(ChunkKind::kCompute, c);
       if (store_.tier(id) == Tier::kDevice) continue;
       if (!MakeRoomFor(c, store_.chunk_bytes(id), trace_.NextUse(c, moment_))) return;

@@ -256,6 +256,13 @@ class ChunkRuntime {
   // stay in a device-resident chunk.
   void set_on_grads_final(std::function<void(int chunk)> callback) { on_grads_final_ = std::move(callback); }
   void set_final_micro_batch(bool final) { final_micro_batch_ = final; }
+  // A chunk the optimizer updates on another thread (speculation): not evicted,
+  // prefetched or moved until cleared (a move asserts). Training thread only.
+  void set_busy(int chunk, bool busy) {
+    if (busy_.empty()) busy_.assign(layout_.num_chunks(), false);
+    busy_[chunk] = busy;
+  }
+  bool busy(int chunk) const { return !busy_.empty() && busy_[chunk]; }
   // Store id of layout chunk `chunk` of `kind`. kMaster is the compute chunk in fp32;
   // kGrad is the compute chunk when gradients reuse the compute slots. ZeRO: -1 for
   // every kind but kCompute of a chunk this rank does not own.
@@ -376,6 +383,7 @@ class ChunkRuntime {
   bool overlapped_since_reduce_ = false;  // a gradient arrived after it started: backward went on
   std::function<void(int chunk)> on_grads_final_;
   bool final_micro_batch_ = false;
+  std::vector<bool> busy_;  // [chunk] (set_busy); empty: none
   void GradsFinal(int chunk);  // calls on_grads_final_ in the final micro-batch
   bool ComputeSlotGradsIn(int chunk) const;  // gradients in the compute slots: every used parameter's is in
   std::vector<std::vector<int>> groups_of_block_;  // [block] groups its parameters are in

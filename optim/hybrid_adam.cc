@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -59,6 +60,57 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
     slot.m = runtime.BorrowHost(largest, at::kFloat);
     slot.v = runtime.BorrowHost(largest, at::kFloat);
     if (runtime.compute_dtype() != at::kFloat) slot.compute = runtime.BorrowHost(largest, runtime.compute_dtype());
+  }
+}
+
+HybridAdam::~HybridAdam() {
+  if (!worker_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void HybridAdam::RunOnWorker(std::function<void()> job) {
+  if (!worker_.joinable()) {
+    worker_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (;;) {
+        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        std::function<void()> next = std::move(jobs_.front());
+        jobs_.pop_front();
+        ++running_;
+        lock.unlock();
+        try {
+          next();
+        } catch (...) {
+          std::lock_guard<std::mutex> relock(mu_);
+          if (!failure_) failure_ = std::current_exception();
+        }
+        lock.lock();
+        --running_;
+        cv_.notify_all();
+      }
+    });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+void HybridAdam::WaitSpeculation() {
+  if (!worker_.joinable()) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return jobs_.empty() && running_ == 0; });
+  if (failure_) {
+    std::exception_ptr e = failure_;
+    failure_ = nullptr;
+    std::rethrow_exception(e);
   }
 }
 
@@ -195,10 +247,33 @@ void HybridAdam::RestoreComputeFromMaster() {
   }
 }
 
-void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale) {
+void HybridAdam::AddChunkWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work) {
   const auto& c = options_.optimizer;
   const bool adamw = c.type == OptimizerType::kAdamW;
   const bool separate_master = runtime_.compute_dtype() != at::kFloat;
+  for (int i : runtime_.layout().chunks()[chunk].param_indices) {
+    if (!runtime_.has_grad(i)) continue;
+    const at::Tensor master = runtime_.View(ChunkKind::kMaster, i);
+    const at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
+    AdamWork w;
+    w.span.master = master.data_ptr<float>();
+    w.span.m = runtime_.View(ChunkKind::kAdamM, i).data_ptr<float>();
+    w.span.v = runtime_.View(ChunkKind::kAdamV, i).data_ptr<float>();
+    w.span.grad = grad.data_ptr();
+    w.span.grad_type = ElemOf(grad.scalar_type());
+    if (separate_master) {
+      const at::Tensor out = runtime_.View(ChunkKind::kCompute, i);
+      w.span.param_out = out.data_ptr();
+      w.span.out_type = ElemOf(out.scalar_type());
+    }
+    w.span.numel = master.numel();
+    w.hyper = AdamHyper::Make(lr, c.betas[0], c.betas[1], c.eps, decay_[i] ? c.weight_decay : 0.0, adamw,
+                              ++steps_[i], grad_scale);
+    work.push_back(w);
+  }
+}
+
+void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale) {
   const auto& store = runtime_.store();
   // The CPU kernels need the compute chunk (gradients, or the master in fp32, or the
   // parameter copy) in host memory; a simulated device tier already is. Chunks on a
@@ -219,26 +294,7 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
     if (k + 1 < chunks.size() && remote[k + 1]) {
       runtime_.PlaceComputeChunk(chunks[k + 1], Tier::kHost, /*async=*/true);
     }
-    for (int i : runtime_.layout().chunks()[chunk].param_indices) {
-      if (!runtime_.has_grad(i)) continue;
-      const at::Tensor master = runtime_.View(ChunkKind::kMaster, i);
-      const at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
-      AdamWork w;
-      w.span.master = master.data_ptr<float>();
-      w.span.m = runtime_.View(ChunkKind::kAdamM, i).data_ptr<float>();
-      w.span.v = runtime_.View(ChunkKind::kAdamV, i).data_ptr<float>();
-      w.span.grad = grad.data_ptr();
-      w.span.grad_type = ElemOf(grad.scalar_type());
-      if (separate_master) {
-        const at::Tensor out = runtime_.View(ChunkKind::kCompute, i);
-        w.span.param_out = out.data_ptr();
-        w.span.out_type = ElemOf(out.scalar_type());
-      }
-      w.span.numel = master.numel();
-      w.hyper = AdamHyper::Make(lr, c.betas[0], c.betas[1], c.eps, decay_[i] ? c.weight_decay : 0.0, adamw,
-                                ++steps_[i], grad_scale);
-      work.push_back(w);
-    }
+    AddChunkWork(chunk, lr, grad_scale, work);
     if (any_remote) {  // pipelined: update this chunk while the next one's copy runs
       ParallelAdam(kernels_, work, options_.cpu_threads);
       work.clear();
@@ -334,10 +390,30 @@ bool HybridAdam::Speculate(int chunk) {
   if (!std::isfinite(sum_squares)) return false;                  // the step will skip: nothing to undo
   const int slot = static_cast<int>(free - slot_used_.begin());
   slot_used_[slot] = true;
-  CopyState(chunk, slots_[slot], /*to_slot=*/true);
-  // What Step does with a clip coefficient of 1: grad_scale 1 / loss scale.
-  UpdateHostChunks({chunk}, speculation_lr_, 1.0 / speculation_loss_scale_);
+  // Everything the worker touches is resolved here, on the training thread: the
+  // payloads to back up and the kernel work (what Step does with a clip coefficient of
+  // 1: grad_scale 1 / loss scale). The runtime keeps the chunk where it is meanwhile.
+  std::vector<std::pair<at::Tensor, at::Tensor>> backup;  // (slot part, payload)
+  auto save = [&](ChunkKind kind, const at::Tensor& to) {
+    const at::Tensor& payload = store.payload(runtime_.chunk_id(kind, chunk));
+    backup.emplace_back(to.narrow(0, 0, payload.numel()), payload);
+  };
+  Backup& s = slots_[slot];
+  save(ChunkKind::kMaster, s.master);
+  save(ChunkKind::kAdamM, s.m);
+  save(ChunkKind::kAdamV, s.v);
+  if (runtime_.compute_dtype() != at::kFloat) save(ChunkKind::kCompute, s.compute);
+  std::vector<AdamWork> work;
+  AddChunkWork(chunk, speculation_lr_, 1.0 / speculation_loss_scale_, work);
+  runtime_.set_busy(chunk, true);
   speculated_.push_back({chunk, slot, sum_squares});
+  const CpuAdamKernels kernels = kernels_;
+  const int threads = options_.cpu_threads;
+  RunOnWorker([backup = std::move(backup), work = std::move(work), kernels, threads] {
+    at::NoGradGuard no_grad;
+    for (const auto& [to, from] : backup) std::memcpy(to.data_ptr(), from.data_ptr(), from.nbytes());
+    ParallelAdam(kernels, work, threads);
+  });
   return true;
 }
 
@@ -350,6 +426,7 @@ void HybridAdam::RollBack(const Speculation& s) {
 
 StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   at::NoGradGuard no_grad;
+  WaitSpeculation();  // every speculated update is done before anything reads the chunks
   StepReport r;
   r.loss_scale = scaler.scale();
   const double sum_squares = SumSquares();
@@ -365,6 +442,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
       !overflow && grad_scale == 1.0 / speculation_loss_scale_ && lr == speculation_lr_;
   std::vector<bool> kept(runtime_.layout().num_chunks(), false);
   for (const Speculation& s : speculated_) {
+    runtime_.set_busy(s.chunk, false);
     if (speculation_stands) {
       kept[s.chunk] = true;
       ++r.speculated_chunks;

@@ -24,8 +24,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chunkmem/runtime.h"
@@ -64,6 +70,9 @@ struct StepReport {
 class HybridAdam {
  public:
   HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions& options);
+  ~HybridAdam();
+  HybridAdam(const HybridAdam&) = delete;
+  HybridAdam& operator=(const HybridAdam&) = delete;
 
   // One optimizer step at learning rate `lr`, clipping to `max_norm` (<= 0 or inf: no
   // clipping). Updates `scaler` (fp16). Call between AfterBackward and EndIteration.
@@ -77,7 +86,10 @@ class HybridAdam {
   // (bitwise what Step would have done); otherwise the chunk is restored from its slot
   // and redone with the real coefficient, or skipped on overflow. Returns false (and
   // does nothing) without a free slot, for a device-updated chunk, a chunk whose data
-  // is on a CUDA device, or non-finite gradients.
+  // is on a CUDA device, or non-finite gradients. The chunk's sum of squares and the
+  // work list are made at once; the backup and the update run on the speculation
+  // worker thread while the caller (backward) goes on, the chunk marked busy in the
+  // runtime (not moved) until Step has waited for it.
   void BeginSpeculation(double lr, double loss_scale);
   bool Speculate(int chunk);
 
@@ -124,6 +136,12 @@ class HybridAdam {
   void CopyState(int chunk, Backup& slot, bool to_slot);
   void RollBack(const Speculation& s);
   void UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale);
+  // The kernel work of `chunk`'s parameters with a gradient (advances their step counts).
+  void AddChunkWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work);
+  // The speculation worker: runs queued jobs in order; WaitSpeculation waits for all and
+  // rethrows the first failure.
+  void RunOnWorker(std::function<void()> job);
+  void WaitSpeculation();
   // `unscale`: 1 / grad_scale as a 0-dim fp32 tensor on the device, as the fused op wants.
   void UpdateDeviceChunk(int chunk, double lr, const at::Tensor& unscale);
   void RestoreComputeFromMaster();
@@ -152,6 +170,13 @@ class HybridAdam {
   std::vector<Backup> slots_;              // [slot], allocated on first use, reused
   std::vector<bool> slot_used_;
   std::vector<Speculation> speculated_;    // in the order they were made
+  std::thread worker_;                     // started with the first slot
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  int running_ = 0;                        // jobs taken, not finished
+  bool stop_ = false;
+  std::exception_ptr failure_;
 };
 
 }  // namespace ps::optim

@@ -6,7 +6,7 @@
 #
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
-# CHECK: parity | eager | accum | accum4b | gpt3_6b | gaming | largest | nccl1 | all.
+# CHECK: parity | eager | accum | accum4b | gpt3_6b | spec6b | gaming | largest | nccl1 | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
 # Runs go to /tmp/gpu_checks; every ps_train run has a time limit (SIGKILL: no checkpoint).
@@ -75,6 +75,9 @@ check() {
         --plan > "$OUT/plan_GPT3_6B.txt" 2>&1
       run GPT3_6B 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
         --set train.global_batch_size=8 --set train.max_steps=5 ;;
+    spec6b)  # issue #9 §5: GPT3_6B micro 8 with host chunks updated ahead in backward (compare with gpt3_6b)
+      run GPT3_6B_spec 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
+        --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.speculation_slots=12 ;;
     gaming)  # issue #9 §7: 8 GiB stated device memory (allocator capped): gpt2-1.5b and a 2.22B GPT
       run gpc_1.5b 90 "${GPC[@]}"
       run gpc_2.2b 100 "${GPC[@]}" --set model.preset= --set model.n_layer=42 --set model.n_embd=2048 \
@@ -96,7 +99,7 @@ check() {
       run nccl1_zero_ref 60 "${Q[@]}" --set chunk.enabled=true --set chunk.size_elements=100000
       run nccl1_zero 60 "${Q[@]}" --set chunk.enabled=true --set chunk.size_elements=100000 \
         --set distributed.force_collectives=true ;;
-    all) for c in parity eager accum accum4b gpt3_6b gaming largest nccl1; do check $c; done ;;
+    all) for c in parity eager accum accum4b gpt3_6b spec6b gaming largest nccl1; do check $c; done ;;
     *) echo "unknown check: $1" >&2; exit 2 ;;
   esac
 }
