@@ -349,7 +349,8 @@ void HybridAdam::UpdateDeviceChunk(int chunk, double lr, const at::Tensor& unsca
 
 void HybridAdam::BeginSpeculation(double lr, double loss_scale) {
   TORCH_INTERNAL_ASSERT(speculated_.empty(), "HybridAdam: BeginSpeculation twice in one step");
-  speculating_ = options_.speculation_slots > 0;
+  speculating_ = options_.speculation_slots > 0 && backoff_left_ == 0;
+  if (backoff_left_ > 0) --backoff_left_;
   speculation_lr_ = lr;
   speculation_loss_scale_ = loss_scale;
 }
@@ -451,6 +452,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
       ++r.rolled_back_chunks;
     }
   }
+  if (r.rolled_back_chunks > 0) backoff_left_ = options_.speculation_backoff_steps;
   speculated_.clear();
   std::fill(slot_used_.begin(), slot_used_.end(), false);
   speculating_ = false;

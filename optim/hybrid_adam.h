@@ -53,6 +53,9 @@ struct HybridAdamOptions {
   // that may be updated ahead (Speculate) within one step, each backed up in a slot of
   // 14 bytes (fp32 master, m, v and the compute chunk) per chunk element. 0 = off.
   int speculation_slots = 0;
+  // After a step that rolled speculation back (clipped or overflowed), this many steps
+  // do not speculate (early training clips often; rollbacks cost a restore and a redo).
+  int speculation_backoff_steps = 0;
 };
 
 struct StepReport {
@@ -166,6 +169,7 @@ class HybridAdam {
   std::vector<bool> on_device_;   // [chunk]
   // Speculation within the current step (BeginSpeculation .. Step).
   bool speculating_ = false;
+  int backoff_left_ = 0;  // steps that still do not speculate (speculation_backoff_steps)
   double speculation_lr_ = 0.0, speculation_loss_scale_ = 1.0;
   std::vector<Backup> slots_;              // [slot], allocated on first use, reused
   std::vector<bool> slot_used_;

@@ -26,6 +26,7 @@ struct OptimizerConfig {
   // Chunk runtime: host chunks updated ahead in backward, speculatively (HybridAdam::
   // Speculate; docs/optim.md); each costs a backup of 14 bytes per chunk element. 0 = off.
   int64_t speculation_slots = 0;
+  int64_t speculation_backoff_steps = 20;  // steps without speculation after one rolled back
 };
 
 struct LrScheduleConfig {

@@ -162,6 +162,7 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
                       " variant (use auto)");
   }
   adam.speculation_slots = static_cast<int>(c.optimizer.speculation_slots);
+  adam.speculation_backoff_steps = static_cast<int>(c.optimizer.speculation_backoff_steps);
   s.adam = std::make_unique<optim::HybridAdam>(*s.runtime, adam);
   if (adam.speculation_slots > 0) {
     s.runtime->set_on_grads_final([optimizer = s.adam.get()](int chunk) { optimizer->Speculate(chunk); });

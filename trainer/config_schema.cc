@@ -346,6 +346,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
           "clipping and no overflow (undone and redone exactly when wrong); each holds a host backup of 14 bytes per "
           "chunk element; 0 = off",
           IntRange(0, 1 << 20)),
+      Int("optimizer.speculation_backoff_steps", PS_ACCESS(optimizer.speculation_backoff_steps),
+          "after a step whose speculation was undone (clipped or overflowed), this many steps do not speculate",
+          IntRange(0, kMaxSteps)),
       Enum<optim::CpuAdamChoice>("optimizer.cpu_adam", PS_ACCESS(optimizer.cpu_adam),
                                  "chunk runtime: CPU Adam kernel variant (auto = best the CPU supports)",
                                  {{"auto", optim::CpuAdamChoice::kAuto}, {"scalar", optim::CpuAdamChoice::kScalar},

@@ -323,6 +323,31 @@ TEST_CASE("speculative host updates: kept, clipped and redone, overflow undone; 
   }
 }
 
+TEST_CASE("speculation backs off for speculation_backoff_steps after a rollback", "[hybrid_adam][speculation]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  Rig rig(at::kFloat, /*hybrid=*/false, kUnlimited, false, false, /*slots=*/2);
+  HybridAdamOptions o;  // the Rig's, with a back-off of 2 steps
+  o.optimizer.lr = 1e-2;
+  o.optimizer.betas = {0.9, 0.95};
+  o.optimizer.weight_decay = 0.1;
+  o.optimizer.hybrid_adam = false;
+  o.cpu_isa = BestCpuIsa();
+  o.speculation_slots = 2;
+  o.speculation_backoff_steps = 2;
+  rig.adam = std::make_unique<HybridAdam>(*rig.runtime, o);
+  LossScaler off{PrecisionConfig{}};
+  const bool expect[] = {true, false, false, true};  // step 1 clips: steps 2 and 3 do not speculate
+  for (int step = 0; step < 4; ++step) {
+    INFO("step " << step + 1);
+    rig.Backward(Grads(rig, step + 1));
+    rig.adam->BeginSpeculation(1e-2, 1.0);
+    CHECK(rig.adam->Speculate(0) == expect[step]);
+    const StepReport r = rig.adam->Step(1e-2, step == 0 ? 1e-3 : 1e6, off);
+    CHECK(r.rolled_back_chunks == (step == 0 ? 1 : 0));
+    rig.runtime->EndIteration();
+  }
+}
+
 TEST_CASE("speculation refuses device-updated chunks, and is off without slots or BeginSpeculation",
           "[hybrid_adam][speculation]") {
   constexpr int64_t kUnlimited = int64_t{1} << 40;

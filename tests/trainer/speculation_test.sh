@@ -77,8 +77,12 @@ check keep 8 --set train.grad_clip=1000
 [ "$(total keep_off adam_speculated)" -eq 0 ]
 
 echo "== fp32, clipping every step: rolled back and redone"
-check clip 8 --set train.grad_clip=0.01
-[ "$(total clip_on adam_rolled_back)" -gt 0 ] && [ "$(total clip_on adam_speculated)" -eq 0 ]
+check clip 8 --set train.grad_clip=0.01 --set optimizer.speculation_backoff_steps=0
+[ "$(total clip_on adam_rolled_back)" -eq 40 ] && [ "$(total clip_on adam_speculated)" -eq 0 ]
+
+echo "== fp32, clipping every step, backing off 3 steps after a rollback: steps 1 and 5 speculate"
+check backoff 8 --set train.grad_clip=0.01 --set optimizer.speculation_backoff_steps=3
+[ "$(total backoff_on adam_rolled_back)" -eq 16 ] || { echo "FAILED: expected 2 steps x 8 chunks rolled back"; exit 1; }
 
 echo "== bf16 (gradients in the compute slots), one slot: part ahead, the rest at the end"
 check bf16 1 --set precision.dtype=bf16 --set train.grad_clip=1000
