@@ -180,13 +180,14 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
         payload.zero_();
         continue;
       }
+      const ChunkSpec& spec = layout_.chunks()[zeroing[i].chunk];
       int64_t from = 0;  // parameters lie in offset order (ChunkSpec::param_indices)
-      for (int index : layout_.chunks()[zeroing[i].chunk].param_indices) {
+      for (int index : spec.param_indices) {
         const ParamPlacement& pl = layout_.placements()[index];
         if (pl.offset_numel > from) payload.narrow(0, from, pl.offset_numel - from).zero_();
-        from = std::max(from, pl.offset_numel + pl.numel);
+        from = pl.offset_numel + pl.numel;
       }
-      if (payload.numel() > from) payload.narrow(0, from, payload.numel() - from).zero_();
+      if (payload.numel() > spec.used_numel) payload.narrow(0, spec.used_numel, payload.numel() - spec.used_numel).zero_();
     }
   });
   zeroing.clear();

@@ -320,7 +320,10 @@ class ChunkRuntime {
   // Flushes every open staging slot and waits for every flush, so compute chunks get the
   // device bytes back; returns whether anything was released.
   bool ReleaseGradSlots();
-  bool GradsOfMicroBatchIn(int chunk) const;  // no parameter of it still awaits its gradient
+  // Every parameter of `chunk` used in this micro-batch's forward has its flag in
+  // `arrived` set (grad_arrived_: this micro-batch; has_grad_: this step).
+  bool UsedParamsHave(int chunk, const std::vector<bool>& arrived) const;
+  bool GradsOfMicroBatchIn(int chunk) const { return UsedParamsHave(chunk, grad_arrived_); }
   // ZeRO (runtime_zero.cc).
   const at::Tensor& ComputePayload(int chunk) const;  // owned: the store's; else the gathered view
   // `ahead`: the all-gather is left in flight (waited for at first use or release).
@@ -385,7 +388,6 @@ class ChunkRuntime {
   bool final_micro_batch_ = false;
   std::vector<bool> busy_;  // [chunk] (set_busy); empty: none
   void GradsFinal(int chunk);  // calls on_grads_final_ in the final micro-batch
-  bool ComputeSlotGradsIn(int chunk) const;  // gradients in the compute slots: every used parameter's is in
   std::vector<std::vector<int>> groups_of_block_;  // [block] groups its parameters are in
 };
 

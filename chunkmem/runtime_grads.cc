@@ -46,7 +46,7 @@ void ChunkRuntime::OnGradAccumulated(int index) {
   if (states_[index] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
   const int chunk = layout_.placements()[index].chunk_id;
   if (options_.grads_in_compute_chunks && !zero()) {  // the slots are the gradients: final once all are in
-    if (final_micro_batch_ && ComputeSlotGradsIn(chunk)) GradsFinal(chunk);
+    if (final_micro_batch_ && UsedParamsHave(chunk, has_grad_)) GradsFinal(chunk);
     return;
   }
   if (zero()) {
@@ -101,22 +101,14 @@ bool ChunkRuntime::OpenGradSlot(int chunk) {
   return true;
 }
 
-bool ChunkRuntime::ComputeSlotGradsIn(int chunk) const {
-  for (int i : layout_.chunks()[chunk].param_indices) {
-    const TensorState s = states_[i];
-    if ((s == TensorState::kCompute || s == TensorState::kHoldAfterFwd) && !has_grad_[i]) return false;
-  }
-  return true;
-}
-
 void ChunkRuntime::GradsFinal(int chunk) {
   if (final_micro_batch_ && on_grads_final_) on_grads_final_(chunk);
 }
 
-bool ChunkRuntime::GradsOfMicroBatchIn(int chunk) const {
+bool ChunkRuntime::UsedParamsHave(int chunk, const std::vector<bool>& arrived) const {
   for (int i : layout_.chunks()[chunk].param_indices) {
     const TensorState s = states_[i];
-    if ((s == TensorState::kCompute || s == TensorState::kHoldAfterFwd) && !grad_arrived_[i]) return false;
+    if ((s == TensorState::kCompute || s == TensorState::kHoldAfterFwd) && !arrived[i]) return false;
   }
   return true;
 }

@@ -168,12 +168,8 @@ void ChunkRuntime::FinishReduction() {
     // one-process run; a parameter without a gradient this step keeps its values. No
     // gather of the group follows in this backward: its gradients are all in.
     const auto& indices = layout_.chunks()[own].param_indices;
-    int64_t end = 0;
-    bool all = true;
-    for (int index : indices) {
-      all = all && has_grad_[index];
-      end = std::max(end, layout_.placements()[index].offset_numel + layout_.placements()[index].numel);
-    }
+    const int64_t end = layout_.chunks()[own].used_numel;
+    const bool all = std::all_of(indices.begin(), indices.end(), [this](int index) { return has_grad_[index]; });
     if (all) {  // the gaps between slots are zero in both
       grads.narrow(0, 0, end).copy_(source.narrow(0, 0, end));
     } else {

@@ -173,15 +173,11 @@ std::vector<at::Tensor> HybridAdam::ChunkGrads(int chunk) const {
   // chunk's start to its last parameter's end is reduced at once: the alignment gaps
   // between slots are zero (zeroed at start-up, never written). Otherwise parameter by
   // parameter (a slot without a gradient may hold the parameter, the 14-byte reuse).
-  const auto& layout = runtime_.layout();
-  const auto& indices = layout.chunks()[chunk].param_indices;
-  bool all = !indices.empty();
-  int64_t end = 0;
-  for (int i : indices) {
-    all = all && runtime_.has_grad(i);
-    end = std::max(end, layout.placements()[i].offset_numel + layout.placements()[i].numel);
-  }
-  if (all) return {runtime_.store().payload(runtime_.chunk_id(ChunkKind::kGrad, chunk)).narrow(0, 0, end)};
+  const auto& spec = runtime_.layout().chunks()[chunk];
+  const auto& indices = spec.param_indices;
+  const bool all =
+      !indices.empty() && std::all_of(indices.begin(), indices.end(), [this](int i) { return runtime_.has_grad(i); });
+  if (all) return {runtime_.store().payload(runtime_.chunk_id(ChunkKind::kGrad, chunk)).narrow(0, 0, spec.used_numel)};
   std::vector<at::Tensor> grads;
   for (int i : indices) {
     if (runtime_.has_grad(i)) grads.push_back(runtime_.View(ChunkKind::kGrad, i));
@@ -355,22 +351,22 @@ void HybridAdam::BeginSpeculation(double lr, double loss_scale) {
   speculation_loss_scale_ = loss_scale;
 }
 
-void HybridAdam::CopyState(int chunk, Backup& slot, bool to_slot) {
+std::vector<std::pair<at::Tensor, at::Tensor>> HybridAdam::BackupPairs(int chunk, const Backup& slot) const {
   const auto& store = runtime_.store();
-  const bool separate_master = runtime_.compute_dtype() != at::kFloat;
-  auto copy = [&](ChunkKind kind, at::Tensor& backup) {
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+  auto add = [&](ChunkKind kind, const at::Tensor& backup) {
     const at::Tensor& payload = store.payload(runtime_.chunk_id(kind, chunk));
-    TORCH_INTERNAL_ASSERT(backup.defined() && backup.numel() >= payload.numel() &&
-                          backup.scalar_type() == payload.scalar_type(), "HybridAdam: speculation slot too small");
-    at::Tensor part = backup.narrow(0, 0, payload.numel());
-    to_slot ? part.copy_(payload) : payload.copy_(part);
+    TORCH_INTERNAL_ASSERT(backup.numel() >= payload.numel() && backup.scalar_type() == payload.scalar_type(),
+                          "HybridAdam: speculation slot too small");
+    pairs.emplace_back(backup.narrow(0, 0, payload.numel()), payload);
   };
-  copy(ChunkKind::kMaster, slot.master);  // the compute chunk in fp32 runs
-  copy(ChunkKind::kAdamM, slot.m);
-  copy(ChunkKind::kAdamV, slot.v);
+  add(ChunkKind::kMaster, slot.master);  // the compute chunk in fp32 runs
+  add(ChunkKind::kAdamM, slot.m);
+  add(ChunkKind::kAdamV, slot.v);
   // The update writes the parameters into the compute slots, over the gradients when
   // they share them: a redo needs both back.
-  if (separate_master) copy(ChunkKind::kCompute, slot.compute);
+  if (runtime_.compute_dtype() != at::kFloat) add(ChunkKind::kCompute, slot.compute);
+  return pairs;
 }
 
 bool HybridAdam::Speculate(int chunk) {
@@ -394,16 +390,7 @@ bool HybridAdam::Speculate(int chunk) {
   // Everything the worker touches is resolved here, on the training thread: the
   // payloads to back up and the kernel work (what Step does with a clip coefficient of
   // 1: grad_scale 1 / loss scale). The runtime keeps the chunk where it is meanwhile.
-  std::vector<std::pair<at::Tensor, at::Tensor>> backup;  // (slot part, payload)
-  auto save = [&](ChunkKind kind, const at::Tensor& to) {
-    const at::Tensor& payload = store.payload(runtime_.chunk_id(kind, chunk));
-    backup.emplace_back(to.narrow(0, 0, payload.numel()), payload);
-  };
-  Backup& s = slots_[slot];
-  save(ChunkKind::kMaster, s.master);
-  save(ChunkKind::kAdamM, s.m);
-  save(ChunkKind::kAdamV, s.v);
-  if (runtime_.compute_dtype() != at::kFloat) save(ChunkKind::kCompute, s.compute);
+  std::vector<std::pair<at::Tensor, at::Tensor>> backup = BackupPairs(chunk, slots_[slot]);
   std::vector<AdamWork> work;
   AddChunkWork(chunk, speculation_lr_, 1.0 / speculation_loss_scale_, work);
   runtime_.set_busy(chunk, true);
@@ -419,7 +406,7 @@ bool HybridAdam::Speculate(int chunk) {
 }
 
 void HybridAdam::RollBack(const Speculation& s) {
-  CopyState(s.chunk, slots_[s.slot], /*to_slot=*/false);
+  for (const auto& [part, payload] : BackupPairs(s.chunk, slots_[s.slot])) payload.copy_(part);
   for (int i : runtime_.layout().chunks()[s.chunk].param_indices) {
     if (runtime_.has_grad(i)) --steps_[i];  // UpdateHostChunks counted the update
   }

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "chunkmem/runtime.h"
@@ -127,7 +128,7 @@ class HybridAdam {
   // has a gradient, else one per parameter that has one).
   std::vector<at::Tensor> ChunkGrads(int chunk) const;
   double HostSumSquares(const std::vector<at::Tensor>& grads) const;
-  // Speculation: payloads an update writes (master, m, v, compute) to and from a slot.
+  // Speculation: a slot of the payloads an update writes (master, m, v, compute).
   struct Backup {
     at::Tensor master, m, v, compute;
   };
@@ -136,7 +137,8 @@ class HybridAdam {
     int slot = -1;
     double sum_squares = 0.0;
   };
-  void CopyState(int chunk, Backup& slot, bool to_slot);
+  // (slot part, payload) for each payload of `chunk` the update writes.
+  std::vector<std::pair<at::Tensor, at::Tensor>> BackupPairs(int chunk, const Backup& slot) const;
   void RollBack(const Speculation& s);
   void UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale);
   // The kernel work of `chunk`'s parameters with a gradient (advances their step counts).

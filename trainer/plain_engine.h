@@ -22,8 +22,9 @@ class PlainEngine final : public TrainingEngine {
   static constexpr int64_t kBucketBytes = 4 << 20;  // fp32 bytes per gradient all-reduce
 
   // Initialises `model`'s parameters in place as `init` says (on the host, in parallel
-  // over parameters), then moves it to `device`. `comm`: null or world size 1 = one
-  // process; else not owned, outlives the engine.
+  // over parameters), then moves it to `device`. `comm`: null = one process
+  // (MakeEngine passes one for world size > 1, or 1 with distributed.force_collectives);
+  // else not owned, outlives the engine.
   PlainEngine(std::unique_ptr<models::TrainableModel> model, const Config& config, at::Device device,
               const models::InitPlan& init, comm::Communicator* comm = nullptr);
 

@@ -36,7 +36,7 @@ struct Rig {
   // `pipeline`: host updates take the CUDA path (to the host and back, one chunk
   // ahead); `async`: its copies run on a worker thread.
   Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget, bool pipeline = false, bool async = false,
-      int speculation_slots = 0) {
+      int speculation_slots = 0, int speculation_backoff_steps = 0) {
     at::manual_seed(1);
     initial = {at::randn({16, 24}), at::randn({24}), at::randn({24, 8}), at::randn({40})};
     std::vector<chunkmem::ManagedParam> managed;
@@ -70,6 +70,7 @@ struct Rig {
     o.cpu_threads = 2;
     o.pipeline_simulated = pipeline;
     o.speculation_slots = speculation_slots;
+    o.speculation_backoff_steps = speculation_backoff_steps;
     adam = std::make_unique<HybridAdam>(*runtime, o);
   }
 
@@ -325,16 +326,7 @@ TEST_CASE("speculative host updates: kept, clipped and redone, overflow undone; 
 
 TEST_CASE("speculation backs off for speculation_backoff_steps after a rollback", "[hybrid_adam][speculation]") {
   constexpr int64_t kUnlimited = int64_t{1} << 40;
-  Rig rig(at::kFloat, /*hybrid=*/false, kUnlimited, false, false, /*slots=*/2);
-  HybridAdamOptions o;  // the Rig's, with a back-off of 2 steps
-  o.optimizer.lr = 1e-2;
-  o.optimizer.betas = {0.9, 0.95};
-  o.optimizer.weight_decay = 0.1;
-  o.optimizer.hybrid_adam = false;
-  o.cpu_isa = BestCpuIsa();
-  o.speculation_slots = 2;
-  o.speculation_backoff_steps = 2;
-  rig.adam = std::make_unique<HybridAdam>(*rig.runtime, o);
+  Rig rig(at::kFloat, /*hybrid=*/false, kUnlimited, false, false, /*slots=*/2, /*backoff_steps=*/2);
   LossScaler off{PrecisionConfig{}};
   const bool expect[] = {true, false, false, true};  // step 1 clips: steps 2 and 3 do not speculate
   for (int step = 0; step < 4; ++step) {
