@@ -248,6 +248,13 @@ void ChunkStore::Ready(int id) const {
   ticket->Wait();
 }
 
+std::shared_ptr<CopyTicket> ChunkStore::TakePendingCopy(int id) {
+  Entry& e = chunks_.at(id);
+  if (!e.pending) return nullptr;
+  ++stats_.syncs;
+  return std::move(e.pending);
+}
+
 const at::Tensor& ChunkStore::payload(int id) const {
   Ready(id);
   return chunks_.at(id).payload;

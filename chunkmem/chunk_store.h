@@ -116,6 +116,11 @@ class ChunkStore {
   void MoveAsync(int id, Tier to);
   // Drops the payload (and its host slot).
   void Free(int id);
+  // Hands over the copy still in flight into `id`'s payload (MoveAsync; null if none):
+  // payload(id) no longer waits for it, so the caller waits on the ticket (on any
+  // thread) before reading or writing the payload, and keeps the chunk from moving or
+  // being freed until then. Counted as a wait.
+  std::shared_ptr<CopyTicket> TakePendingCopy(int id);
 
   // A scratch payload on `tier` (zero-filled if `zero`), counted against the tier's
   // budget like a chunk until GiveBack; throws if the budget cannot take it (check

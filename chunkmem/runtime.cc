@@ -579,6 +579,11 @@ bool ChunkRuntime::ReturnToDeviceIfRoom(int chunk, bool async) {
   return true;
 }
 
+std::shared_ptr<CopyTicket> ChunkRuntime::SendComputeChunkToHost(int chunk) {
+  PlaceComputeChunk(chunk, Tier::kHost, /*async=*/true);
+  return store_.TakePendingCopy(chunk_id(ChunkKind::kCompute, chunk));
+}
+
 bool ChunkRuntime::FreeDeviceBytes(int64_t bytes) {
   return EvictDownTo(ChunkBudgetNow() - bytes, /*keep=*/-1, bytes);
 }

@@ -178,6 +178,12 @@ class ChunkRuntime {
   // Moves compute chunk `chunk` (not in use) to the device only if it fits the budget
   // now without evicting anything; returns whether it is on the device.
   bool ReturnToDeviceIfRoom(int chunk, bool async = false);
+  // For the speculating optimizer, during backward (chunk not in use, its gradients
+  // final): starts moving compute chunk `chunk` to the host on the copy engine and
+  // returns the copy's ticket, which the caller waits on (any thread) before touching
+  // the host payload: the store no longer does (ChunkStore::TakePendingCopy). Null when
+  // the chunk was on the host or the copy ran synchronously. Mark the chunk busy next.
+  std::shared_ptr<CopyTicket> SendComputeChunkToHost(int chunk);
   // Evicts compute chunks not in use (by the eviction policy) until the device tier can
   // take `bytes` more. Returns false if it cannot.
   bool FreeDeviceBytes(int64_t bytes);
@@ -251,9 +257,10 @@ class ChunkRuntime {
   at::Tensor BorrowHost(int64_t numel, at::ScalarType dtype) { return store_.Borrow(Tier::kHost, numel, dtype, false); }
   // Speculation (docs/optim.md, "The overlapped host step"): with final_micro_batch on,
   // `on_grads_final(chunk)` is called once an owned chunk's gradients of the step are
-  // complete in host-readable memory (the last micro-batch's: slot copies, flushes
-  // or the ZeRO reduction done), while backward goes on. Not called for gradients that
-  // stay in a device-resident chunk.
+  // complete (the last micro-batch's: all in the compute slots, wherever the compute
+  // chunk is; or the slot copies and flushes into a host grad chunk done; or the ZeRO
+  // reduction finished), while backward goes on. Not called for an fp32 grad chunk
+  // pinned on the device (its optimizer state updates there).
   void set_on_grads_final(std::function<void(int chunk)> callback) { on_grads_final_ = std::move(callback); }
   void set_final_micro_batch(bool final) { final_micro_batch_ = final; }
   // A chunk the optimizer updates on another thread (speculation): not evicted,

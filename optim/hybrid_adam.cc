@@ -11,6 +11,8 @@
 #include <limits>
 #include <string>
 
+#include "chunkmem/copy_engine.h"
+
 namespace ps::optim {
 
 using chunkmem::ChunkKind;
@@ -55,6 +57,7 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
   for (const auto& spec : runtime.layout().chunks()) largest = std::max(largest, spec.capacity_numel);
   slots_.resize(std::max(0, options.speculation_slots));
   slot_used_.assign(slots_.size(), false);
+  slot_sum_squares_.assign(slots_.size(), 0.0);
   for (Backup& slot : slots_) {
     slot.master = runtime.BorrowHost(largest, at::kFloat);
     slot.m = runtime.BorrowHost(largest, at::kFloat);
@@ -185,10 +188,14 @@ std::vector<at::Tensor> HybridAdam::ChunkGrads(int chunk) const {
   return grads;
 }
 
-double HybridAdam::HostSumSquares(const std::vector<at::Tensor>& grads) const {
+std::vector<GradSpan> HybridAdam::GradSpans(const std::vector<at::Tensor>& grads) {
   std::vector<GradSpan> spans;
   for (const auto& g : grads) spans.push_back({g.data_ptr(), ElemOf(g.scalar_type()), g.numel()});
-  return ParallelSumSquares(kernels_, spans, options_.cpu_threads);
+  return spans;
+}
+
+double HybridAdam::HostSumSquares(const std::vector<at::Tensor>& grads) const {
+  return ParallelSumSquares(kernels_, GradSpans(grads), options_.cpu_threads);
 }
 
 // The norm is a sum in chunk order of per-chunk sums (host chunks; device ones in one
@@ -202,8 +209,12 @@ double HybridAdam::SumSquares() {
     if (!runtime_.owned(chunk)) continue;  // ZeRO: its owner counts it
     const auto spec = std::find_if(speculated_.begin(), speculated_.end(),
                                    [chunk](const Speculation& s) { return s.chunk == chunk; });
-    if (spec != speculated_.end()) {
-      host_chunks_sum += spec->sum_squares;
+    if (spec != speculated_.end()) {  // taken by Speculate, where this loop would have
+      if (spec->device_sums.empty()) {
+        host_chunks_sum += slot_sum_squares_[spec->slot];
+      } else {
+        device_sums.insert(device_sums.end(), spec->device_sums.begin(), spec->device_sums.end());
+      }
       continue;
     }
     const std::vector<at::Tensor> grads = ChunkGrads(chunk);
@@ -374,35 +385,69 @@ bool HybridAdam::Speculate(int chunk) {
   for (const Speculation& s : speculated_) {
     if (s.chunk == chunk) return false;  // once per step
   }
-  const auto& store = runtime_.store();
-  for (ChunkKind kind : {ChunkKind::kCompute, ChunkKind::kGrad, ChunkKind::kMaster}) {
-    if (!store.payload(runtime_.chunk_id(kind, chunk)).is_cpu()) return false;
-  }
-  const bool pipeline = store.device_of(chunkmem::Tier::kDevice).is_cuda() || options_.pipeline_simulated;
-  if (pipeline && store.tier(runtime_.chunk_id(ChunkKind::kCompute, chunk)) == chunkmem::Tier::kDevice) return false;
   const auto free = std::find(slot_used_.begin(), slot_used_.end(), false);
   if (free == slot_used_.end()) return false;
+  const auto& store = runtime_.store();
+  // The compute chunk (gradients in bf16/fp16 runs, the master in fp32 ones) comes to
+  // the host first when it sits on a device the CPU kernels cannot read (CUDA, or the
+  // simulated tier taking the CUDA path), as the end-of-step pipeline brings it.
+  const int compute_id = runtime_.chunk_id(ChunkKind::kCompute, chunk);
+  const bool pipeline = store.device_of(chunkmem::Tier::kDevice).is_cuda() || options_.pipeline_simulated;
+  const bool bring = pipeline && store.tier(compute_id) == chunkmem::Tier::kDevice;
+  if (bring && runtime_.ComputeCount(chunk) > 0) return false;  // still in use: cannot move now
+  for (ChunkKind kind : {ChunkKind::kCompute, ChunkKind::kGrad, ChunkKind::kMaster}) {
+    const int id = runtime_.chunk_id(kind, chunk);
+    if (!(bring && id == compute_id) && !store.payload(id).is_cpu()) return false;
+  }
   at::NoGradGuard no_grad;
-  const double sum_squares = HostSumSquares(ChunkGrads(chunk));  // before the update may overwrite them
-  if (!std::isfinite(sum_squares)) return false;                  // the step will skip: nothing to undo
   const int slot = static_cast<int>(free - slot_used_.begin());
   slot_used_[slot] = true;
+  Speculation s{chunk, slot, {}};
+  // The chunk's sum of squares is taken where Step would take it (invariant 2): on a
+  // CUDA device, queued on the compute stream now, before the copy (which is ordered
+  // after it); on the host, by the worker, before the update overwrites the gradients.
+  std::vector<at::Tensor> grads = ChunkGrads(chunk);
+  if (!grads.empty() && !grads.front().is_cpu()) {
+    for (const auto& g : grads) s.device_sums.push_back(at::linalg_vector_norm(g, 2, {}, false, at::kDouble).square());
+  }
+  std::shared_ptr<chunkmem::CopyTicket> copy;
+  if (bring) {
+    copy = runtime_.SendComputeChunkToHost(chunk);  // the worker waits for it, not backward
+    if (s.device_sums.empty()) grads = ChunkGrads(chunk);  // now the host payload's
+  }
   // Everything the worker touches is resolved here, on the training thread: the
-  // payloads to back up and the kernel work (what Step does with a clip coefficient of
-  // 1: grad_scale 1 / loss scale). The runtime keeps the chunk where it is meanwhile.
+  // payloads to back up, the gradient spans and the kernel work (what Step does with a
+  // clip coefficient of 1: grad_scale 1 / loss scale). The runtime keeps the chunk
+  // where it is meanwhile. A non-finite gradient is updated too: the step then skips,
+  // and the rollback restores what the update wrote.
   std::vector<std::pair<at::Tensor, at::Tensor>> backup = BackupPairs(chunk, slots_[slot]);
+  std::vector<GradSpan> sum_spans;
+  if (s.device_sums.empty()) sum_spans = GradSpans(grads);
   std::vector<AdamWork> work;
   AddChunkWork(chunk, speculation_lr_, 1.0 / speculation_loss_scale_, work);
   runtime_.set_busy(chunk, true);
-  speculated_.push_back({chunk, slot, sum_squares});
+  speculated_.push_back(std::move(s));
+  if (bring) brought_to_host_.push_back(chunk);
+  slot_sum_squares_[slot] = 0.0;
+  double* sum_squares = &slot_sum_squares_[slot];  // [slot] is this job's alone until Step
   const CpuAdamKernels kernels = kernels_;
   const int threads = options_.cpu_threads;
-  RunOnWorker([backup = std::move(backup), work = std::move(work), kernels, threads] {
+  RunOnWorker([copy = std::move(copy), backup = std::move(backup), sum_spans = std::move(sum_spans),
+               work = std::move(work), sum_squares, kernels, threads] {
     at::NoGradGuard no_grad;
+    if (copy) copy->Wait();
     for (const auto& [to, from] : backup) std::memcpy(to.data_ptr(), from.data_ptr(), from.nbytes());
+    if (!sum_spans.empty()) *sum_squares = ParallelSumSquares(kernels, sum_spans, threads);
     ParallelAdam(kernels, work, threads);
   });
   return true;
+}
+
+void HybridAdam::ReturnBroughtChunks() {
+  // As the end-of-step pipeline does: back where backward left them when they fit now
+  // (kept, redone or restored; an undone update was redone on the host, in place).
+  for (int chunk : brought_to_host_) runtime_.ReturnToDeviceIfRoom(chunk, /*async=*/true);
+  brought_to_host_.clear();
 }
 
 void HybridAdam::RollBack(const Speculation& s) {
@@ -447,6 +492,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
     r.skipped = true;
     RestoreComputeFromMaster();
     ClearHostGrads();
+    ReturnBroughtChunks();
     return r;
   }
   std::vector<int> host_chunks;
@@ -469,6 +515,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   UpdateHostChunks(host_chunks, lr, grad_scale);
   UpdateHostParams(lr, grad_scale);
   ClearHostGrads();
+  ReturnBroughtChunks();
   r.host_ms = MsSince(t0);
   r.host_chunks = static_cast<int>(host_chunks.size()) + r.speculated_chunks;
   return r;

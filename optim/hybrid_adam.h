@@ -89,11 +89,15 @@ class HybridAdam {
   // Step validates: the same clip coefficient 1 and finite gradients keep the update
   // (bitwise what Step would have done); otherwise the chunk is restored from its slot
   // and redone with the real coefficient, or skipped on overflow. Returns false (and
-  // does nothing) without a free slot, for a device-updated chunk, a chunk whose data
-  // is on a CUDA device, or non-finite gradients. The chunk's sum of squares and the
-  // work list are made at once; the backup and the update run on the speculation
-  // worker thread while the caller (backward) goes on, the chunk marked busy in the
-  // runtime (not moved) until Step has waited for it.
+  // does nothing) without a free slot, for a device-updated chunk, or for one whose
+  // grad or optimizer chunks are not in host memory. A compute chunk on a CUDA device
+  // (the gradients, in bf16/fp16 runs) is sent to the host on the copy engine first,
+  // its sum of squares queued on the device before it (where Step would take it), and
+  // it goes back after Step when it fits, as the end-of-step pipeline does. The copy
+  // and work list are started at once; the wait for the copy, the backup, a host sum
+  // of squares and the update run on the speculation worker thread while the caller
+  // (backward) goes on, the chunk marked busy in the runtime (not moved) until Step has
+  // waited for it.
   void BeginSpeculation(double lr, double loss_scale);
   bool Speculate(int chunk);
 
@@ -128,6 +132,7 @@ class HybridAdam {
   // has a gradient, else one per parameter that has one).
   std::vector<at::Tensor> ChunkGrads(int chunk) const;
   double HostSumSquares(const std::vector<at::Tensor>& grads) const;
+  static std::vector<GradSpan> GradSpans(const std::vector<at::Tensor>& grads);
   // Speculation: a slot of the payloads an update writes (master, m, v, compute).
   struct Backup {
     at::Tensor master, m, v, compute;
@@ -135,11 +140,15 @@ class HybridAdam {
   struct Speculation {
     int chunk = -1;
     int slot = -1;
-    double sum_squares = 0.0;
+    // The chunk's sum of squares when its gradients were on a CUDA device: the per-
+    // tensor reductions Step would queue (else the worker's host sum, slot_sum_squares_).
+    std::vector<at::Tensor> device_sums;
   };
   // (slot part, payload) for each payload of `chunk` the update writes.
   std::vector<std::pair<at::Tensor, at::Tensor>> BackupPairs(int chunk, const Backup& slot) const;
   void RollBack(const Speculation& s);
+  // Chunks Speculate brought to the host go back to the device when they fit.
+  void ReturnBroughtChunks();
   void UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale);
   // The kernel work of `chunk`'s parameters with a gradient (advances their step counts).
   void AddChunkWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work);
@@ -176,6 +185,8 @@ class HybridAdam {
   std::vector<Backup> slots_;              // [slot], allocated on first use, reused
   std::vector<bool> slot_used_;
   std::vector<Speculation> speculated_;    // in the order they were made
+  std::vector<double> slot_sum_squares_;   // [slot] the host sum the worker took
+  std::vector<int> brought_to_host_;       // compute chunks Speculate moved off the device
   std::thread worker_;                     // started with the first slot
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): ps_train against the offload peers on one model and batch.
+
+Issue #9 §8. Runs, each in its own process (one at a time, so none sees another's
+memory), the same GPT (tools/bench_vs_eager.py's model: learned positions, pre-LN,
+GELU-tanh, tied head, causal SDPA) with the same micro-batch, sequence length, AdamW
+(betas, eps, weight decay) and clip 1.0 on random tokens, and prints one table with
+tokens/s (median step after the first two), ms/step, peak GPU memory and the ratio of
+ps_train to each peer. None of the peers is part of ps_train. Peers:
+
+  eager      PyTorch eager, bf16 autocast, fp32 weights, fused AdamW (model must fit)
+  compile    the same under torch.compile
+  fsdp2      FSDP2 (fully_shard per block) with CPUOffloadPolicy, bf16 params (one rank)
+  ds_zero2   DeepSpeed ZeRO-2, optimizer offloaded to the CPU (its CPU Adam), bf16
+  ds_zero3   DeepSpeed ZeRO-3, parameters and optimizer offloaded to the CPU, bf16
+
+ps_train runs with --set ps-set options on top of a shape-free base config (bf16, chunks
+on, the model from --preset), e.g. `--ps-set optimizer.hybrid_adam=false` for "optimizer
+on the host". --checkpointing turns activation checkpointing on in every runner.
+
+DeepSpeed is not on the GPU machine and it has no network: fetch it here first (PyPI is
+reachable here), into the git-ignored .device/wheels that travels with the checkout:
+
+  python3 tools/bench_offload.py --fetch-deepspeed      # here; then carry .device/wheels
+
+On the GPU machine the first ds_* run installs it into .device/pylib (pip --no-index
+--no-deps --target; DeepSpeed's sdist with DS_BUILD_OPS=0 --no-build-isolation; its CPU
+Adam JIT-compiles on first use with the machine's g++/nvcc). The goal commands of issue
+#9 §8 (docs/benchmarks.md, "Offload peers"):
+
+  tools/gpu_run.sh python3 tools/bench_offload.py --ps-train .device/ps_train \\
+      --preset gpt2-1.5b --batch-size 8 --steps 12 --peers eager,compile,fsdp2,ds_zero2 \\
+      --ps-set optimizer.hybrid_adam=false --out "$OUT/offload_1p5b.json"
+  tools/gpu_run.sh python3 tools/bench_offload.py --ps-train .device/ps_train \\
+      --preset GPT2_4B --batch-size 8 --steps 8 --checkpointing --peers ds_zero3 \\
+      --out "$OUT/offload_4b.json"
+
+On the CPU (no GPU here): `--device cpu --dtype fp32` runs ps_train, eager and compile
+on a small model (the --n-* options), a check that the script itself works.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WHEELS = os.path.join(ROOT, ".device", "wheels")
+PYLIB = os.path.join(ROOT, ".device", "pylib")
+DEEPSPEED = "deepspeed==0.19.8"
+# Wheels DeepSpeed needs beyond what the GPU machine's Python 3.12 has (issue #9 §8);
+# pydantic pins its pydantic-core, a cp312 manylinux wheel.
+DEEPSPEED_WHEELS = ["hjson", "pydantic", "annotated-types", "typing-inspection", "typing-extensions",
+                    "py-cpuinfo", "einops", "msgpack", "nvidia-ml-py", "wheel"]
+# Shapes of models/gpt_config.cc: n_layer, n_head, n_embd, n_positions (= seq_len), vocab.
+PRESETS = {"gpt2-124m": (12, 12, 768, 1024, 50257), "gpt2-350m": (24, 16, 1024, 1024, 50257),
+           "gpt2-774m": (36, 20, 1280, 1024, 50257), "gpt2-1.5b": (48, 25, 1600, 1024, 50257),
+           "GPT2_2B": (40, 16, 2048, 1024, 50257), "GPT2_4B": (64, 16, 2304, 1024, 50257),
+           "GPT3_6B": (53, 16, 3072, 1024, 50257), "GPT3_8B": (72, 16, 3072, 1024, 50257),
+           "GPT3_10B": (50, 16, 4096, 1024, 50257), "GPT3_12B": (60, 16, 4096, 1024, 50257)}
+PEERS = ["eager", "compile", "fsdp2", "ds_zero2", "ds_zero3"]
+WARMUP_STEPS = 2  # steps left out of the median (allocation, compilation, JIT)
+
+
+def fetch_deepspeed():
+    """Here (PyPI reachable): DeepSpeed's sdist and the wheels above for cp312 x86_64."""
+    os.makedirs(WHEELS, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "-q", "-d", WHEELS]
+    subprocess.run(pip + ["--no-deps", "--no-binary", ":all:", DEEPSPEED], check=True)
+    subprocess.run(pip + ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+                          "--platform", "manylinux_2_17_x86_64"] + DEEPSPEED_WHEELS, check=True)
+    print(f"{WHEELS}: " + ", ".join(sorted(os.listdir(WHEELS))))
+
+
+def ensure_deepspeed():
+    """On the GPU machine: DeepSpeed from the carried files into .device/pylib, once."""
+    if not os.path.isdir(os.path.join(PYLIB, "deepspeed")):
+        files = sorted(os.listdir(WHEELS)) if os.path.isdir(WHEELS) else []
+        wheels = [os.path.join(WHEELS, f) for f in files if f.endswith(".whl")]
+        sdists = [os.path.join(WHEELS, f) for f in files if f.startswith("deepspeed-") and f.endswith(".tar.gz")]
+        if not sdists:
+            raise RuntimeError(f"no DeepSpeed sdist in {WHEELS}: run `python3 tools/bench_offload.py "
+                               "--fetch-deepspeed` where PyPI is reachable and carry .device/wheels")
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", PYLIB]
+        subprocess.run(pip + wheels, check=True)
+        env = dict(os.environ, DS_BUILD_OPS="0", PYTHONPATH=PYLIB)
+        subprocess.run(pip + ["--no-build-isolation"] + sdists, check=True, env=env)
+    sys.path.append(PYLIB)  # after site-packages: the machine's own packages win
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_rank_env():
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
+                      WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+
+
+class Peer:
+    """One peer's model, optimizer and step; `step(tokens)` returns the loss tensor."""
+
+    def __init__(self, name, args, m):
+        import torch
+        sys.path.insert(0, HERE)
+        import bench_vs_eager as bve  # the reference PyTorch model of ps_train's GPT
+        self.torch, self.name, self.args = torch, name, args
+        device = args.device
+        torch.manual_seed(1234)
+        model = bve.Gpt(m)
+        if args.checkpointing:
+            model.h = torch.nn.ModuleList(checkpointed(b) for b in model.h)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": bve.WD}, {"params": no_decay, "weight_decay": 0.0}]
+        self.autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+        self.params = list(model.parameters())
+        self.n_params = sum(p.numel() for p in self.params)
+        if name in ("eager", "compile"):
+            model = model.to(device)
+            fused = {"fused": True} if device == "cuda" else {}
+            self.opt = torch.optim.AdamW(groups, lr=bve.LR, betas=bve.BETAS, eps=bve.EPS, **fused)
+            self.model = torch.compile(model) if name == "compile" else model
+            self.step = self.step_torch
+        elif name == "fsdp2":
+            import torch.distributed as dist
+            from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+            one_rank_env()
+            dist.init_process_group("nccl" if device == "cuda" else "gloo")
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float32,
+                                      reduce_dtype=torch.float32)
+            for block in model.h:
+                fully_shard(block, offload_policy=CPUOffloadPolicy(), mp_policy=mp)
+            fully_shard(model, offload_policy=CPUOffloadPolicy(), mp_policy=mp)
+            self.params = list(model.parameters())
+            self.opt = torch.optim.AdamW([{"params": [p for p in self.params if p.dim() >= 2], "weight_decay": bve.WD},
+                                          {"params": [p for p in self.params if p.dim() < 2], "weight_decay": 0.0}],
+                                         lr=bve.LR, betas=bve.BETAS, eps=bve.EPS)
+            self.autocast = torch.autocast(device_type=device, enabled=False)  # the policy casts
+            self.model, self.step = model, self.step_torch
+        else:  # ds_zero2 / ds_zero3
+            ensure_deepspeed()
+            import deepspeed
+            one_rank_env()
+            deepspeed.init_distributed(dist_backend="nccl")
+            stage = 2 if name == "ds_zero2" else 3
+            zero = {"stage": stage, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                    "overlap_comm": True, "contiguous_gradients": True}
+            if stage == 3:
+                zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+            config = {"train_micro_batch_size_per_gpu": args.batch_size, "gradient_accumulation_steps": 1,
+                      "bf16": {"enabled": args.dtype == "bf16"}, "gradient_clipping": bve.CLIP,
+                      "optimizer": {"type": "AdamW", "params": {"lr": bve.LR, "betas": list(bve.BETAS),
+                                                                "eps": bve.EPS, "weight_decay": bve.WD}},
+                      "zero_optimization": zero, "steps_per_print": 1 << 30, "wall_clock_breakdown": False}
+            self.model, self.opt, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config)
+            self.autocast = torch.autocast(device_type=device, enabled=False)  # DeepSpeed casts the model
+            self.step = self.step_deepspeed
+
+    def step_torch(self, tokens):
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast:
+            loss = self.model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        return loss
+
+    def step_deepspeed(self, tokens):
+        loss = self.model(tokens[:, :-1], tokens[:, 1:])
+        self.model.backward(loss)
+        self.model.step()  # clips (gradient_clipping) and zeroes the gradients
+        return loss
+
+
+def checkpointed(block):
+    """`block` recomputed in backward (torch.utils.checkpoint), as ps_train's checkpointing."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = block
+
+        def forward(self, x):
+            return checkpoint(self.inner, x, use_reentrant=False)
+
+    return Wrapped()
+
+
+def run_peer(name, args, m):
+    import torch
+    torch.set_num_threads(args.threads)
+    peer = Peer(name, args, m)
+    device = args.device
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    step_s, loss = [], float("nan")
+    for _ in range(args.steps):
+        tokens = torch.randint(0, m["vocab_size"], (args.batch_size, m["seq_len"] + 1), device=device)
+        t0 = time.perf_counter()
+        loss = peer.step(tokens).item()  # the host waits for the step
+        step_s.append(time.perf_counter() - t0)
+    return {"tokens_per_s": args.batch_size * m["seq_len"] / statistics.median(step_s[WARMUP_STEPS:] or step_s),
+            "final_loss": loss, "params": peer.n_params,
+            "peak_gpu_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else 0}
+
+
+def run_ps(args, m):
+    out = tempfile.mkdtemp(prefix="bench_offload_")
+    sets = {"data.format": "synthetic", "run.device": args.device, "run.threads": args.threads,
+            "precision.dtype": args.dtype, "logging.level": "warn", "logging.log_every": 1, "run.output_dir": out,
+            "train.max_steps": args.steps, "train.eval_steps": 1, "checkpoint.at_end": "false",
+            "train.micro_batch_size": args.batch_size, "train.global_batch_size": args.batch_size,
+            "data.seq_len": m["seq_len"], "model.n_layer": m["n_layer"], "model.n_head": m["n_head"],
+            "model.n_embd": m["n_embd"], "model.n_positions": m["n_positions"], "model.vocab_size": m["vocab_size"],
+            "chunk.enabled": "true", "model.activation_checkpointing": str(args.checkpointing).lower()}
+    cmd = [args.ps_train, "--config", "configs/quickstart.yaml"]
+    cmd += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + [a for kv in args.ps_set for a in ("--set", kv)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ps_train exit {proc.returncode}: {(proc.stdout + proc.stderr).strip().splitlines()[-1:]}")
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    steps = [r for r in rows if "step_ms" in r and not r.get("summary")]
+    summary = [r for r in rows if r.get("summary")][-1]
+    timed = [r["step_ms"] for r in steps[WARMUP_STEPS:]] or [r["step_ms"] for r in steps]
+    return {"tokens_per_s": args.batch_size * m["seq_len"] / (statistics.median(timed) / 1e3),
+            "final_loss": summary.get("final_loss", steps[-1]["loss"]), "params": summary.get("params"),
+            "peak_gpu_bytes": summary.get("peak_device_total_bytes", 0), "startup_s": summary.get("startup_s")}
+
+
+def child(args, m):
+    """`--run NAME`: one runner in this process; its result as the last line."""
+    try:
+        result = run_ps(args, m) if args.run == "ps_train" else run_peer(args.run, args, m)
+    except Exception as e:  # noqa: BLE001 - an OOM or a missing package is a row, not a crash
+        result = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"}
+    print(json.dumps(result))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fetch-deepspeed", action="store_true", help="download DeepSpeed into .device/wheels and stop")
+    ap.add_argument("--ps-train", default=os.path.join(ROOT, "bazel-bin/trainer/ps_train"))
+    ap.add_argument("--peers", default="eager,compile,fsdp2,ds_zero2,ds_zero3",
+                    help=f"comma-separated, of {','.join(PEERS)}")
+    ap.add_argument("--ps-set", action="append", default=[], help="extra ps_train --set k=v (repeatable)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="model shape (overrides --n-*)")
+    ap.add_argument("--n-layer", type=int, default=2)
+    ap.add_argument("--n-head", type=int, default=2)
+    ap.add_argument("--n-embd", type=int, default=64)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--vocab-size", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=8, help="micro = global batch (sequences)")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--checkpointing", action="store_true", help="activation checkpointing per block, everywhere")
+    ap.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--timeout-s", type=int, default=1800, help="per runner")
+    ap.add_argument("--out", help="also write the rows as JSON here")
+    ap.add_argument("--run", help=argparse.SUPPRESS)  # internal: one runner in a child process
+    args = ap.parse_args()
+    if args.fetch_deepspeed:
+        return fetch_deepspeed()
+    if args.preset:
+        args.n_layer, args.n_head, args.n_embd, args.seq_len, args.vocab_size = PRESETS[args.preset]
+    m = {"n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd, "n_positions": args.seq_len,
+         "vocab_size": args.vocab_size, "seq_len": args.seq_len}
+    args.ps_train = os.path.abspath(args.ps_train)
+    if args.run:
+        return child(args, m)
+    peers = [p for p in args.peers.split(",") if p]
+    unknown = set(peers) - set(PEERS)
+    if unknown:
+        ap.error(f"unknown peer(s) {sorted(unknown)}; known: {PEERS}")
+    rows = []
+    for name in ["ps_train"] + peers:
+        cmd = [sys.executable, os.path.abspath(__file__), "--run", name] + sys.argv[1:]
+        t0 = time.time()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s + 60)
+            lines = proc.stdout.strip().splitlines()
+            result = json.loads(lines[-1]) if lines else {"error": f"exit {proc.returncode}: {proc.stderr[-300:]}"}
+        except subprocess.TimeoutExpired:
+            result = {"error": f"timed out after {args.timeout_s} s"}
+        result.update(name=name, wall_s=round(time.time() - t0, 1))
+        rows.append(result)
+        print(json.dumps(result), file=sys.stderr, flush=True)
+    ps = rows[0].get("tokens_per_s")
+    tokens_per_step = args.batch_size * args.seq_len
+    print(f"GPT {m}, micro-batch {args.batch_size}, {args.steps} steps (median after {WARMUP_STEPS}), "
+          f"{args.dtype} {args.device}{', checkpointing' if args.checkpointing else ''}; ps_train --set {args.ps_set}")
+    print(f"{'runner':<10} {'tokens/s':>10} {'ms/step':>9} {'peak GPU GiB':>13} {'ps_train / it':>14} {'final loss':>11}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['name']:<10} failed: {r['error']}")
+            continue
+        ratio = f"{ps / r['tokens_per_s']:.2f}x" if ps else "-"
+        print(f"{r['name']:<10} {r['tokens_per_s']:>10.0f} {1e3 * tokens_per_step / r['tokens_per_s']:>9.1f} "
+              f"{r['peak_gpu_bytes'] / 2**30:>13.2f} {ratio:>14} {r['final_loss']:>11.4f}")
+    counts = {r.get("params") for r in rows if r.get("params")}
+    if len(counts) > 1:
+        print(f"warning: parameter counts differ ({sorted(counts)}): not the same model")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"model": m, "args": vars(args), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
