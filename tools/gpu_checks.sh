@@ -6,7 +6,7 @@
 #
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
-# CHECK: parity | eager | accum | accum4b | gpt3_6b | spec6b | gaming | largest | nccl1 | all.
+# CHECK: parity | eager | accum | accum4b | gpt3_6b | spec6b | gaming | largest | nccl1 | peers | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
 # Runs go to /tmp/gpu_checks; every ps_train run has a time limit (SIGKILL: no checkpoint).
@@ -99,7 +99,17 @@ check() {
       run nccl1_zero_ref 60 "${Q[@]}" --set chunk.enabled=true --set chunk.size_elements=100000
       run nccl1_zero 60 "${Q[@]}" --set chunk.enabled=true --set chunk.size_elements=100000 \
         --set distributed.force_collectives=true ;;
-    all) for c in parity eager accum accum4b gpt3_6b spec6b gaming largest nccl1; do check $c; done ;;
+    peers)  # issue #9 §8: against eager, torch.compile, FSDP2 and DeepSpeed ZeRO-2/3 with CPU offload
+      # (tools/bench_offload.py; DeepSpeed from .device/wheels: `bench_offload.py --fetch-deepspeed` here first)
+      local P=(--ps-train "$PS" --ps-set chunk.size_elements=auto --ps-set chunk.device_budget_bytes=0
+               --ps-set chunk.host_budget_bytes=0)
+      timeout 330 $G python3 "$here/bench_offload.py" "${P[@]}" --preset gpt2-1.5b --batch-size 8 --steps 12 \
+        --peers eager,compile,fsdp2,ds_zero2 --ps-set optimizer.hybrid_adam=false --timeout-s 150 \
+        --out "$OUT/peers_1p5b.json" > "$OUT/peers_1p5b.log" 2>&1; log "peers_1p5b rc=$?"
+      timeout 260 $G python3 "$here/bench_offload.py" "${P[@]}" --preset GPT2_4B --batch-size 8 --steps 8 \
+        --checkpointing --peers ds_zero3 --timeout-s 200 --out "$OUT/peers_4b.json" > "$OUT/peers_4b.log" 2>&1
+      log "peers_4b rc=$?" ;;
+    all) for c in parity eager accum accum4b gpt3_6b spec6b gaming largest nccl1 peers; do check $c; done ;;
     *) echo "unknown check: $1" >&2; exit 2 ;;
   esac
 }
