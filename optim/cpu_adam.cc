@@ -1,5 +1,8 @@
 #include "optim/cpu_adam.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -103,8 +106,33 @@ namespace {
 // `numel_of`), thread t taking elements [t * per, (t + 1) * per), each cut moved down to
 // a whole 64-element block of its item. Returns the number of threads used; `run`
 // receives the thread index too.
+// Pins the calling thread to `cpu` (best effort: a CPU the process may not use is
+// refused by the kernel and the thread floats); with `restore`, the thread's mask
+// before is given back on destruction.
+class ScopedPin {
+ public:
+  ScopedPin(const std::vector<int>& cpus, int t, bool restore) : restore_(restore && !cpus.empty()) {
+    if (cpus.empty()) return;
+    if (restore_) pthread_getaffinity_np(pthread_self(), sizeof(old_), &old_);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpus[static_cast<size_t>(t) % cpus.size()], &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+  ~ScopedPin() {
+    if (restore_) pthread_setaffinity_np(pthread_self(), sizeof(old_), &old_);
+  }
+  ScopedPin(const ScopedPin&) = delete;
+  ScopedPin& operator=(const ScopedPin&) = delete;
+
+ private:
+  bool restore_;
+  cpu_set_t old_;
+};
+
 template <typename Item, typename NumelOf, typename Run>
-int SplitOverThreads(const std::vector<Item>& items, NumelOf numel_of, int threads, Run run) {
+int SplitOverThreads(const std::vector<Item>& items, NumelOf numel_of, int threads, const std::vector<int>& cpus,
+                     Run run) {
   int64_t total = 0;
   for (const auto& it : items) total += numel_of(it);
   if (total == 0) return 0;
@@ -125,6 +153,7 @@ int SplitOverThreads(const std::vector<Item>& items, NumelOf numel_of, int threa
       if (item_start >= hi) break;
     }
   };
+  ScopedPin pin_caller(cpus, 0, /*restore=*/true);
   if (t_count == 1) {
     run_range(0, 0, total);
     return 1;
@@ -132,7 +161,11 @@ int SplitOverThreads(const std::vector<Item>& items, NumelOf numel_of, int threa
   std::vector<std::thread> pool;
   pool.reserve(t_count - 1);
   for (int t = 1; t < t_count; ++t) {
-    pool.emplace_back(run_range, t, std::min(total, t * per), t + 1 == t_count ? total : std::min(total, (t + 1) * per));
+    const int64_t lo = std::min(total, t * per), hi = t + 1 == t_count ? total : std::min(total, (t + 1) * per);
+    pool.emplace_back([&run_range, &cpus, t, lo, hi] {
+      ScopedPin pin(cpus, t, /*restore=*/false);  // a thread of this call only
+      run_range(t, lo, hi);
+    });
   }
   run_range(0, 0, std::min(total, per));
   for (auto& th : pool) th.join();
@@ -143,13 +176,13 @@ int SplitOverThreads(const std::vector<Item>& items, NumelOf numel_of, int threa
 
 void ParallelAdam(const CpuAdamKernels& kernels, const std::vector<AdamWork>& work, int threads) {
   SplitOverThreads(
-      work, [](const AdamWork& w) { return w.span.numel; }, threads,
+      work, [](const AdamWork& w) { return w.span.numel; }, threads, kernels.pin_cpus,
       [&](int, const AdamWork& w, int64_t b, int64_t e) { kernels.adam(SubSpan(w.span, b, e), w.hyper); });
 }
 
 double ParallelSumSquares(const CpuAdamKernels& kernels, const std::vector<GradSpan>& spans, int threads) {
   std::vector<double> partial(static_cast<size_t>(std::clamp(threads, 1, 1024)), 0.0);
-  SplitOverThreads(spans, [](const GradSpan& s) { return s.numel; }, threads,
+  SplitOverThreads(spans, [](const GradSpan& s) { return s.numel; }, threads, kernels.pin_cpus,
                    [&](int t, const GradSpan& s, int64_t b, int64_t e) {
                      partial[t] += kernels.sum_squares(static_cast<const char*>(s.grad) + b * ElemBytes(s.type),
                                                        s.type, e - b);

@@ -62,6 +62,10 @@ struct CpuAdamKernels {
   CpuIsa isa = CpuIsa::kScalar;
   AdamKernel adam = nullptr;
   SumSquaresKernel sum_squares = nullptr;
+  // CPUs the parallel helpers below pin their threads to (thread t on
+  // pin_cpus[t % size], the calling thread only for the call: its own mask is given
+  // back after); empty = not pinned (optimizer.pin_cpu_threads; optim/cpu_topology.h).
+  std::vector<int> pin_cpus;
 };
 
 // The best variant this CPU supports (AVX-512 > AVX2 > scalar).

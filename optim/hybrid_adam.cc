@@ -37,6 +37,7 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 
 HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions& options)
     : runtime_(runtime), options_(options), kernels_(KernelsFor(options.cpu_isa)) {
+  kernels_.pin_cpus = options.pin_cpus;
   for (int i = 0; i < static_cast<int>(runtime.params().size()); ++i) {
     decay_.push_back(runtime.param_dim(i) >= 2);
   }

@@ -46,6 +46,8 @@ struct HybridAdamOptions {
   OptimizerConfig optimizer;
   CpuIsa cpu_isa = CpuIsa::kScalar;  // usually BestCpuIsa()
   int cpu_threads = 1;
+  // CPUs the kernel threads are pinned to (CpuAdamKernels::pin_cpus); empty = not pinned.
+  std::vector<int> pin_cpus;
   // Host updates of device-resident compute chunks go through the pipeline (to the host
   // one chunk ahead, updated, sent back) also on a simulated device tier, where the CPU
   // kernels could read them in place: tests run the CUDA path's logic this way.

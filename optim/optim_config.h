@@ -27,6 +27,9 @@ struct OptimizerConfig {
   // Speculate; docs/optim.md); each costs a backup of 14 bytes per chunk element. 0 = off.
   int64_t speculation_slots = 0;
   int64_t speculation_backoff_steps = 20;  // steps without speculation after one rolled back
+  // Chunk runtime: the host Adam threads pinned one per physical core, the GPU's NUMA
+  // node first (optim/cpu_topology.h); their count capped at the cores this process may use.
+  bool pin_cpu_threads = false;
 };
 
 struct LrScheduleConfig {

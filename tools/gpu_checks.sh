@@ -6,7 +6,7 @@
 #
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
-# CHECK: parity | eager | accum | accum4b | gpt3_6b | spec6b | gaming | largest | nccl1 | peers | all.
+# CHECK: parity | eager | accum | accum4b | gpt3_6b | spec6b | pin6b | gaming | largest | nccl1 | peers | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
 # Runs go to /tmp/gpu_checks; every ps_train run has a time limit (SIGKILL: no checkpoint).
@@ -78,6 +78,12 @@ check() {
     spec6b)  # issue #9 §5: GPT3_6B micro 8 with host chunks updated ahead in backward (compare with gpt3_6b)
       run GPT3_6B_spec 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
         --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.speculation_slots=12 ;;
+    pin6b)  # issue #9 §5: as gpt3_6b and spec6b with the host Adam threads pinned to physical cores
+      run GPT3_6B_pin 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
+        --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.pin_cpu_threads=true
+      run GPT3_6B_spec_pin 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
+        --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.speculation_slots=12 \
+        --set optimizer.pin_cpu_threads=true ;;
     gaming)  # issue #9 §7: 8 GiB stated device memory (allocator capped): gpt2-1.5b and a 2.22B GPT
       run gpc_1.5b 90 "${GPC[@]}"
       run gpc_2.2b 100 "${GPC[@]}" --set model.preset= --set model.n_layer=42 --set model.n_embd=2048 \
@@ -109,7 +115,7 @@ check() {
       timeout 260 $G python3 "$here/bench_offload.py" "${P[@]}" --preset GPT2_4B --batch-size 8 --steps 8 \
         --checkpointing --peers ds_zero3 --timeout-s 200 --out "$OUT/peers_4b.json" > "$OUT/peers_4b.log" 2>&1
       log "peers_4b rc=$?" ;;
-    all) for c in parity eager accum accum4b gpt3_6b spec6b gaming largest nccl1 peers; do check $c; done ;;
+    all) for c in parity eager accum accum4b gpt3_6b spec6b pin6b gaming largest nccl1 peers; do check $c; done ;;
     *) echo "unknown check: $1" >&2; exit 2 ;;
   esac
 }

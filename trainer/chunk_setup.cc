@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "chunkmem/memory_plan.h"
+#include "optim/cpu_topology.h"
 #include "trainer/config_loader.h"
 #include "trainer/model_factory.h"
 
@@ -160,6 +161,15 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   if (!optim::CpuSupports(adam.cpu_isa)) {
     throw ConfigError(std::string("optimizer.cpu_adam: this CPU does not support the ") + optim::ToString(adam.cpu_isa) +
                       " variant (use auto)");
+  }
+  if (c.optimizer.pin_cpu_threads) {
+    const int node = device.is_cuda() ? optim::CudaDeviceNumaNode(device.has_index() ? device.index() : 0) : -1;
+    adam.pin_cpus = optim::PhysicalCoreCpus(optim::AllowedCpus(), node);
+    if (!adam.pin_cpus.empty()) adam.cpu_threads = std::min<int>(adam.cpu_threads, static_cast<int>(adam.pin_cpus.size()));
+    std::string cpus;
+    for (int cpu : adam.pin_cpus) cpus += (cpus.empty() ? "" : ",") + std::to_string(cpu);
+    spdlog::info("host Adam: {} threads pinned to CPUs {} (one per physical core; NUMA node {} first)",
+                 adam.cpu_threads, cpus, node);
   }
   adam.speculation_slots = static_cast<int>(c.optimizer.speculation_slots);
   adam.speculation_backoff_steps = static_cast<int>(c.optimizer.speculation_backoff_steps);

@@ -349,6 +349,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Int("optimizer.speculation_backoff_steps", PS_ACCESS(optimizer.speculation_backoff_steps),
           "after a step whose speculation was undone (clipped or overflowed), this many steps do not speculate",
           IntRange(0, kMaxSteps)),
+      Bool("optimizer.pin_cpu_threads", PS_ACCESS(optimizer.pin_cpu_threads),
+           "chunk runtime: pin the host Adam threads, one per physical core of the CPUs this process may use, the "
+           "GPU's NUMA node first (several ranks on a node: give each its own CPU set, e.g. srun --cpu-bind)"),
       Enum<optim::CpuAdamChoice>("optimizer.cpu_adam", PS_ACCESS(optimizer.cpu_adam),
                                  "chunk runtime: CPU Adam kernel variant (auto = best the CPU supports)",
                                  {{"auto", optim::CpuAdamChoice::kAuto}, {"scalar", optim::CpuAdamChoice::kScalar},

@@ -5,7 +5,8 @@
 # for bit (every logged loss and grad norm, and the checkpointed masters and Adam
 # moments), whether the speculation stands (no clipping), is rolled back and redone
 # (clipping every step), with gradient accumulation (fp32 grad chunks), bf16 (gradients
-# in the compute slots) and ZeRO over 2 ranks (the reduction's output). docs/optim.md.
+# in the compute slots) and ZeRO over 2 ranks (the reduction's output); and with the host
+# Adam threads pinned to cores. docs/optim.md.
 set -euo pipefail
 bin="$TEST_SRCDIR/ps_train/trainer/ps_train"
 tmp="$TEST_TMPDIR"
@@ -95,6 +96,15 @@ check accum 8 --set train.micro_batch_size=2 --set chunk.device_budget_bytes=150
 echo "== ZeRO, 2 ranks: each rank's reduced chunks"
 check zero 8 --nproc 2 --set train.micro_batch_size=2 --set train.grad_clip=1000
 [ "$(total zero_on adam_speculated)" -gt 0 ]
+
+echo "== host Adam threads pinned, one per physical core (optimizer.pin_cpu_threads): the same bits"
+run pinned --set train.grad_clip=1000 --set optimizer.speculation_slots=8 --set optimizer.pin_cpu_threads=true
+line=$(grep -o "host Adam: [0-9]* threads pinned to CPUs [0-9,]*" "$tmp/pinned.log") ||
+  { cat "$tmp/pinned.log"; echo "FAILED: no pinning line"; exit 1; }
+echo "$line"
+# The norm's partial sums depend on the thread count, which pinning caps at the physical
+# cores: bitwise equality holds where that cap leaves the 2 threads (2 cores).
+if [ "$(echo "$line" | awk '{print $3}')" -eq 2 ]; then same pinned keep_on; fi
 
 echo "== --plan counts the backups on the host"
 base=$("$bin" -c "$tmp/tiny.yaml" --plan | grep '^host ')
