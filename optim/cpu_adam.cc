@@ -102,16 +102,13 @@ constexpr int64_t kBlockNumel = 64;
 
 namespace {
 
-// Calls `run(item, begin, end)` for every piece of the concatenated items (sizes from
-// `numel_of`), thread t taking elements [t * per, (t + 1) * per), each cut moved down to
-// a whole 64-element block of its item. Returns the number of threads used; `run`
-// receives the thread index too.
-// Pins the calling thread to `cpu` (best effort: a CPU the process may not use is
-// refused by the kernel and the thread floats); with `restore`, the thread's mask
-// before is given back on destruction.
+// Pins the calling thread to cpus[t % size], nothing when `cpus` is empty (best effort:
+// a CPU the process may not use is refused by the kernel and the thread floats); with
+// `restore`, the thread's mask before is given back on destruction.
 class ScopedPin {
  public:
   ScopedPin(const std::vector<int>& cpus, int t, bool restore) : restore_(restore && !cpus.empty()) {
+    CPU_ZERO(&old_);
     if (cpus.empty()) return;
     if (restore_) pthread_getaffinity_np(pthread_self(), sizeof(old_), &old_);
     cpu_set_t set;
@@ -130,6 +127,10 @@ class ScopedPin {
   cpu_set_t old_;
 };
 
+// Calls `run(item, begin, end)` for every piece of the concatenated items (sizes from
+// `numel_of`), thread t taking elements [t * per, (t + 1) * per), each cut moved down to
+// a whole 64-element block of its item. Returns the number of threads used; `run`
+// receives the thread index too. With `cpus`, thread t runs pinned to cpus[t % size].
 template <typename Item, typename NumelOf, typename Run>
 int SplitOverThreads(const std::vector<Item>& items, NumelOf numel_of, int threads, const std::vector<int>& cpus,
                      Run run) {

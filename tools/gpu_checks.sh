@@ -75,15 +75,19 @@ check() {
         --plan > "$OUT/plan_GPT3_6B.txt" 2>&1
       run GPT3_6B 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
         --set train.global_batch_size=8 --set train.max_steps=5 ;;
-    spec6b)  # issue #9 §5: GPT3_6B micro 8 with host chunks updated ahead in backward (compare with gpt3_6b)
+    spec6b)  # issue #9 §5: GPT3_6B micro 8 with host chunks updated ahead in backward; both runs with the
+      # copy engine (chunk.async_prefetch), which takes the speculated chunks to the host while backward goes on
+      run GPT3_6B_async 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
+        --set train.global_batch_size=8 --set train.max_steps=5 --set chunk.async_prefetch=true
       run GPT3_6B_spec 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
-        --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.speculation_slots=12 ;;
+        --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.speculation_slots=12 \
+        --set chunk.async_prefetch=true ;;
     pin6b)  # issue #9 §5: as gpt3_6b and spec6b with the host Adam threads pinned to physical cores
       run GPT3_6B_pin 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
         --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.pin_cpu_threads=true
       run GPT3_6B_spec_pin 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
         --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.speculation_slots=12 \
-        --set optimizer.pin_cpu_threads=true ;;
+        --set chunk.async_prefetch=true --set optimizer.pin_cpu_threads=true ;;
     gaming)  # issue #9 §7: 8 GiB stated device memory (allocator capped): gpt2-1.5b and a 2.22B GPT
       run gpc_1.5b 90 "${GPC[@]}"
       run gpc_2.2b 100 "${GPC[@]}" --set model.preset= --set model.n_layer=42 --set model.n_embd=2048 \

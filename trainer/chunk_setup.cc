@@ -174,6 +174,10 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   adam.speculation_slots = static_cast<int>(c.optimizer.speculation_slots);
   adam.speculation_backoff_steps = static_cast<int>(c.optimizer.speculation_backoff_steps);
   s.adam = std::make_unique<optim::HybridAdam>(*s.runtime, adam);
+  if (adam.speculation_slots > 0 && device.is_cuda() && !c.chunk.async_prefetch) {
+    spdlog::warn("optimizer.speculation_slots without chunk.async_prefetch: a chunk whose gradients are on the GPU "
+                 "is copied to the host synchronously in backward (set chunk.async_prefetch: true to overlap it)");
+  }
   if (adam.speculation_slots > 0) {
     s.runtime->set_on_grads_final([optimizer = s.adam.get()](int chunk) { optimizer->Speculate(chunk); });
   }
