@@ -289,9 +289,17 @@ void ChunkStore::GiveBack(Tier tier, at::Tensor& scratch) {
 }
 
 std::shared_ptr<CopyTicket> ChunkStore::CopyToHost(at::Tensor dst, at::Tensor src) {
+  return CopyCounted(std::move(dst), std::move(src), /*to_device=*/false);
+}
+
+std::shared_ptr<CopyTicket> ChunkStore::CopyToDevice(at::Tensor dst, at::Tensor src) {
+  return CopyCounted(std::move(dst), std::move(src), /*to_device=*/true);
+}
+
+std::shared_ptr<CopyTicket> ChunkStore::CopyCounted(at::Tensor dst, at::Tensor src, bool to_device) {
   TORCH_INTERNAL_ASSERT(dst.numel() == src.numel() && dst.scalar_type() == src.scalar_type());
-  stats_.d2h_bytes += src.numel() * static_cast<int64_t>(src.element_size());
-  ++stats_.d2h_copies;
+  (to_device ? stats_.h2d_bytes : stats_.d2h_bytes) += src.numel() * static_cast<int64_t>(src.element_size());
+  ++(to_device ? stats_.h2d_copies : stats_.d2h_copies);
   if (engine_) return engine_->Start(std::move(dst), std::move(src));
   dst.copy_(src);
   ++stats_.syncs;

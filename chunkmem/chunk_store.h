@@ -132,7 +132,10 @@ class ChunkStore {
   // on the copy engine when there is one (the ticket is returned; `dst` may be read
   // after Wait), else at once (null ticket; counted as a wait).
   std::shared_ptr<CopyTicket> CopyToHost(at::Tensor dst, at::Tensor src);
-  // Waits for a CopyToHost ticket (counted as a wait).
+  // The other way: `src` (host tier) into `dst` (a range of a device-tier payload),
+  // counted as a host-to-device copy; `dst` is complete after Wait (or at once).
+  std::shared_ptr<CopyTicket> CopyToDevice(at::Tensor dst, at::Tensor src);
+  // Waits for a CopyToHost or CopyToDevice ticket (counted as a wait).
   void Wait(CopyTicket& ticket);
   // `t` (device tier) as a new host-tier tensor, synchronously; counted as one copy and
   // one wait (on the simulated tier the tensor itself is returned).
@@ -157,6 +160,7 @@ class ChunkStore {
     at::Tensor home;  // its slot in the host pool, kept while it is on the device (keeps_home_slots)
   };
   void Ready(int id) const;                       // waits for a pending copy
+  std::shared_ptr<CopyTicket> CopyCounted(at::Tensor dst, at::Tensor src, bool to_device);
   void Relocate(int id, Tier to, bool long_lived, bool async);  // Move and MoveAsync
   void Account(Tier tier, int64_t bytes);  // bytes may be negative
   void CheckBudget(int id, Tier tier) const;

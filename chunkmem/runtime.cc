@@ -584,6 +584,19 @@ std::shared_ptr<CopyTicket> ChunkRuntime::SendComputeChunkToHost(int chunk) {
   return store_.TakePendingCopy(chunk_id(ChunkKind::kCompute, chunk));
 }
 
+at::Tensor ChunkRuntime::TryBorrowHost(int64_t numel, at::ScalarType dtype) {
+  const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+  if (!store_.CanHold(Tier::kHost, bytes)) return at::Tensor();
+  return store_.Borrow(Tier::kHost, numel, dtype, /*zero=*/true);
+}
+
+std::shared_ptr<CopyTicket> ChunkRuntime::WriteComputeChunk(int chunk, int64_t offset_numel, const at::Tensor& values) {
+  const int id = chunk_id(ChunkKind::kCompute, chunk);
+  TORCH_INTERNAL_ASSERT(store_.tier(id) == Tier::kDevice && ComputeCount(chunk) == 0 && !busy(chunk),
+                        "chunkmem: WriteComputeChunk needs chunk ", chunk, " on the device and idle");
+  return store_.CopyToDevice(store_.payload(id).narrow(0, offset_numel, values.numel()), values);
+}
+
 bool ChunkRuntime::FreeDeviceBytes(int64_t bytes) {
   return EvictDownTo(ChunkBudgetNow() - bytes, /*keep=*/-1, bytes);
 }

@@ -184,6 +184,19 @@ class ChunkRuntime {
   // the host payload: the store no longer does (ChunkStore::TakePendingCopy). Null when
   // the chunk was on the host or the copy ran synchronously. Mark the chunk busy next.
   std::shared_ptr<CopyTicket> SendComputeChunkToHost(int chunk);
+  // For the optimizer, between AfterBackward and EndIteration: a zero-filled host buffer
+  // counted in the host tier until GiveBackHost, or an undefined tensor when the host
+  // tier cannot take it now (the gradient path's landing buffers, which the plan
+  // reserves, are free then: PlacementInput::host_scratch_chunks).
+  at::Tensor TryBorrowHost(int64_t numel, at::ScalarType dtype);
+  void GiveBackHost(at::Tensor& buffer) { store_.GiveBack(Tier::kHost, buffer); }
+  // Copies `values` (host, compute dtype) into elements [offset, offset + numel) of
+  // compute chunk `chunk`, which is on the device and not in use (the optimizer's new
+  // parameters of a chunk updated on the host); wait on the ticket (null: done) before
+  // the chunk is used or `values` is written again.
+  std::shared_ptr<CopyTicket> WriteComputeChunk(int chunk, int64_t offset_numel, const at::Tensor& values);
+  // The store's Wait, for such tickets.
+  void WaitCopy(CopyTicket& ticket) { store_.Wait(ticket); }
   // Evicts compute chunks not in use (by the eviction policy) until the device tier can
   // take `bytes` more. Returns false if it cannot.
   bool FreeDeviceBytes(int64_t bytes);

@@ -255,7 +255,8 @@ void HybridAdam::RestoreComputeFromMaster() {
   }
 }
 
-void HybridAdam::AddChunkWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work) {
+void HybridAdam::AddChunkWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work,
+                              const at::Tensor* staging) {
   const auto& c = options_.optimizer;
   const bool adamw = c.type == OptimizerType::kAdamW;
   const bool separate_master = runtime_.compute_dtype() != at::kFloat;
@@ -270,7 +271,9 @@ void HybridAdam::AddChunkWork(int chunk, double lr, double grad_scale, std::vect
     w.span.grad = grad.data_ptr();
     w.span.grad_type = ElemOf(grad.scalar_type());
     if (separate_master) {
-      const at::Tensor out = runtime_.View(ChunkKind::kCompute, i);
+      const auto& pl = runtime_.layout().placements()[i];
+      const at::Tensor out = staging != nullptr ? staging->narrow(0, pl.offset_numel, pl.numel)
+                                                : runtime_.View(ChunkKind::kCompute, i);
       w.span.param_out = out.data_ptr();
       w.span.out_type = ElemOf(out.scalar_type());
     }
@@ -281,6 +284,29 @@ void HybridAdam::AddChunkWork(int chunk, double lr, double grad_scale, std::vect
   }
 }
 
+void HybridAdam::CopyStagedToDevice(int chunk, const at::Tensor& staging,
+                                    std::vector<std::shared_ptr<chunkmem::CopyTicket>>& tickets) {
+  const auto& placements = runtime_.layout().placements();
+  int64_t begin = -1, end = -1;  // the current run of adjacent updated parameters
+  auto flush = [&] {
+    if (begin < 0) return;
+    auto ticket = runtime_.WriteComputeChunk(chunk, begin, staging.narrow(0, begin, end - begin));
+    if (ticket) tickets.push_back(std::move(ticket));
+    begin = end = -1;
+  };
+  for (int i : runtime_.layout().chunks()[chunk].param_indices) {
+    if (!runtime_.has_grad(i)) {  // not updated: its device values stand
+      flush();
+      continue;
+    }
+    const auto& pl = placements[i];
+    if (begin >= 0 && pl.offset_numel != end) flush();  // an alignment gap: not copied
+    if (begin < 0) begin = pl.offset_numel;
+    end = pl.offset_numel + pl.numel;
+  }
+  flush();
+}
+
 void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale) {
   const auto& store = runtime_.store();
   // The CPU kernels need the compute chunk (gradients, or the master in fp32, or the
@@ -288,6 +314,10 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
   // CUDA device are brought over one ahead (asynchronously with a copy engine), so
   // chunk k+1's copy overlaps chunk k's update, and sent back after their update, so
   // the next forward finds them where the last backward left them.
+  // Unless the compute chunk only receives the new parameters (bf16/fp16 with fp32
+  // grad chunks, e.g. accumulation): then they are written into a host staging buffer
+  // (two, alternating) and copied into the device chunk, which stays where it is: one
+  // copy instead of two, and no chunk leaves the device.
   const bool pipeline = store.device_of(Tier::kDevice).is_cuda() || options_.pipeline_simulated;
   std::vector<bool> remote(chunks.size(), false);
   bool any_remote = false;
@@ -295,21 +325,46 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
     remote[k] = pipeline && store.tier(runtime_.chunk_id(ChunkKind::kCompute, chunks[k])) == Tier::kDevice;
     any_remote = any_remote || remote[k];
   }
+  at::Tensor staging[2];
+  std::vector<std::shared_ptr<chunkmem::CopyTicket>> staged_copies[2];
+  if (any_remote && runtime_.compute_dtype() != at::kFloat && !runtime_.grads_in_compute_chunks()) {
+    int64_t largest = 0;
+    for (const auto& spec : runtime_.layout().chunks()) largest = std::max(largest, spec.capacity_numel);
+    for (at::Tensor& s : staging) s = runtime_.TryBorrowHost(largest, runtime_.compute_dtype());
+    if (!staging[1].defined()) runtime_.GiveBackHost(staging[0]);  // no room for both: move chunks instead
+  }
+  const bool stage = staging[0].defined();
+  std::vector<bool> move(chunks.size(), false);
+  for (size_t k = 0; k < chunks.size(); ++k) move[k] = remote[k] && !stage;
   std::vector<AdamWork> work;
   for (size_t k = 0; k < chunks.size(); ++k) {
     const int chunk = chunks[k];
-    if (remote[k]) runtime_.PlaceComputeChunk(chunk, Tier::kHost, /*async=*/true);
-    if (k + 1 < chunks.size() && remote[k + 1]) {
+    if (remote[k] && stage) {
+      const size_t b = k % 2;
+      for (auto& t : staged_copies[b]) runtime_.WaitCopy(*t);  // chunk k-2's copies out of this buffer
+      staged_copies[b].clear();
+      AddChunkWork(chunk, lr, grad_scale, work, &staging[b]);
+      ParallelAdam(kernels_, work, options_.cpu_threads);
+      work.clear();
+      CopyStagedToDevice(chunk, staging[b], staged_copies[b]);  // overlaps chunk k+1's update
+      continue;
+    }
+    if (move[k]) runtime_.PlaceComputeChunk(chunk, Tier::kHost, /*async=*/true);
+    if (k + 1 < chunks.size() && move[k + 1]) {
       runtime_.PlaceComputeChunk(chunks[k + 1], Tier::kHost, /*async=*/true);
     }
     AddChunkWork(chunk, lr, grad_scale, work);
     if (any_remote) {  // pipelined: update this chunk while the next one's copy runs
       ParallelAdam(kernels_, work, options_.cpu_threads);
       work.clear();
-      if (remote[k]) runtime_.ReturnToDeviceIfRoom(chunk, /*async=*/true);  // overlaps chunk k+1's update
+      if (move[k]) runtime_.ReturnToDeviceIfRoom(chunk, /*async=*/true);  // overlaps chunk k+1's update
     }
   }
   ParallelAdam(kernels_, work, options_.cpu_threads);  // all at once when nothing had to move
+  for (int b = 0; b < 2; ++b) {  // the next forward reads the device chunks
+    for (auto& t : staged_copies[b]) runtime_.WaitCopy(*t);
+    runtime_.GiveBackHost(staging[b]);
+  }
 }
 
 void HybridAdam::UpdateDeviceChunk(int chunk, double lr, const at::Tensor& unscale) {
@@ -363,7 +418,8 @@ void HybridAdam::BeginSpeculation(double lr, double loss_scale) {
   speculation_loss_scale_ = loss_scale;
 }
 
-std::vector<std::pair<at::Tensor, at::Tensor>> HybridAdam::BackupPairs(int chunk, const Backup& slot) const {
+std::vector<std::pair<at::Tensor, at::Tensor>> HybridAdam::BackupPairs(int chunk, const Backup& slot,
+                                                                       bool staged) const {
   const auto& store = runtime_.store();
   std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
   auto add = [&](ChunkKind kind, const at::Tensor& backup) {
@@ -377,7 +433,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> HybridAdam::BackupPairs(int chunk
   add(ChunkKind::kAdamV, slot.v);
   // The update writes the parameters into the compute slots, over the gradients when
   // they share them: a redo needs both back.
-  if (runtime_.compute_dtype() != at::kFloat) add(ChunkKind::kCompute, slot.compute);
+  if (runtime_.compute_dtype() != at::kFloat && !staged) add(ChunkKind::kCompute, slot.compute);
   return pairs;
 }
 
@@ -392,18 +448,22 @@ bool HybridAdam::Speculate(int chunk) {
   // The compute chunk (gradients in bf16/fp16 runs, the master in fp32 ones) comes to
   // the host first when it sits on a device the CPU kernels cannot read (CUDA, or the
   // simulated tier taking the CUDA path), as the end-of-step pipeline brings it.
+  // Unless it only receives the new parameters (bf16/fp16 with fp32 grad chunks, as with
+  // accumulation): then they are staged in the slot and copied in by Step, if it stands.
   const int compute_id = runtime_.chunk_id(ChunkKind::kCompute, chunk);
   const bool pipeline = store.device_of(chunkmem::Tier::kDevice).is_cuda() || options_.pipeline_simulated;
-  const bool bring = pipeline && store.tier(compute_id) == chunkmem::Tier::kDevice;
+  const bool remote = pipeline && store.tier(compute_id) == chunkmem::Tier::kDevice;
+  const bool staged = remote && runtime_.compute_dtype() != at::kFloat && !runtime_.grads_in_compute_chunks();
+  const bool bring = remote && !staged;
   if (bring && runtime_.ComputeCount(chunk) > 0) return false;  // still in use: cannot move now
   for (ChunkKind kind : {ChunkKind::kCompute, ChunkKind::kGrad, ChunkKind::kMaster}) {
     const int id = runtime_.chunk_id(kind, chunk);
-    if (!(bring && id == compute_id) && !store.payload(id).is_cpu()) return false;
+    if (!(remote && id == compute_id) && !store.payload(id).is_cpu()) return false;
   }
   at::NoGradGuard no_grad;
   const int slot = static_cast<int>(free - slot_used_.begin());
   slot_used_[slot] = true;
-  Speculation s{chunk, slot, {}};
+  Speculation s{chunk, slot, {}, staged};
   // The chunk's sum of squares is taken where Step would take it (invariant 2): on a
   // CUDA device, queued on the compute stream now, before the copy (which is ordered
   // after it); on the host, by the worker, before the update overwrites the gradients.
@@ -421,11 +481,11 @@ bool HybridAdam::Speculate(int chunk) {
   // clip coefficient of 1: grad_scale 1 / loss scale). The runtime keeps the chunk
   // where it is meanwhile. A non-finite gradient is updated too: the step then skips,
   // and the rollback restores what the update wrote.
-  std::vector<std::pair<at::Tensor, at::Tensor>> backup = BackupPairs(chunk, slots_[slot]);
+  std::vector<std::pair<at::Tensor, at::Tensor>> backup = BackupPairs(chunk, slots_[slot], staged);
   std::vector<GradSpan> sum_spans;
   if (s.device_sums.empty()) sum_spans = GradSpans(grads);
   std::vector<AdamWork> work;
-  AddChunkWork(chunk, speculation_lr_, 1.0 / speculation_loss_scale_, work);
+  AddChunkWork(chunk, speculation_lr_, 1.0 / speculation_loss_scale_, work, staged ? &slots_[slot].compute : nullptr);
   runtime_.set_busy(chunk, true);
   speculated_.push_back(std::move(s));
   if (bring) brought_to_host_.push_back(chunk);
@@ -452,7 +512,7 @@ void HybridAdam::ReturnBroughtChunks() {
 }
 
 void HybridAdam::RollBack(const Speculation& s) {
-  for (const auto& [part, payload] : BackupPairs(s.chunk, slots_[s.slot])) payload.copy_(part);
+  for (const auto& [part, payload] : BackupPairs(s.chunk, slots_[s.slot], s.staged)) payload.copy_(part);
   for (int i : runtime_.layout().chunks()[s.chunk].param_indices) {
     if (runtime_.has_grad(i)) --steps_[i];  // UpdateHostChunks counted the update
   }
@@ -475,16 +535,19 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   const bool speculation_stands =
       !overflow && grad_scale == 1.0 / speculation_loss_scale_ && lr == speculation_lr_;
   std::vector<bool> kept(runtime_.layout().num_chunks(), false);
+  std::vector<std::shared_ptr<chunkmem::CopyTicket>> staged_copies;
   for (const Speculation& s : speculated_) {
     runtime_.set_busy(s.chunk, false);
     if (speculation_stands) {
       kept[s.chunk] = true;
       ++r.speculated_chunks;
+      if (s.staged) CopyStagedToDevice(s.chunk, slots_[s.slot].compute, staged_copies);
     } else {
       RollBack(s);
       ++r.rolled_back_chunks;
     }
   }
+  for (auto& t : staged_copies) runtime_.WaitCopy(*t);  // before the slots are reused
   if (r.rolled_back_chunks > 0) backoff_left_ = options_.speculation_backoff_steps;
   speculated_.clear();
   std::fill(slot_used_.begin(), slot_used_.end(), false);

@@ -12,7 +12,9 @@
 // Host updates of chunks whose compute chunk sits on a CUDA device are pipelined: chunk
 // k+1 comes to the host while chunk k updates, and chunk k goes back to the device
 // (when it fits without evicting) while chunk k+1 updates; copies are asynchronous
-// with the store's copy engine (chunk.async_prefetch), synchronous otherwise.
+// with the store's copy engine (chunk.async_prefetch), synchronous otherwise. A compute
+// chunk that only receives the new parameters (fp32 grad chunks, as with accumulation)
+// stays on the device: they are written into a host staging buffer and copied in.
 //
 // One step: sums of squares per chunk (one host sync) give the gradient norm and
 // the overflow flag; on overflow (fp16) the step is skipped, fp32 master/m/v are left
@@ -145,15 +147,26 @@ class HybridAdam {
     // The chunk's sum of squares when its gradients were on a CUDA device: the per-
     // tensor reductions Step would queue (else the worker's host sum, slot_sum_squares_).
     std::vector<at::Tensor> device_sums;
+    // The new parameters went to the slot's compute part (the compute chunk, on the
+    // device, only receives them): Step copies them in when the speculation stands.
+    bool staged = false;
   };
-  // (slot part, payload) for each payload of `chunk` the update writes.
-  std::vector<std::pair<at::Tensor, at::Tensor>> BackupPairs(int chunk, const Backup& slot) const;
+  // (slot part, payload) for each payload of `chunk` the update writes (the compute
+  // chunk too unless `staged`: then the update writes the slot's compute part instead).
+  std::vector<std::pair<at::Tensor, at::Tensor>> BackupPairs(int chunk, const Backup& slot, bool staged) const;
   void RollBack(const Speculation& s);
   // Chunks Speculate brought to the host go back to the device when they fit.
   void ReturnBroughtChunks();
   void UpdateHostChunks(const std::vector<int>& chunks, double lr, double grad_scale);
   // The kernel work of `chunk`'s parameters with a gradient (advances their step counts).
-  void AddChunkWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work);
+  // `staging` (compute dtype, a chunk's capacity): the new parameters are written there,
+  // at their offsets in the chunk, instead of into the compute chunk.
+  void AddChunkWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work,
+                    const at::Tensor* staging = nullptr);
+  // Copies the parameters `chunk`'s update wrote into `staging` to its compute chunk on
+  // the device (one copy per run of adjacent updated parameters); adds the tickets.
+  void CopyStagedToDevice(int chunk, const at::Tensor& staging,
+                          std::vector<std::shared_ptr<chunkmem::CopyTicket>>& tickets);
   // The speculation worker: runs queued jobs in order; WaitSpeculation waits for all and
   // rethrows the first failure.
   void RunOnWorker(std::function<void()> job);

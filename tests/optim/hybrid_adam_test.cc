@@ -15,6 +15,7 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <utility>
 
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/copy_engine.h"
@@ -38,8 +39,10 @@ struct Rig {
 
   // `pipeline`: host updates take the CUDA path (to the host and back, one chunk
   // ahead); `async`: its copies run on a worker thread.
+  // `fp32_grads`: fp32 grad chunks also in bf16/fp16 runs (as with accumulation), where
+  // the compute chunk only receives the updated parameters.
   Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget, bool pipeline = false, bool async = false,
-      int speculation_slots = 0, int speculation_backoff_steps = 0) {
+      int speculation_slots = 0, int speculation_backoff_steps = 0, bool fp32_grads = false) {
     at::manual_seed(1);
     initial = {at::randn({16, 24}), at::randn({24}), at::randn({24, 8}), at::randn({40})};
     std::vector<chunkmem::ManagedParam> managed;
@@ -60,7 +63,7 @@ struct Rig {
     ro.compute_dtype = dtype;
     ro.eviction = chunkmem::EvictionKind::kLru;
     ro.warmup_iterations = 0;
-    ro.grads_in_compute_chunks = dtype != at::kFloat;
+    ro.grads_in_compute_chunks = dtype != at::kFloat && !fp32_grads;
     // Hybrid: optimizer state into the device margin at start-up (chunkmem/placement.h).
     ro.placement.margin_use_ratio = hybrid ? 0.8 : 0.0;
     runtime = std::make_unique<chunkmem::ChunkRuntime>(managed, *store, ro);
@@ -77,10 +80,12 @@ struct Rig {
     adam = std::make_unique<HybridAdam>(*runtime, o);
   }
 
-  // Delivers `grads` (fp32) as the runtime's gradient hooks would, times `scale`.
-  void Backward(const std::vector<at::Tensor>& grads, double scale = 1.0) {
+  // Delivers `grads` (fp32) as the runtime's gradient hooks would, times `scale`; a
+  // parameter at index `skip` gets none.
+  void Backward(const std::vector<at::Tensor>& grads, double scale = 1.0, int skip = -1) {
     runtime->ZeroGrads();
     for (size_t i = 0; i < grads.size(); ++i) {
+      if (static_cast<int>(i) == skip) continue;
       params[i].mutable_grad() = (grads[i] * scale).to(runtime->compute_dtype());
       runtime->OnGradAccumulated(static_cast<int>(i));
     }
@@ -181,6 +186,52 @@ TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back
         plain.runtime->EndIteration();
         piped.runtime->EndIteration();
       }
+    }
+  }
+}
+
+TEST_CASE("staged parameters: a device compute chunk that only receives them gets them copied in, never leaves",
+          "[hybrid_adam][pipeline]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  for (bool async : {false, true}) {
+    INFO((async ? "async copies" : "synchronous copies"));
+    Rig plain(at::kBFloat16, /*hybrid=*/false, kUnlimited, false, false, 0, 0, /*fp32_grads=*/true);
+    const int64_t both = plain.store->chunk_bytes(plain.runtime->chunk_id(ChunkKind::kCompute, 0)) +
+                         plain.store->chunk_bytes(plain.runtime->chunk_id(ChunkKind::kCompute, 1)) +
+                         std::max(plain.runtime->GradChunkBytes(0), plain.runtime->GradChunkBytes(1));
+    Rig piped(at::kBFloat16, /*hybrid=*/false, both, /*pipeline=*/true, async, 0, 0, /*fp32_grads=*/true);
+    REQUIRE_FALSE(piped.runtime->grads_in_compute_chunks());
+    LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
+    for (uint64_t step = 1; step <= 3; ++step) {
+      INFO("step " << step);
+      for (Rig* rig : {&plain, &piped}) {
+        for (int c = 0; c < 2; ++c) rig->runtime->PlaceComputeChunk(c, chunkmem::Tier::kDevice);
+      }
+      const int skip = step == 2 ? 3 : -1;  // step 2: `norm` (chunk 1) has no gradient, its values stand
+      const auto grads = Grads(plain, step);
+      plain.Backward(grads, 1.0, skip);
+      piped.Backward(grads, 1.0, skip);
+      const chunkmem::StoreStats before = piped.store->stats();
+      const int64_t evictions = piped.runtime->stats().evictions;
+      plain.adam->Step(1e-2, 1.0, off_a);
+      const StepReport r = piped.adam->Step(1e-2, 1.0, off_b);
+      CHECK(r.host_chunks == 2);
+      CHECK(piped.runtime->stats().evictions == evictions);           // no compute chunk left the device
+      CHECK(piped.store->stats().d2h_copies == before.d2h_copies);    // nothing came back to the host
+      // One copy per run of adjacent updated parameters: w1+b1 (chunk 0) and w2+norm,
+      // or w2 alone when norm has no gradient (chunk 1).
+      CHECK(piped.store->stats().h2d_copies - before.h2d_copies == 2);
+      CHECK(piped.store->stats().host_bytes == before.host_bytes);    // the staging buffers were given back
+      for (int c = 0; c < 2; ++c) {
+        CHECK(piped.store->tier(piped.runtime->chunk_id(ChunkKind::kCompute, c)) == chunkmem::Tier::kDevice);
+      }
+      for (int i = 0; i < 4; ++i) {
+        INFO("param " << i);
+        CHECK(Same(piped.Master(i), plain.Master(i)));
+        CHECK(Same(piped.runtime->View(ChunkKind::kCompute, i).clone(), plain.runtime->View(ChunkKind::kCompute, i).clone()));
+      }
+      plain.runtime->EndIteration();
+      piped.runtime->EndIteration();
     }
   }
 }
@@ -336,10 +387,14 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
           "[hybrid_adam][speculation][pipeline]") {
   constexpr int64_t kUnlimited = int64_t{1} << 40;
   const double inf = std::numeric_limits<double>::infinity();
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
-    INFO(c10::toString(dtype));
-    Rig plain(dtype, /*hybrid=*/false, kUnlimited);
-    Rig sizer(dtype, /*hybrid=*/false, kUnlimited);
+  for (auto [dtype, fp32_grads] : {std::pair{at::kFloat, false}, std::pair{at::kBFloat16, false},
+                                   std::pair{at::kHalf, false}, std::pair{at::kBFloat16, true}, std::pair{at::kHalf, true}}) {
+    // fp32_grads (as with accumulation): the compute chunk only receives the parameters,
+    // so it stays on the device and the new ones are staged in the slot until Step.
+    const bool staged = fp32_grads;
+    INFO(c10::toString(dtype) << (staged ? ", fp32 grad chunks (staged)" : ""));
+    Rig plain(dtype, /*hybrid=*/false, kUnlimited, false, false, 0, 0, fp32_grads);
+    Rig sizer(dtype, /*hybrid=*/false, kUnlimited, false, false, 0, 0, fp32_grads);
     const int64_t both = sizer.store->chunk_bytes(sizer.runtime->chunk_id(ChunkKind::kCompute, 0)) +
                          sizer.store->chunk_bytes(sizer.runtime->chunk_id(ChunkKind::kCompute, 1)) +
                          std::max(sizer.runtime->GradChunkBytes(0), sizer.runtime->GradChunkBytes(1));
@@ -350,7 +405,7 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
     std::atomic<bool> armed{false}, returned{false}, copy_after_return{true};
     std::promise<void> release;
     std::shared_future<void> released = release.get_future().share();
-    Rig spec(dtype, /*hybrid=*/false, both, /*pipeline=*/true, /*async=*/false, /*slots=*/2);
+    Rig spec(dtype, /*hybrid=*/false, both, /*pipeline=*/true, /*async=*/false, /*slots=*/2, 0, fp32_grads);
     spec.copies = chunkmem::MakeThreadCopyEngine([&] {
       if (!armed) return;
       released.wait_for(std::chrono::seconds(5));
@@ -380,6 +435,7 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
       if (k.overflow) grads[2][3][1] = std::numeric_limits<float>::infinity();
       plain.Backward(grads, scale_plain.scale());
       spec.Backward(grads, scale_spec.scale());
+      const int64_t d2h_before = spec.store->stats().d2h_copies;
       spec.adam->BeginSpeculation(1e-2, scale_spec.scale());
       const bool hold = &k == &cases[0];  // the first step's copies are held back
       armed = hold;
@@ -388,13 +444,15 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
       returned = true;
       if (hold) release.set_value();
       for (int c = 0; c < 2; ++c) {
-        CHECK(spec.store->tier(spec.runtime->chunk_id(ChunkKind::kCompute, c)) == chunkmem::Tier::kHost);
+        CHECK(spec.store->tier(spec.runtime->chunk_id(ChunkKind::kCompute, c)) ==
+              (staged ? chunkmem::Tier::kDevice : chunkmem::Tier::kHost));
         CHECK(spec.runtime->busy(c));
       }
       const StepReport a = plain.adam->Step(1e-2, k.max_norm, scale_plain);
       const StepReport b = spec.adam->Step(1e-2, k.max_norm, scale_spec);
       armed = false;
       CHECK(copy_after_return);
+      if (staged) CHECK(spec.store->stats().d2h_copies == d2h_before);  // nothing came to the host
       CHECK(b.skipped == k.overflow);
       CHECK(b.speculated_chunks == k.kept);
       CHECK(b.rolled_back_chunks == k.rolled_back);
