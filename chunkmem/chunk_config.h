@@ -27,6 +27,10 @@ struct ChunkConfig {
   // Prefetch copies run on a copy engine while compute goes on (CUDA: a side stream;
   // simulated tier: a worker thread); each chunk is waited for at its first use.
   bool async_prefetch = false;
+  // Tests, simulated device tier only: the optimizer treats device-tier chunks as memory
+  // the CPU kernels cannot read, so it takes the CUDA paths (chunks to the host and back,
+  // staged parameters, speculation's copies) without a GPU. No effect on CUDA.
+  bool simulate_device_copies = false;
   int64_t host_budget_bytes = 0;    // chunk bytes allowed on the host; 0 = host_mem_ratio x RAM
   PlacementKind placement = PlacementKind::kDynamic;  // with a traced budget (see above)
   EvictionPolicyKind eviction = EvictionPolicyKind::kOpt;  // opt: Belady from the warm-up trace (LRU until then)

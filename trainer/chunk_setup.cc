@@ -152,6 +152,7 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   optim::HybridAdamOptions adam;
   adam.optimizer = c.optimizer;
   adam.cpu_threads = CpuThreads(c.run);
+  adam.pipeline_simulated = c.chunk.simulate_device_copies && !device.is_cuda();
   switch (c.optimizer.cpu_adam) {
     case optim::CpuAdamChoice::kAuto: adam.cpu_isa = optim::BestCpuIsa(); break;
     case optim::CpuAdamChoice::kScalar: adam.cpu_isa = optim::CpuIsa::kScalar; break;

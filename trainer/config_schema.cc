@@ -417,6 +417,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
            "with a fixed device_budget_bytes: reserve it once and carve chunks from it (else allocate per move; experimental)"),
       Bool("chunk.async_prefetch", PS_ACCESS(chunk.async_prefetch),
            "prefetch copies overlap compute (CUDA: a side stream; simulated: a worker thread); experimental"),
+      Bool("chunk.simulate_device_copies", PS_ACCESS(chunk.simulate_device_copies),
+           "tests, simulated device tier (run.device: cpu) only: the optimizer copies device-tier chunks to the host and "
+           "back as on a GPU, so those paths run without one; no effect on CUDA"),
       Int("chunk.prefetch_depth", PS_ACCESS(chunk.prefetch_depth),
           "after warm-up, moments ahead whose chunks are fetched early (from the trace; ZeRO: the next moment groups are gathered ahead); 0 = off",
           IntRange(0, 100000)),  // counted in int by the runtime; a model has a few moments per block

@@ -6,7 +6,8 @@
 # moments), whether the speculation stands (no clipping), is rolled back and redone
 # (clipping every step), with gradient accumulation (fp32 grad chunks), bf16 (gradients
 # in the compute slots) and ZeRO over 2 ranks (the reduction's output); and with the host
-# Adam threads pinned to cores. docs/optim.md.
+# Adam threads pinned to cores; and the CUDA paths of the optimizer (chunks to the host
+# and back, staged parameters) on the simulated tier. docs/optim.md.
 set -euo pipefail
 bin="$TEST_SRCDIR/ps_train/trainer/ps_train"
 tmp="$TEST_TMPDIR"
@@ -88,6 +89,26 @@ check backoff 8 --set train.grad_clip=0.01 --set optimizer.speculation_backoff_s
 echo "== bf16 (gradients in the compute slots), one slot: part ahead, the rest at the end"
 check bf16 1 --set precision.dtype=bf16 --set train.grad_clip=1000
 [ "$(total bf16_on adam_speculated)" -eq 5 ] || { echo "FAILED: one slot is one chunk per step"; exit 1; }
+
+echo "== the CUDA paths on the simulated tier (chunk.simulate_device_copies): bf16, chunks come to the host"
+check simcopy 8 --set precision.dtype=bf16 --set train.grad_clip=1000 --set chunk.simulate_device_copies=true \
+  --set chunk.async_prefetch=true
+[ "$(total simcopy_on adam_speculated)" -gt 0 ]
+same simcopy_off bf16_off  # the copies change no value
+# The optimizer took chunks to the host and back (counted as evictions) only with the key.
+[ "$(total simcopy_off evictions)" -gt "$(total bf16_off evictions)" ] ||
+  { echo "FAILED: simulate_device_copies moved no chunk"; exit 1; }
+
+echo "== the CUDA paths with accumulation in bf16: parameters staged, compute chunks stay on the device"
+run accbf16 --set precision.dtype=bf16 --set train.micro_batch_size=2 --set train.grad_clip=1000
+check staged 8 --set precision.dtype=bf16 --set train.micro_batch_size=2 --set train.grad_clip=1000 \
+  --set chunk.simulate_device_copies=true --set chunk.async_prefetch=true
+[ "$(total staged_on adam_speculated)" -gt 0 ]
+same staged_off accbf16
+# Staged: parameters copied into the device chunks (more host-to-device bytes), no chunk moved out.
+[ "$(total staged_off h2d_bytes)" -gt "$(total accbf16 h2d_bytes)" ] &&
+  [ "$(total staged_off evictions)" -eq "$(total accbf16 evictions)" ] ||
+  { echo "FAILED: the staged path did not run (or moved chunks)"; exit 1; }
 
 echo "== accumulation (fp32 gradient chunks, flushed from device slots under a budget)"
 check accum 8 --set train.micro_batch_size=2 --set chunk.device_budget_bytes=1500000 --set train.grad_clip=1000
