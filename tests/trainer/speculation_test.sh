@@ -127,6 +127,11 @@ echo "$line"
 # cores: bitwise equality holds where that cap leaves the 2 threads (2 cores).
 if [ "$(echo "$line" | awk '{print $3}')" -eq 2 ]; then same pinned keep_on; fi
 
+echo "== ZeRO, 2 ranks, bf16 with accumulation on the CUDA paths: owned chunks staged"
+check zerosim 8 --nproc 2 --set precision.dtype=bf16 --set train.micro_batch_size=1 --set train.grad_clip=1000 \
+  --set chunk.simulate_device_copies=true --set chunk.async_prefetch=true
+[ "$(total zerosim_on adam_speculated)" -gt 0 ]
+
 echo "== --plan counts the backups on the host"
 base=$("$bin" -c "$tmp/tiny.yaml" --plan | grep '^host ')
 more=$("$bin" -c "$tmp/tiny.yaml" --plan --set optimizer.speculation_slots=8 | grep '^host ')
