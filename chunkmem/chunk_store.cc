@@ -226,6 +226,10 @@ void ChunkStore::Relocate(int id, Tier to, bool long_lived, bool async) {
   }
   if (async) {
     e.pending = engine_->Start(dst, e.payload);  // the engine keeps the old payload alive until done
+    if (e.tier == Tier::kDevice) {  // its device memory: ReleaseFinishedCopies frees it when the copy is done
+      unwaited_.push_back(e.pending);
+      if (unwaited_.size() > 64) ReleaseFinishedCopies();  // keeps the list short between calls
+    }
   } else {
     dst.copy_(e.payload);
     ++stats_.syncs;
@@ -246,6 +250,17 @@ void ChunkStore::Ready(int id) const {
   e.pending.reset();
   ++stats_.syncs;
   ticket->Wait();
+}
+
+void ChunkStore::ReleaseFinishedCopies() {
+  std::vector<std::weak_ptr<CopyTicket>> still;
+  for (auto& weak : unwaited_) {
+    if (std::shared_ptr<CopyTicket> ticket = weak.lock()) {
+      ticket->ReleaseIfDone();
+      still.push_back(std::move(weak));  // dropped once its last holder waited and let it go
+    }
+  }
+  unwaited_ = std::move(still);
 }
 
 std::shared_ptr<CopyTicket> ChunkStore::TakePendingCopy(int id) {

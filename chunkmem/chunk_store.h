@@ -121,6 +121,10 @@ class ChunkStore {
   // thread) before reading or writing the payload, and keeps the chunk from moving or
   // being freed until then. Counted as a wait.
   std::shared_ptr<CopyTicket> TakePendingCopy(int id);
+  // Frees the sources of finished copies still unwaited (pending, or handed over by
+  // TakePendingCopy): a device payload moved out is counted as gone at once, and this
+  // makes its memory free too, without blocking (CopyTicket::ReleaseIfDone).
+  void ReleaseFinishedCopies();
 
   // A scratch payload on `tier` (zero-filled if `zero`), counted against the tier's
   // budget like a chunk until GiveBack; throws if the budget cannot take it (check
@@ -160,6 +164,7 @@ class ChunkStore {
     at::Tensor home;  // its slot in the host pool, kept while it is on the device (keeps_home_slots)
   };
   void Ready(int id) const;                       // waits for a pending copy
+  std::vector<std::weak_ptr<CopyTicket>> unwaited_;  // MoveAsync tickets not yet waited (ReleaseFinishedCopies)
   std::shared_ptr<CopyTicket> CopyCounted(at::Tensor dst, at::Tensor src, bool to_device);
   void Relocate(int id, Tier to, bool long_lived, bool async);  // Move and MoveAsync
   void Account(Tier tier, int64_t bytes);  // bytes may be negative

@@ -99,17 +99,32 @@ class ThreadCopyEngine final : public CopyEngine {
 #ifdef PS_WITH_CUDA
 class CudaTicket final : public CopyTicket {
  public:
-  CudaTicket(at::Tensor dst, at::Tensor src, std::shared_ptr<at::cuda::CUDAEvent> done)
-      : dst_(std::move(dst)), src_(std::move(src)), done_(std::move(done)) {}
+  CudaTicket(at::Tensor dst, at::Tensor src, std::shared_ptr<at::cuda::CUDAEvent> done, c10::DeviceIndex device)
+      : dst_(std::move(dst)), src_(std::move(src)), done_(std::move(done)), device_(device) {}
+  // A ticket dropped unwaited (an exception on the way) still may not free its tensors
+  // while the copy reads or writes them.
+  ~CudaTicket() override {
+    if (src_.defined()) Wait();
+  }
   void Wait() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    c10::cuda::CUDAGuard guard(device_);  // any thread may wait (the speculation worker does)
     done_->synchronize();  // the copy is complete: dst is ready, src may be freed
     src_ = at::Tensor();
     dst_ = at::Tensor();
   }
+  void ReleaseIfDone() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!src_.defined()) return;
+    c10::cuda::CUDAGuard guard(device_);
+    if (done_->query()) src_ = at::Tensor();
+  }
 
  private:
+  std::mutex mu_;
   at::Tensor dst_, src_;
   std::shared_ptr<at::cuda::CUDAEvent> done_;
+  c10::DeviceIndex device_;
 };
 
 class CudaCopyEngine final : public CopyEngine {
@@ -130,7 +145,7 @@ class CudaCopyEngine final : public CopyEngine {
     }
     auto done = std::make_shared<at::cuda::CUDAEvent>();
     done->record(stream_);
-    return std::make_shared<CudaTicket>(std::move(dst), std::move(src), std::move(done));
+    return std::make_shared<CudaTicket>(std::move(dst), std::move(src), std::move(done), device_);
   }
 
  private:

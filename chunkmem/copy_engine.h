@@ -19,6 +19,10 @@ class CopyTicket {
  public:
   virtual ~CopyTicket() = default;
   virtual void Wait() = 0;
+  // Without blocking: if the copy has finished, drops the engine's hold on the source,
+  // so its memory (a device payload the store already counts as gone) is free before
+  // anyone waits. Safe beside a Wait on another thread.
+  virtual void ReleaseIfDone() {}
 };
 
 class CopyEngine {

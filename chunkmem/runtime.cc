@@ -338,6 +338,7 @@ bool ChunkRuntime::FitsOnDevice(int64_t bytes, int64_t budget) const {
 }
 
 bool ChunkRuntime::EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes) {
+  store_.ReleaseFinishedCopies();  // device payloads moved out whose copies are done: free them first
   auto done = [&] {
     return store_.BytesUsed(Tier::kDevice) <= target_bytes && (fit_bytes <= 0 || store_.CanHold(Tier::kDevice, fit_bytes));
   };
@@ -592,9 +593,12 @@ at::Tensor ChunkRuntime::TryBorrowHost(int64_t numel, at::ScalarType dtype) {
 
 std::shared_ptr<CopyTicket> ChunkRuntime::WriteComputeChunk(int chunk, int64_t offset_numel, const at::Tensor& values) {
   const int id = chunk_id(ChunkKind::kCompute, chunk);
-  TORCH_INTERNAL_ASSERT(store_.tier(id) == Tier::kDevice && ComputeCount(chunk) == 0 && !busy(chunk),
-                        "chunkmem: WriteComputeChunk needs chunk ", chunk, " on the device and idle");
-  return store_.CopyToDevice(store_.payload(id).narrow(0, offset_numel, values.numel()), values);
+  TORCH_INTERNAL_ASSERT(ComputeCount(chunk) == 0 && !busy(chunk), "chunkmem: WriteComputeChunk needs chunk ", chunk,
+                        " idle");
+  at::Tensor dst = store_.payload(id).narrow(0, offset_numel, values.numel());
+  if (store_.tier(id) == Tier::kDevice) return store_.CopyToDevice(std::move(dst), values);
+  dst.copy_(values);
+  return nullptr;
 }
 
 bool ChunkRuntime::FreeDeviceBytes(int64_t bytes) {

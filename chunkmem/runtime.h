@@ -191,9 +191,9 @@ class ChunkRuntime {
   at::Tensor TryBorrowHost(int64_t numel, at::ScalarType dtype);
   void GiveBackHost(at::Tensor& buffer) { store_.GiveBack(Tier::kHost, buffer); }
   // Copies `values` (host, compute dtype) into elements [offset, offset + numel) of
-  // compute chunk `chunk`, which is on the device and not in use (the optimizer's new
-  // parameters of a chunk updated on the host); wait on the ticket (null: done) before
-  // the chunk is used or `values` is written again.
+  // compute chunk `chunk`, which is not in use (the optimizer's new parameters of a
+  // chunk updated on the host): on the device on the copy engine (wait on the ticket
+  // before the chunk is used or `values` is written again), on the host at once (null).
   std::shared_ptr<CopyTicket> WriteComputeChunk(int chunk, int64_t offset_numel, const at::Tensor& values);
   // The store's Wait, for such tickets.
   void WaitCopy(CopyTicket& ticket) { store_.Wait(ticket); }

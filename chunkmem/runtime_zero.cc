@@ -26,6 +26,7 @@ const at::Tensor& ChunkRuntime::ComputePayload(int chunk) const {
 }
 
 void ChunkRuntime::MakeDeviceRoom(int64_t bytes, int keep, const char* what) {
+  store_.ReleaseFinishedCopies();
   if (FitsOnDevice(bytes, ChunkBudgetNow())) return;
   if (reducing_group_ >= 0) {  // a reduction in flight holds a group buffer: finish it first
     FinishReduction();

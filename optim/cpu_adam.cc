@@ -107,10 +107,12 @@ namespace {
 // `restore`, the thread's mask before is given back on destruction.
 class ScopedPin {
  public:
-  ScopedPin(const std::vector<int>& cpus, int t, bool restore) : restore_(restore && !cpus.empty()) {
+  ScopedPin(const std::vector<int>& cpus, int t, bool restore) {
     CPU_ZERO(&old_);
     if (cpus.empty()) return;
-    if (restore_) pthread_getaffinity_np(pthread_self(), sizeof(old_), &old_);
+    // Restores only a mask it could read (else leaving the thread pinned is the lesser evil
+    // than pinning it to nothing).
+    restore_ = restore && pthread_getaffinity_np(pthread_self(), sizeof(old_), &old_) == 0;
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpus[static_cast<size_t>(t) % cpus.size()], &set);
@@ -123,7 +125,7 @@ class ScopedPin {
   ScopedPin& operator=(const ScopedPin&) = delete;
 
  private:
-  bool restore_;
+  bool restore_ = false;
   cpu_set_t old_;
 };
 

@@ -284,7 +284,7 @@ void HybridAdam::AddChunkWork(int chunk, double lr, double grad_scale, std::vect
   }
 }
 
-void HybridAdam::CopyStagedToDevice(int chunk, const at::Tensor& staging,
+void HybridAdam::CopyStagedIn(int chunk, const at::Tensor& staging,
                                     std::vector<std::shared_ptr<chunkmem::CopyTicket>>& tickets) {
   const auto& placements = runtime_.layout().placements();
   int64_t begin = -1, end = -1;  // the current run of adjacent updated parameters
@@ -325,13 +325,24 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
     remote[k] = pipeline && store.tier(runtime_.chunk_id(ChunkKind::kCompute, chunks[k])) == Tier::kDevice;
     any_remote = any_remote || remote[k];
   }
-  at::Tensor staging[2];
+  // The buffers go back on every path, an exception's included (a copy still reading
+  // one keeps its memory alive through its ticket).
+  struct Staging {
+    chunkmem::ChunkRuntime& runtime;
+    at::Tensor buffer[2];
+    ~Staging() {
+      for (at::Tensor& b : buffer) runtime.GiveBackHost(b);
+    }
+  } staged{runtime_};
+  at::Tensor* staging = staged.buffer;
   std::vector<std::shared_ptr<chunkmem::CopyTicket>> staged_copies[2];
   if (any_remote && runtime_.compute_dtype() != at::kFloat && !runtime_.grads_in_compute_chunks()) {
     int64_t largest = 0;
     for (const auto& spec : runtime_.layout().chunks()) largest = std::max(largest, spec.capacity_numel);
-    for (at::Tensor& s : staging) s = runtime_.TryBorrowHost(largest, runtime_.compute_dtype());
-    if (!staging[1].defined()) runtime_.GiveBackHost(staging[0]);  // no room for both: move chunks instead
+    for (int b = 0; b < 2; ++b) staging[b] = runtime_.TryBorrowHost(largest, runtime_.compute_dtype());
+    if (!staging[0].defined() || !staging[1].defined()) {  // no room for both: move chunks instead
+      for (int b = 0; b < 2; ++b) runtime_.GiveBackHost(staging[b]);
+    }
   }
   const bool stage = staging[0].defined();
   std::vector<bool> move(chunks.size(), false);
@@ -346,7 +357,7 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
       AddChunkWork(chunk, lr, grad_scale, work, &staging[b]);
       ParallelAdam(kernels_, work, options_.cpu_threads);
       work.clear();
-      CopyStagedToDevice(chunk, staging[b], staged_copies[b]);  // overlaps chunk k+1's update
+      CopyStagedIn(chunk, staging[b], staged_copies[b]);  // overlaps chunk k+1's update
       continue;
     }
     if (move[k]) runtime_.PlaceComputeChunk(chunk, Tier::kHost, /*async=*/true);
@@ -361,9 +372,8 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
     }
   }
   ParallelAdam(kernels_, work, options_.cpu_threads);  // all at once when nothing had to move
-  for (int b = 0; b < 2; ++b) {  // the next forward reads the device chunks
-    for (auto& t : staged_copies[b]) runtime_.WaitCopy(*t);
-    runtime_.GiveBackHost(staging[b]);
+  for (auto& copies : staged_copies) {  // the next forward reads the device chunks
+    for (auto& t : copies) runtime_.WaitCopy(*t);
   }
 }
 
@@ -486,7 +496,9 @@ bool HybridAdam::Speculate(int chunk) {
   if (s.device_sums.empty()) sum_spans = GradSpans(grads);
   std::vector<AdamWork> work;
   AddChunkWork(chunk, speculation_lr_, 1.0 / speculation_loss_scale_, work, staged ? &slots_[slot].compute : nullptr);
-  runtime_.set_busy(chunk, true);
+  // Staged: the worker touches neither the compute chunk nor anything that moves, so the
+  // runtime stays free to evict or fetch it (Step writes the values wherever it is).
+  if (!staged) runtime_.set_busy(chunk, true);
   speculated_.push_back(std::move(s));
   if (bring) brought_to_host_.push_back(chunk);
   slot_sum_squares_[slot] = 0.0;
@@ -541,7 +553,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
     if (speculation_stands) {
       kept[s.chunk] = true;
       ++r.speculated_chunks;
-      if (s.staged) CopyStagedToDevice(s.chunk, slots_[s.slot].compute, staged_copies);
+      if (s.staged) CopyStagedIn(s.chunk, slots_[s.slot].compute, staged_copies);
     } else {
       RollBack(s);
       ++r.rolled_back_chunks;

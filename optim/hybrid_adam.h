@@ -93,8 +93,11 @@ class HybridAdam {
   // Step validates: the same clip coefficient 1 and finite gradients keep the update
   // (bitwise what Step would have done); otherwise the chunk is restored from its slot
   // and redone with the real coefficient, or skipped on overflow. Returns false (and
-  // does nothing) without a free slot, for a device-updated chunk, or for one whose
-  // grad or optimizer chunks are not in host memory. A compute chunk on a CUDA device
+  // does nothing) without a free slot, for a device-updated chunk, for one whose grad or
+  // optimizer chunks are not in host memory, or whose device compute chunk must come
+  // to the host but still has parameters in use. A compute chunk that only receives the
+  // new parameters (fp32 grad chunks) is not moved: they are staged in the slot and
+  // Step writes them in where the chunk is, if the speculation stands. A compute chunk on a CUDA device
   // (the gradients, in bf16/fp16 runs) is sent to the host on the copy engine first,
   // its sum of squares queued on the device before it (where Step would take it), and
   // it goes back after Step when it fits, as the end-of-step pipeline does. The copy
@@ -163,9 +166,10 @@ class HybridAdam {
   // at their offsets in the chunk, instead of into the compute chunk.
   void AddChunkWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work,
                     const at::Tensor* staging = nullptr);
-  // Copies the parameters `chunk`'s update wrote into `staging` to its compute chunk on
-  // the device (one copy per run of adjacent updated parameters); adds the tickets.
-  void CopyStagedToDevice(int chunk, const at::Tensor& staging,
+  // Copies the parameters `chunk`'s update wrote into `staging` into its compute chunk
+  // (one copy per run of adjacent updated parameters; on the device with the copy
+  // engine, whose tickets it adds, else at once).
+  void CopyStagedIn(int chunk, const at::Tensor& staging,
                           std::vector<std::shared_ptr<chunkmem::CopyTicket>>& tickets);
   // The speculation worker: runs queued jobs in order; WaitSpeculation waits for all and
   // rethrows the first failure.

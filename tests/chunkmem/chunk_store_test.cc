@@ -1,8 +1,12 @@
 // ChunkStore with the simulated device tier: zero-filled allocation, exact budgets,
-// bitwise round trips between tiers, and the byte counters.
+// bitwise round trips between tiers, the byte counters, and the release of finished
+// copies' device sources.
 #include <ATen/ATen.h>
 
+#include <memory>
+
 #include "chunkmem/chunk_store.h"
+#include "chunkmem/copy_engine.h"
 #include "tests/catch.h"
 
 namespace ps::chunkmem {
@@ -57,6 +61,41 @@ TEST_CASE("moves preserve the bytes exactly and count traffic", "[store]") {
   CHECK(store.stats().d2h_bytes == 2000);
   CHECK(store.BytesUsed(Tier::kHost) == 2000);
   CHECK(store.BytesUsed(Tier::kDevice) == 0);
+}
+
+// A copy engine that copies at once and counts ReleaseIfDone calls per ticket.
+struct CountingTicket final : CopyTicket {
+  int* releases;
+  explicit CountingTicket(int* r) : releases(r) {}
+  void Wait() override {}
+  void ReleaseIfDone() override { ++*releases; }
+};
+struct CountingEngine final : CopyEngine {
+  int releases = 0;
+  std::shared_ptr<CopyTicket> Start(at::Tensor dst, at::Tensor src) override {
+    dst.copy_(src);
+    return std::make_shared<CountingTicket>(&releases);
+  }
+};
+
+TEST_CASE("finished copies out of the device are released without a wait, handed-over ones too", "[store]") {
+  ChunkStore store = SimulatedStore(1 << 20, 1 << 20);
+  CountingEngine engine;
+  store.set_copy_engine(&engine);
+  const int a = store.Add(256, at::kFloat), b = store.Add(256, at::kFloat), c = store.Add(256, at::kFloat);
+  for (int id : {a, b}) store.Allocate(id, Tier::kDevice);
+  store.Allocate(c, Tier::kHost);
+  store.MoveAsync(a, Tier::kHost);    // out of the device: its source is device memory
+  store.MoveAsync(c, Tier::kDevice);  // into the device: nothing of the device to free
+  store.MoveAsync(b, Tier::kHost);
+  std::shared_ptr<CopyTicket> handed = store.TakePendingCopy(b);  // e.g. the speculation worker's
+  REQUIRE(handed);
+  store.ReleaseFinishedCopies();
+  CHECK(engine.releases == 2);  // a's pending copy and b's handed-over one, not c's
+  store.payload(a);             // waited for: the store drops a's ticket
+  handed.reset();               // the holder is done with b's
+  store.ReleaseFinishedCopies();
+  CHECK(engine.releases == 2);  // nothing left to release
 }
 
 }  // namespace
