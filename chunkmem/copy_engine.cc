@@ -114,8 +114,8 @@ class CudaTicket final : public CopyTicket {
     dst_ = at::Tensor();
   }
   void ReleaseIfDone() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!src_.defined()) return;
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || !src_.defined()) return;  // a waiter has it: it lets go itself
     c10::cuda::CUDAGuard guard(device_);
     if (done_->query()) src_ = at::Tensor();
   }
