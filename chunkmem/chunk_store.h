@@ -164,7 +164,6 @@ class ChunkStore {
     at::Tensor home;  // its slot in the host pool, kept while it is on the device (keeps_home_slots)
   };
   void Ready(int id) const;                       // waits for a pending copy
-  std::vector<std::weak_ptr<CopyTicket>> unwaited_;  // MoveAsync tickets not yet waited (ReleaseFinishedCopies)
   std::shared_ptr<CopyTicket> CopyCounted(at::Tensor dst, at::Tensor src, bool to_device);
   void Relocate(int id, Tier to, bool long_lived, bool async);  // Move and MoveAsync
   void Account(Tier tier, int64_t bytes);  // bytes may be negative
@@ -180,6 +179,7 @@ class ChunkStore {
   mutable StoreStats stats_;  // mutable: payload() const counts the wait for a copy in flight
   DeviceMemoryProbe* probe_ = nullptr;
   CopyEngine* engine_ = nullptr;
+  std::vector<std::weak_ptr<CopyTicket>> unwaited_;  // copies out of the device not yet waited (ReleaseFinishedCopies)
 };
 
 }  // namespace ps::chunkmem

@@ -51,19 +51,21 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
     on_device_[c] = true;
     device_chunks_.push_back(c);
   }
+  device_unreadable_ = runtime.store().device_of(Tier::kDevice).is_cuda() || options.pipeline_simulated;
+  compute_receives_params_only_ = runtime.compute_dtype() != at::kFloat && !runtime.grads_in_compute_chunks();
+  for (const auto& spec : runtime.layout().chunks()) {
+    largest_chunk_numel_ = std::max(largest_chunk_numel_, spec.capacity_numel);
+  }
   // Speculation slots, at start-up (before any chunk moves, so the host reservation is
   // not fragmented), each the size of the largest chunk; the plan reserves them
   // (host_backup_chunks) and the store counts them.
-  int64_t largest = 0;
-  for (const auto& spec : runtime.layout().chunks()) largest = std::max(largest, spec.capacity_numel);
   slots_.resize(std::max(0, options.speculation_slots));
   slot_used_.assign(slots_.size(), false);
-  slot_sum_squares_.assign(slots_.size(), 0.0);
   for (Backup& slot : slots_) {
-    slot.master = runtime.BorrowHost(largest, at::kFloat);
-    slot.m = runtime.BorrowHost(largest, at::kFloat);
-    slot.v = runtime.BorrowHost(largest, at::kFloat);
-    if (runtime.compute_dtype() != at::kFloat) slot.compute = runtime.BorrowHost(largest, runtime.compute_dtype());
+    slot.master = runtime.BorrowHost(largest_chunk_numel_, at::kFloat);
+    slot.m = runtime.BorrowHost(largest_chunk_numel_, at::kFloat);
+    slot.v = runtime.BorrowHost(largest_chunk_numel_, at::kFloat);
+    if (runtime.compute_dtype() != at::kFloat) slot.compute = runtime.BorrowHost(largest_chunk_numel_, runtime.compute_dtype());
   }
 }
 
@@ -212,7 +214,7 @@ double HybridAdam::SumSquares() {
                                    [chunk](const Speculation& s) { return s.chunk == chunk; });
     if (spec != speculated_.end()) {  // taken by Speculate, where this loop would have
       if (spec->device_sums.empty()) {
-        host_chunks_sum += slot_sum_squares_[spec->slot];
+        host_chunks_sum += slots_[spec->slot].sum_squares;
       } else {
         device_sums.insert(device_sums.end(), spec->device_sums.begin(), spec->device_sums.end());
       }
@@ -285,7 +287,7 @@ void HybridAdam::AddChunkWork(int chunk, double lr, double grad_scale, std::vect
 }
 
 void HybridAdam::CopyStagedIn(int chunk, const at::Tensor& staging,
-                                    std::vector<std::shared_ptr<chunkmem::CopyTicket>>& tickets) {
+                              std::vector<std::shared_ptr<chunkmem::CopyTicket>>& tickets) {
   const auto& placements = runtime_.layout().placements();
   int64_t begin = -1, end = -1;  // the current run of adjacent updated parameters
   auto flush = [&] {
@@ -318,11 +320,10 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
   // grad chunks, e.g. accumulation): then they are written into a host staging buffer
   // (two, alternating) and copied into the device chunk, which stays where it is: one
   // copy instead of two, and no chunk leaves the device.
-  const bool pipeline = store.device_of(Tier::kDevice).is_cuda() || options_.pipeline_simulated;
   std::vector<bool> remote(chunks.size(), false);
   bool any_remote = false;
   for (size_t k = 0; k < chunks.size(); ++k) {
-    remote[k] = pipeline && store.tier(runtime_.chunk_id(ChunkKind::kCompute, chunks[k])) == Tier::kDevice;
+    remote[k] = device_unreadable_ && store.tier(runtime_.chunk_id(ChunkKind::kCompute, chunks[k])) == Tier::kDevice;
     any_remote = any_remote || remote[k];
   }
   // The buffers go back on every path, an exception's included (a copy still reading
@@ -336,10 +337,8 @@ void HybridAdam::UpdateHostChunks(const std::vector<int>& chunks, double lr, dou
   } staged{runtime_};
   at::Tensor* staging = staged.buffer;
   std::vector<std::shared_ptr<chunkmem::CopyTicket>> staged_copies[2];
-  if (any_remote && runtime_.compute_dtype() != at::kFloat && !runtime_.grads_in_compute_chunks()) {
-    int64_t largest = 0;
-    for (const auto& spec : runtime_.layout().chunks()) largest = std::max(largest, spec.capacity_numel);
-    for (int b = 0; b < 2; ++b) staging[b] = runtime_.TryBorrowHost(largest, runtime_.compute_dtype());
+  if (any_remote && compute_receives_params_only_) {
+    for (int b = 0; b < 2; ++b) staging[b] = runtime_.TryBorrowHost(largest_chunk_numel_, runtime_.compute_dtype());
     if (!staging[0].defined() || !staging[1].defined()) {  // no room for both: move chunks instead
       for (int b = 0; b < 2; ++b) runtime_.GiveBackHost(staging[b]);
     }
@@ -461,9 +460,8 @@ bool HybridAdam::Speculate(int chunk) {
   // Unless it only receives the new parameters (bf16/fp16 with fp32 grad chunks, as with
   // accumulation): then they are staged in the slot and copied in by Step, if it stands.
   const int compute_id = runtime_.chunk_id(ChunkKind::kCompute, chunk);
-  const bool pipeline = store.device_of(chunkmem::Tier::kDevice).is_cuda() || options_.pipeline_simulated;
-  const bool remote = pipeline && store.tier(compute_id) == chunkmem::Tier::kDevice;
-  const bool staged = remote && runtime_.compute_dtype() != at::kFloat && !runtime_.grads_in_compute_chunks();
+  const bool remote = device_unreadable_ && store.tier(compute_id) == chunkmem::Tier::kDevice;
+  const bool staged = remote && compute_receives_params_only_;
   const bool bring = remote && !staged;
   if (bring && runtime_.ComputeCount(chunk) > 0) return false;  // still in use: cannot move now
   for (ChunkKind kind : {ChunkKind::kCompute, ChunkKind::kGrad, ChunkKind::kMaster}) {
@@ -501,8 +499,8 @@ bool HybridAdam::Speculate(int chunk) {
   if (!staged) runtime_.set_busy(chunk, true);
   speculated_.push_back(std::move(s));
   if (bring) brought_to_host_.push_back(chunk);
-  slot_sum_squares_[slot] = 0.0;
-  double* sum_squares = &slot_sum_squares_[slot];  // [slot] is this job's alone until Step
+  slots_[slot].sum_squares = 0.0;
+  double* sum_squares = &slots_[slot].sum_squares;  // slots_ never grows after construction
   const CpuAdamKernels kernels = kernels_;
   const int threads = options_.cpu_threads;
   RunOnWorker([copy = std::move(copy), backup = std::move(backup), sum_spans = std::move(sum_spans),

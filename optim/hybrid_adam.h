@@ -143,12 +143,13 @@ class HybridAdam {
   // Speculation: a slot of the payloads an update writes (master, m, v, compute).
   struct Backup {
     at::Tensor master, m, v, compute;
+    double sum_squares = 0.0;  // the host sum the worker took (this slot's job alone until Step)
   };
   struct Speculation {
     int chunk = -1;
     int slot = -1;
     // The chunk's sum of squares when its gradients were on a CUDA device: the per-
-    // tensor reductions Step would queue (else the worker's host sum, slot_sum_squares_).
+    // tensor reductions Step would queue (else the worker's host sum, Backup::sum_squares).
     std::vector<at::Tensor> device_sums;
     // The new parameters went to the slot's compute part (the compute chunk, on the
     // device, only receives them): Step copies them in when the speculation stands.
@@ -197,6 +198,12 @@ class HybridAdam {
   std::vector<at::Tensor> device_steps_;  // [param] step counters of the fused op (device chunks)
   std::vector<int> device_chunks_;
   std::vector<bool> on_device_;   // [chunk]
+  // The CPU kernels cannot read device-tier chunks (CUDA, or the simulated tier with
+  // pipeline_simulated): host updates bring them over, or stage their parameters.
+  bool device_unreadable_ = false;
+  // bf16/fp16 with fp32 grad chunks: the compute chunk only receives the new parameters.
+  bool compute_receives_params_only_ = false;
+  int64_t largest_chunk_numel_ = 0;
   // Speculation within the current step (BeginSpeculation .. Step).
   bool speculating_ = false;
   int backoff_left_ = 0;  // steps that still do not speculate (speculation_backoff_steps)
@@ -204,7 +211,6 @@ class HybridAdam {
   std::vector<Backup> slots_;              // [slot], allocated on first use, reused
   std::vector<bool> slot_used_;
   std::vector<Speculation> speculated_;    // in the order they were made
-  std::vector<double> slot_sum_squares_;   // [slot] the host sum the worker took
   std::vector<int> brought_to_host_;       // compute chunks Speculate moved off the device
   std::thread worker_;                     // started with the first slot
   std::mutex mu_;

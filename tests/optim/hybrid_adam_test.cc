@@ -317,6 +317,38 @@ TEST_CASE("fp16 overflow: skipped, master/m/v untouched, compute params restored
   }
 }
 
+// fp16 runs of the speculation tests: a small scale, and no hysteresis, so an overflow
+// lowers it at once.
+PrecisionConfig SpeculationPrecision(at::ScalarType dtype) {
+  PrecisionConfig pc;
+  if (dtype == at::kHalf) {
+    pc.dtype = Dtype::kFp16;
+    pc.initial_scale_power = 10;
+    pc.hysteresis = 1;
+  }
+  return pc;
+}
+
+// One speculation test step: its clip, whether a gradient overflows, the chunks kept and
+// rolled back it expects.
+struct Case {
+  double max_norm;
+  bool overflow;
+  int kept, rolled_back;
+};
+
+// Master, m, v, the compute chunks and the step counters of every parameter, bitwise.
+void CheckSameState(const Rig& spec, const Rig& plain) {
+  for (int i = 0; i < static_cast<int>(plain.params.size()); ++i) {
+    INFO("param " << i);
+    CHECK(Same(spec.Master(i), plain.Master(i)));
+    CHECK(Same(spec.runtime->View(ChunkKind::kAdamM, i).clone(), plain.runtime->View(ChunkKind::kAdamM, i).clone()));
+    CHECK(Same(spec.runtime->View(ChunkKind::kAdamV, i).clone(), plain.runtime->View(ChunkKind::kAdamV, i).clone()));
+    CHECK(Same(spec.runtime->View(ChunkKind::kCompute, i).clone(), plain.runtime->View(ChunkKind::kCompute, i).clone()));
+    CHECK(spec.adam->param_steps(i) == plain.adam->param_steps(i));
+  }
+}
+
 TEST_CASE("speculative host updates: kept, clipped and redone, overflow undone; bitwise the plain step",
           "[hybrid_adam][speculation]") {
   constexpr int64_t kUnlimited = int64_t{1} << 40;
@@ -327,18 +359,8 @@ TEST_CASE("speculative host updates: kept, clipped and redone, overflow undone; 
       Rig plain(dtype, /*hybrid=*/false, kUnlimited);
       Rig spec(dtype, /*hybrid=*/false, kUnlimited, false, false, slots);
       REQUIRE(spec.runtime->layout().num_chunks() == 2);
-      PrecisionConfig pc;
-      if (dtype == at::kHalf) {
-        pc.dtype = Dtype::kFp16;
-        pc.initial_scale_power = 10;
-        pc.hysteresis = 1;
-      }
+      const PrecisionConfig pc = SpeculationPrecision(dtype);
       LossScaler scale_plain(pc), scale_spec(pc);
-      struct Case {
-        double max_norm;
-        bool overflow;
-        int kept, rolled_back;
-      };
       // The gradient norm is ~16: a max norm of 1e-3 clips, 1e6 does not (coefficient 1).
       const Case cases[] = {{inf, false, slots, 0},       {1e-3, false, 0, slots}, {1e6, true, 0, slots},
                             {1e6, false, slots, 0},       {1e-3, false, 0, slots}};
@@ -363,15 +385,7 @@ TEST_CASE("speculative host updates: kept, clipped and redone, overflow undone; 
         CHECK(b.rolled_back_chunks == k.rolled_back);
         CHECK((a.grad_norm == b.grad_norm || (std::isnan(a.grad_norm) && std::isnan(b.grad_norm))));
         CHECK(scale_plain.scale() == scale_spec.scale());
-        for (int i = 0; i < 4; ++i) {
-          INFO("param " << i);
-          CHECK(Same(spec.Master(i), plain.Master(i)));
-          CHECK(Same(spec.runtime->View(ChunkKind::kAdamM, i).clone(), plain.runtime->View(ChunkKind::kAdamM, i).clone()));
-          CHECK(Same(spec.runtime->View(ChunkKind::kAdamV, i).clone(), plain.runtime->View(ChunkKind::kAdamV, i).clone()));
-          CHECK(Same(spec.runtime->View(ChunkKind::kCompute, i).clone(),
-                     plain.runtime->View(ChunkKind::kCompute, i).clone()));
-          CHECK(spec.adam->param_steps(i) == plain.adam->param_steps(i));
-        }
+        CheckSameState(spec, plain);
         plain.runtime->EndIteration();
         spec.runtime->EndIteration();
       }
@@ -412,18 +426,8 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
       if (!returned) copy_after_return = false;
     });
     spec.store->set_copy_engine(spec.copies.get());
-    PrecisionConfig pc;
-    if (dtype == at::kHalf) {
-      pc.dtype = Dtype::kFp16;
-      pc.initial_scale_power = 10;
-      pc.hysteresis = 1;
-    }
+    const PrecisionConfig pc = SpeculationPrecision(dtype);
     LossScaler scale_plain(pc), scale_spec(pc);
-    struct Case {
-      double max_norm;
-      bool overflow;
-      int kept, rolled_back;
-    };
     const Case cases[] = {{inf, false, 2, 0}, {1e-3, false, 0, 2}, {1e6, true, 0, 2}, {1e6, false, 2, 0}};
     uint64_t seed = 1;
     for (const Case& k : cases) {
@@ -461,14 +465,7 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
         CHECK_FALSE(spec.runtime->busy(c));
         CHECK(spec.store->tier(spec.runtime->chunk_id(ChunkKind::kCompute, c)) == chunkmem::Tier::kDevice);
       }
-      for (int i = 0; i < 4; ++i) {
-        INFO("param " << i);
-        CHECK(Same(spec.Master(i), plain.Master(i)));
-        CHECK(Same(spec.runtime->View(ChunkKind::kAdamM, i).clone(), plain.runtime->View(ChunkKind::kAdamM, i).clone()));
-        CHECK(Same(spec.runtime->View(ChunkKind::kAdamV, i).clone(), plain.runtime->View(ChunkKind::kAdamV, i).clone()));
-        CHECK(Same(spec.runtime->View(ChunkKind::kCompute, i).clone(), plain.runtime->View(ChunkKind::kCompute, i).clone()));
-        CHECK(spec.adam->param_steps(i) == plain.adam->param_steps(i));
-      }
+      CheckSameState(spec, plain);
       plain.runtime->EndIteration();
       spec.runtime->EndIteration();
     }
