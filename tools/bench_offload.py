@@ -35,8 +35,25 @@ Adam JIT-compiles on first use with the machine's g++/nvcc). The goal commands o
       --preset GPT2_4B --batch-size 8 --steps 8 --checkpointing --peers ds_zero3 \\
       --out "$OUT/offload_4b.json"
 
+The third goal, the largest model (at least 2x the largest DeepSpeed ZeRO-3 offload
+trains on the same machine, PatrickStar's claim), is `--largest`: for each of --runners
+it finds the largest model of --ladder (smallest first: presets or LAYERSxHEADSxWIDTH
+shapes) that trains --steps steps, and prints each runner's largest with its tokens/s
+and ps_train's ratio in parameters. ps_train asks its own `--plan` first (seconds per
+shape) and runs the largest shape the plan admits, stepping down the ladder if that run
+fails; every other runner climbs the ladder from the bottom and stops at its first
+failure (out of memory, a timeout, an error). Each trial is its own process with
+--timeout-s; --out is rewritten after every trial, so a command cut short keeps what
+it measured, and --ladder can resume where it stopped:
+
+  tools/gpu_run.sh python3 tools/bench_offload.py --ps-train .device/ps_train --largest \
+      --runners ps_train,ds_zero3 --batch-size 1 --steps 3 --checkpointing \
+      --ladder GPT2_4B,GPT3_6B,GPT3_8B,GPT3_10B,GPT3_11B --out "$OUT/largest.json"
+
 On the CPU (no GPU here): `--device cpu --dtype fp32` runs ps_train, eager and compile
-on a small model (the --n-* options), a check that the script itself works.
+on a small model (the --n-* options), a check that the script itself works; `--largest
+--device cpu --dtype fp32 --ladder 2x2x64,4x2x128 --runners ps_train,eager` with small
+`chunk.host_budget_bytes` checks the ladder walk.
 """
 import argparse
 import json
@@ -62,8 +79,11 @@ PRESETS = {"gpt2-124m": (12, 12, 768, 1024, 50257), "gpt2-350m": (24, 16, 1024, 
            "gpt2-774m": (36, 20, 1280, 1024, 50257), "gpt2-1.5b": (48, 25, 1600, 1024, 50257),
            "GPT2_2B": (40, 16, 2048, 1024, 50257), "GPT2_4B": (64, 16, 2304, 1024, 50257),
            "GPT3_6B": (53, 16, 3072, 1024, 50257), "GPT3_8B": (72, 16, 3072, 1024, 50257),
-           "GPT3_10B": (50, 16, 4096, 1024, 50257), "GPT3_12B": (60, 16, 4096, 1024, 50257)}
+           "GPT3_10B": (50, 16, 4096, 1024, 50257), "GPT3_11B": (55, 16, 4096, 1024, 50257),
+           "GPT3_12B": (60, 16, 4096, 1024, 50257), "GPT3_13B": (65, 16, 4096, 1024, 50257),
+           "GPT3_15B": (78, 16, 4096, 1024, 50257), "GPT3_18B": (90, 16, 4096, 1024, 50257)}
 PEERS = ["eager", "compile", "fsdp2", "ds_zero2", "ds_zero3"]
+DEFAULT_LADDER = "GPT2_2B,GPT2_4B,GPT3_6B,GPT3_8B,GPT3_10B,GPT3_11B,GPT3_12B"
 WARMUP_STEPS = 2  # steps left out of the median (allocation, compilation, JIT)
 
 
@@ -214,8 +234,8 @@ def run_peer(name, args, m):
             "peak_gpu_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else 0}
 
 
-def run_ps(args, m):
-    out = tempfile.mkdtemp(prefix="bench_offload_")
+def ps_command(args, m, out):
+    """ps_train's command line for model `m`, its outputs under `out`."""
     sets = {"data.format": "synthetic", "run.device": args.device, "run.threads": args.threads,
             "precision.dtype": args.dtype, "logging.level": "warn", "logging.log_every": 1, "run.output_dir": out,
             "train.max_steps": args.steps, "train.eval_steps": 1, "checkpoint.at_end": "false",
@@ -224,8 +244,12 @@ def run_ps(args, m):
             "model.n_embd": m["n_embd"], "model.n_positions": m["n_positions"], "model.vocab_size": m["vocab_size"],
             "chunk.enabled": "true", "model.activation_checkpointing": str(args.checkpointing).lower()}
     cmd = [args.ps_train, "--config", "configs/quickstart.yaml"]
-    cmd += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + [a for kv in args.ps_set for a in ("--set", kv)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout_s)
+    return cmd + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + [a for kv in args.ps_set for a in ("--set", kv)]
+
+
+def run_ps(args, m):
+    out = tempfile.mkdtemp(prefix="bench_offload_")
+    proc = subprocess.run(ps_command(args, m, out), capture_output=True, text=True, cwd=ROOT, timeout=args.timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"ps_train exit {proc.returncode}: {(proc.stdout + proc.stderr).strip().splitlines()[-1:]}")
     with open(os.path.join(out, "metrics.jsonl")) as f:
@@ -247,6 +271,133 @@ def child(args, m):
     print(json.dumps(result))
 
 
+def shape_of(entry, args):
+    """A ladder entry (a preset, or LAYERSxHEADSxWIDTH at --seq-len and --vocab-size) as a model dict."""
+    if entry in PRESETS:
+        n_layer, n_head, n_embd, seq_len, vocab = PRESETS[entry]
+    else:
+        try:
+            n_layer, n_head, n_embd = (int(x) for x in entry.split("x"))
+        except ValueError:
+            raise SystemExit(f"--ladder: '{entry}' is neither a preset ({', '.join(PRESETS)}) nor LAYERSxHEADSxWIDTH")
+        seq_len, vocab = args.seq_len, args.vocab_size
+    return {"n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "n_positions": seq_len,
+            "vocab_size": vocab, "seq_len": seq_len}
+
+
+def approx_params(m):
+    """GPT parameters (tied head, biases, learned positions): what ps_train reports."""
+    e = m["n_embd"]
+    return m["n_layer"] * (12 * e * e + 13 * e) + (m["vocab_size"] + m["n_positions"]) * e + 2 * e
+
+
+def spawn(name, args, m):
+    """Runner `name` on model `m` in a child process; its result row."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--run", name, "--model-json", json.dumps(m)] + sys.argv[1:]
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s + 60)
+        lines = proc.stdout.strip().splitlines()
+        result = json.loads(lines[-1]) if lines else {"error": f"exit {proc.returncode}: {proc.stderr[-300:]}"}
+    except subprocess.TimeoutExpired:
+        result = {"error": f"timed out after {args.timeout_s} s"}
+    result.update(name=name, wall_s=round(time.time() - t0, 1))
+    print(json.dumps(result), file=sys.stderr, flush=True)
+    return result
+
+
+def ps_plan(args, m):
+    """ps_train --plan's verdict on model `m`: (fits, the reason when not)."""
+    out = tempfile.mkdtemp(prefix="bench_offload_plan_")
+    proc = subprocess.run(ps_command(args, m, out) + ["--plan"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=args.timeout_s)
+    for line in proc.stdout.splitlines():
+        if line.startswith("fits "):
+            verdict = line[len("fits"):].strip()
+            return verdict == "yes", ("" if verdict == "yes" else verdict)
+    return False, f"--plan exit {proc.returncode}: {(proc.stdout + proc.stderr).strip().splitlines()[-1:]}"
+
+
+def compare(args, m, peers):
+    """The one-model table: ps_train and each peer, ps_train's ratio to each."""
+    rows = [spawn(name, args, m) for name in ["ps_train"] + peers]
+    ps = rows[0].get("tokens_per_s")
+    tokens_per_step = args.batch_size * m["seq_len"]
+    print(f"GPT {m}, micro-batch {args.batch_size}, {args.steps} steps (median after {WARMUP_STEPS}), "
+          f"{args.dtype} {args.device}{', checkpointing' if args.checkpointing else ''}; ps_train --set {args.ps_set}")
+    print(f"{'runner':<10} {'tokens/s':>10} {'ms/step':>9} {'peak GPU GiB':>13} {'ps_train / it':>14} {'final loss':>11}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['name']:<10} failed: {r['error']}")
+            continue
+        ratio = f"{ps / r['tokens_per_s']:.2f}x" if ps else "-"
+        print(f"{r['name']:<10} {r['tokens_per_s']:>10.0f} {1e3 * tokens_per_step / r['tokens_per_s']:>9.1f} "
+              f"{r['peak_gpu_bytes'] / 2**30:>13.2f} {ratio:>14} {r['final_loss']:>11.4f}")
+    counts = {r.get("params") for r in rows if r.get("params")}
+    if len(counts) > 1:
+        print(f"warning: parameter counts differ ({sorted(counts)}): not the same model")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"model": m, "args": vars(args), "rows": rows}, f, indent=1)
+
+
+def largest(args, runners):
+    """Per runner, the largest model of the ladder that trains; ps_train's ratio to each in parameters."""
+    ladder = [e for e in args.ladder.split(",") if e]
+    shapes = {e: shape_of(e, args) for e in ladder}
+    trials = []  # every trial, in order: runner, model, params, and the result (or the plan's refusal)
+
+    def record(runner, entry, result):
+        row = dict(result, name=runner, model=entry, shape=shapes[entry],
+                   params=result.get("params") or approx_params(shapes[entry]))
+        trials.append(row)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"mode": "largest", "ladder": ladder, "args": vars(args), "trials": trials}, f, indent=1)
+        return row
+
+    best = {}
+    for runner in runners:
+        best[runner] = None
+        if runner == "ps_train":  # the plan first, then the largest it admits, stepping down on a failure
+            admitted = []
+            for entry in ladder:
+                fits, why = ps_plan(args, shapes[entry])
+                if fits:
+                    admitted.append(entry)
+                else:
+                    record(runner, entry, {"error": f"plan refuses: {why}", "plan": "refused"})
+            order = list(reversed(admitted))
+        else:  # from the bottom up, to the first failure
+            order = ladder
+        for entry in order:
+            row = record(runner, entry, spawn(runner, args, shapes[entry]))
+            ok = "error" not in row
+            if ok and runner == "ps_train":
+                best[runner] = row
+                break
+            if runner != "ps_train":
+                if not ok:
+                    break
+                best[runner] = row
+    print(f"largest model that trains {args.steps} steps: micro-batch {args.batch_size}, {args.dtype} {args.device}"
+          f"{', checkpointing' if args.checkpointing else ''}; ladder {','.join(ladder)}; ps_train --set {args.ps_set}")
+    print(f"{'runner':<10} {'largest':<12} {'parameters':>11} {'tokens/s':>9} {'ps_train / it':>14}  first failure above it")
+    ps = best.get("ps_train")
+    for runner in runners:
+        row = best[runner]
+        above = [t for t in trials if t["name"] == runner and "error" in t and
+                 (row is None or t["params"] > row["params"])]
+        failure = f"{above[0]['model']}: {above[0]['error'][:120]}" if above else "none (the ladder's top trained)"
+        if row is None:
+            print(f"{runner:<10} {'none':<12} {'-':>11} {'-':>9} {'-':>14}  {failure}")
+            continue
+        ratio = f"{ps['params'] / row['params']:.2f}x" if ps else "-"
+        count = f"{row['params'] / 1e9:.2f}B" if row["params"] >= 1e9 else f"{row['params'] / 1e6:.2f}M"
+        print(f"{runner:<10} {row['model']:<12} {count:>11} {row['tokens_per_s']:>9.0f} {ratio:>14}  "
+              f"{failure}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fetch-deepspeed", action="store_true", help="download DeepSpeed into .device/wheels and stop")
@@ -266,9 +417,14 @@ def main():
     ap.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--timeout-s", type=int, default=1800, help="per runner")
+    ap.add_argument("--timeout-s", type=int, default=1800, help="per runner (per trial with --largest)")
     ap.add_argument("--out", help="also write the rows as JSON here")
+    ap.add_argument("--largest", action="store_true", help="the largest model of --ladder each of --runners trains")
+    ap.add_argument("--ladder", default=DEFAULT_LADDER,
+                    help="--largest: model shapes, smallest first: presets or LAYERSxHEADSxWIDTH (at --seq-len, --vocab-size)")
+    ap.add_argument("--runners", default="ps_train,ds_zero3", help="--largest: comma-separated, ps_train and peers")
     ap.add_argument("--run", help=argparse.SUPPRESS)  # internal: one runner in a child process
+    ap.add_argument("--model-json", help=argparse.SUPPRESS)  # internal: the child's model
     args = ap.parse_args()
     if args.fetch_deepspeed:
         return fetch_deepspeed()
@@ -276,44 +432,18 @@ def main():
         args.n_layer, args.n_head, args.n_embd, args.seq_len, args.vocab_size = PRESETS[args.preset]
     m = {"n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd, "n_positions": args.seq_len,
          "vocab_size": args.vocab_size, "seq_len": args.seq_len}
+    if args.model_json:
+        m = json.loads(args.model_json)
     args.ps_train = os.path.abspath(args.ps_train)
     if args.run:
         return child(args, m)
-    peers = [p for p in args.peers.split(",") if p]
-    unknown = set(peers) - set(PEERS)
+    names = [p for p in (args.runners if args.largest else args.peers).split(",") if p]
+    unknown = set(names) - set(PEERS) - ({"ps_train"} if args.largest else set())
     if unknown:
-        ap.error(f"unknown peer(s) {sorted(unknown)}; known: {PEERS}")
-    rows = []
-    for name in ["ps_train"] + peers:
-        cmd = [sys.executable, os.path.abspath(__file__), "--run", name] + sys.argv[1:]
-        t0 = time.time()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s + 60)
-            lines = proc.stdout.strip().splitlines()
-            result = json.loads(lines[-1]) if lines else {"error": f"exit {proc.returncode}: {proc.stderr[-300:]}"}
-        except subprocess.TimeoutExpired:
-            result = {"error": f"timed out after {args.timeout_s} s"}
-        result.update(name=name, wall_s=round(time.time() - t0, 1))
-        rows.append(result)
-        print(json.dumps(result), file=sys.stderr, flush=True)
-    ps = rows[0].get("tokens_per_s")
-    tokens_per_step = args.batch_size * args.seq_len
-    print(f"GPT {m}, micro-batch {args.batch_size}, {args.steps} steps (median after {WARMUP_STEPS}), "
-          f"{args.dtype} {args.device}{', checkpointing' if args.checkpointing else ''}; ps_train --set {args.ps_set}")
-    print(f"{'runner':<10} {'tokens/s':>10} {'ms/step':>9} {'peak GPU GiB':>13} {'ps_train / it':>14} {'final loss':>11}")
-    for r in rows:
-        if "error" in r:
-            print(f"{r['name']:<10} failed: {r['error']}")
-            continue
-        ratio = f"{ps / r['tokens_per_s']:.2f}x" if ps else "-"
-        print(f"{r['name']:<10} {r['tokens_per_s']:>10.0f} {1e3 * tokens_per_step / r['tokens_per_s']:>9.1f} "
-              f"{r['peak_gpu_bytes'] / 2**30:>13.2f} {ratio:>14} {r['final_loss']:>11.4f}")
-    counts = {r.get("params") for r in rows if r.get("params")}
-    if len(counts) > 1:
-        print(f"warning: parameter counts differ ({sorted(counts)}): not the same model")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"model": m, "args": vars(args), "rows": rows}, f, indent=1)
+        ap.error(f"unknown runner(s) {sorted(unknown)}; known: {['ps_train'] + PEERS}")
+    if args.largest:
+        return largest(args, names)
+    return compare(args, m, names)
 
 
 if __name__ == "__main__":

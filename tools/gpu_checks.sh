@@ -6,7 +6,7 @@
 #
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
-# CHECK: parity | eager | accum | accum4b | gpt3_6b | spec6b | pin6b | gaming | largest | nccl1 | peers | all.
+# CHECK: parity | eager | accum | accum4b | gpt3_6b | spec6b | pin6b | gaming | largest | nccl1 | peers | largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
 # Runs go to /tmp/gpu_checks; every ps_train run has a time limit (SIGKILL: no checkpoint).
@@ -119,7 +119,12 @@ check() {
       timeout 260 $G python3 "$here/bench_offload.py" "${P[@]}" --preset GPT2_4B --batch-size 8 --steps 8 \
         --checkpointing --peers ds_zero3 --timeout-s 200 --out "$OUT/peers_4b.json" > "$OUT/peers_4b.log" 2>&1
       log "peers_4b rc=$?" ;;
-    all) for c in parity eager accum accum4b gpt3_6b spec6b pin6b gaming largest nccl1 peers; do check $c; done ;;
+    largest_ds)  # issue #9 §8: the largest ladder model DeepSpeed ZeRO-3 offload trains (micro 1, checkpointing),
+      # against the `largest` check's ps_train figure; both in one table: --runners ps_train,ds_zero3 (over 10 min)
+      timeout 590 $G python3 "$here/bench_offload.py" --ps-train "$PS" --largest --runners ds_zero3 --batch-size 1 \
+        --steps 3 --checkpointing --ladder GPT2_4B,GPT3_6B,GPT3_8B --timeout-s 240 --out "$OUT/largest_ds.json" \
+        > "$OUT/largest_ds.log" 2>&1; log "largest_ds rc=$?" ;;
+    all) for c in parity eager accum accum4b gpt3_6b spec6b pin6b gaming largest nccl1 peers largest_ds; do check $c; done ;;
     *) echo "unknown check: $1" >&2; exit 2 ;;
   esac
 }
