@@ -23,6 +23,7 @@
 #include "trainer/engine.h"
 #include "trainer/file_io.h"
 #include "trainer/hf_io.h"
+#include "trainer/host_memory.h"
 #include "trainer/metrics.h"
 #include "trainer/model_factory.h"
 #include "trainer/rng_state.h"
@@ -313,6 +314,12 @@ void LogStep(const StepRecord& r, int64_t step, int64_t tokens_seen, double toke
     line.Add("forward_ms", r.forward_ms).Add("backward_ms", r.backward_ms).Add("optimizer_ms", r.optimizer_ms);
   }
   engine.AddStepMetrics(line, r.outcome);
+  if (const auto host = ReadHostMemory()) {  // resident memory now and its peak so far (issue #9 §3)
+    line.Add("host_rss_bytes", host->rss_bytes)
+        .Add("host_peak_rss_bytes", host->peak_rss_bytes)
+        .Add("host_anon_bytes", host->anon_bytes)
+        .Add("host_file_bytes", host->file_bytes);
+  }
   if (sinks.metrics) sinks.metrics->Write(line);
   if (sinks.tensorboard) {
     std::vector<std::pair<std::string, double>> scalars;
@@ -357,6 +364,8 @@ void WriteSummary(MetricsWriter& metrics, const TrainResult& result, const Confi
       .Add("tflops", flops_per_token * result.tokens_per_s / 1e12)
       .Add("elapsed_s", elapsed_s)
       .Add("startup_s", result.startup_s)
+      .Add("startup_peak_rss_bytes", result.startup_peak_rss_bytes)
+      .Add("peak_rss_bytes", result.peak_rss_bytes)
       .Add("params", params)
       .Add("device", device.str())
       .Add("threads", static_cast<int64_t>(threads));
@@ -454,6 +463,27 @@ void ReportDone(const TrainResult& result, const Config& c, double elapsed_s, do
 
 }  // namespace
 
+// Start-up's phases and their seconds, from the launch, for the start-up log line.
+class StartupPhases {
+ public:
+  explicit StartupPhases(Clock::time_point launch) : last_(launch) {}
+  void Mark(const std::string& phase) {
+    const auto now = Clock::now();
+    phases_.emplace_back(phase, std::chrono::duration<double>(now - last_).count());
+    last_ = now;
+  }
+  // "data 0.1 s, model built 0.2 s, ...", the rest up to `end` as "other".
+  std::string Describe(Clock::time_point end) const {
+    std::string out;
+    for (const auto& [phase, s] : phases_) out += fmt::format("{}{} {:.1f} s", out.empty() ? "" : ", ", phase, s);
+    return out + fmt::format(", other {:.1f} s", std::chrono::duration<double>(end - last_).count());
+  }
+
+ private:
+  Clock::time_point last_;
+  std::vector<std::pair<std::string, double>> phases_;
+};
+
 TrainResult Train(const Config& c, const TrainOptions& options) {
   const auto launch = Clock::now();  // start-up: from here to the first step
   if (c.precision.dtype == optim::Dtype::kFp16 && !c.chunk.enabled) {
@@ -471,11 +501,14 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   at::set_num_threads(threads);
   const at::Device device = RankDevice(c, world, options.local_rank);
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
+  StartupPhases phases(launch);  // where start-up goes (issue #9 §4), logged before the first step
   RunData data(c, rank, world);  // every input is checked before a file is written
+  phases.Mark("data");
   if (c.checkpoint.export_hf) TokenizerFiles(TokenizerSource(c));  // a missing tokenizer fails now, not at the end
   RunStart start = StartRun(c, writer);
   MetricsWriter* metrics = start.metrics.get();
   const LogSinks sinks{metrics, start.tensorboard.get()};
+  phases.Mark(start.resume ? "run folder and checkpoint read" : "run folder");
 
   // Parameters get their initial values in the engine (in place, or in their chunk
   // slots), each from a generator of its own (models/param_init.h); those model.init_from
@@ -487,11 +520,17 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     initial_weights = ReadInitialWeights(c);
     for (const auto& [name, tensor] : initial_weights->params) init.provided.insert(name);
   }
+  if (initial_weights) phases.Mark("model.init_from read");
   std::unique_ptr<models::TrainableModel> model = MakeModel(c);  // uninitialised
+  phases.Mark("model built");
   const auto counts = model->CountParameters();  // before an engine takes the storage
   const std::string accuracy_name = model->accuracy_name();
   std::unique_ptr<TrainingEngine> engine = MakeEngine(std::move(model), c, device, init, options.comm);
-  if (initial_weights) LoadInitialWeights(*engine, c, std::move(*initial_weights));
+  phases.Mark(c.chunk.enabled ? "chunks placed and initialised" : "parameters initialised");
+  if (initial_weights) {
+    LoadInitialWeights(*engine, c, std::move(*initial_weights));
+    phases.Mark("model.init_from loaded");
+  }
   const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
   // ZeRO: every rank writes its share of each checkpoint (sharded saves).
   Checkpointer checkpointer(c.checkpoint, CheckpointDir(c), engine->collective_save() ? options.comm : nullptr, device);
@@ -503,6 +542,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   if (start.resume) {
     ResumeFrom(*start.resume, start.resume_path, c, device, *engine, data.train(), progress, metrics);
     start.resume.reset();  // frees the loaded tensors
+    phases.Mark("resumed");
   }
   result.start_step = progress.start_step;
   const double flops_per_token = TrainingFlopsPerToken(counts.total_numel, c.model.n_layer, c.model.n_embd, c.data.seq_len);
@@ -523,6 +563,13 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   const auto run_start = Clock::now();
   Clock::time_point first_step_end;  // the ETA's pace: wall time per step after the first
   result.startup_s = std::chrono::duration<double>(run_start - launch).count();
+  if (const auto host = ReadHostMemory()) {
+    result.startup_peak_rss_bytes = host->peak_rss_bytes;
+    spdlog::info("start-up {:.1f} s ({}); host memory resident {:.2f} GiB, peak {:.2f} GiB (now {:.2f} GiB anonymous, "
+                 "{:.2f} GiB mapped files)", result.startup_s, phases.Describe(run_start), host->rss_bytes / 1073741824.0,
+                 host->peak_rss_bytes / 1073741824.0, host->anon_bytes / 1073741824.0,
+                 host->file_bytes / 1073741824.0);
+  }
   for (int64_t step = result.start_step + 1; step <= c.train.max_steps; ++step) {
     const StepRecord r = RunStep(*engine, data.train(), c, accum, schedule.LrAt(step - 1), step, options.comm);
     progress.divergence.Check(r.outcome, step);
@@ -581,6 +628,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   }
   result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0.0;
   engine->FillResult(result);
+  if (const auto host = ReadHostMemory()) result.peak_rss_bytes = host->peak_rss_bytes;
   ReportDone(result, c, std::chrono::duration<double>(Clock::now() - run_start).count(), flops_per_token,
              counts.total_numel, device, threads, metrics);
   return result;

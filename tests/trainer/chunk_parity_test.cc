@@ -181,13 +181,27 @@ TEST_CASE("host pool: reserved once at the plan's host figure, used within it; s
   CHECK(r.peak_host_pool_used_bytes <= plan.host_chunk_bytes);
   std::ifstream metrics(c.run.output_dir + "/metrics.jsonl");
   int steps = 0;
+  double last_peak = 0.0;
   for (std::string line; std::getline(metrics, line);) {
     if (line.find("\"evictions\"") == std::string::npos) continue;
     ++steps;
     CHECK(JsonNumber(line, "host_pool_bytes") == r.host_pool_bytes);  // never grows
     CHECK(JsonNumber(line, "peak_host_pool_used_bytes") <= r.peak_host_pool_used_bytes);
+    // Resident memory beside the pool: at least the pool's pages in use, and a peak
+    // that only grows (it is the kernel's high-water mark), within the call's. Across
+    // readings with slack: the kernel's RSS counters are approximate (host_memory_test).
+    const double rss = JsonNumber(line, "host_rss_bytes"), peak = JsonNumber(line, "host_peak_rss_bytes");
+    const double slack = 4 << 20;
+    CHECK(rss >= r.peak_host_pool_used_bytes / 2);
+    CHECK(peak >= rss);
+    CHECK(peak >= last_peak - slack);
+    CHECK(peak <= r.peak_rss_bytes + slack);
+    CHECK(JsonNumber(line, "host_anon_bytes") + JsonNumber(line, "host_file_bytes") <= rss);
+    last_peak = peak;
   }
   CHECK(steps == 6);
+  CHECK(r.startup_peak_rss_bytes > 0);
+  CHECK(r.startup_peak_rss_bytes <= r.peak_rss_bytes + (4 << 20));
   CHECK(r.evictions > 0);
 }
 
