@@ -11,6 +11,9 @@ enum class EvictionPolicyKind { kOpt, kLru };
 // dynamic: after warm-up each moment's chunk budget is what the trace says activations
 // leave; static: the warm-up share forever (PatrickStar's with_static_partition).
 enum class PlacementKind { kDynamic, kStatic };
+// How the host pool is made page-locked on CUDA (start-up, issue #9 §4): one
+// cudaHostAlloc, or mapped and made resident on many threads, then one cudaHostRegister.
+enum class HostPoolPinning { kHostAlloc, kRegister };
 
 struct ChunkConfig {
   bool enabled = false;             // manage model data in chunks (else plain LibTorch)
@@ -32,6 +35,7 @@ struct ChunkConfig {
   // staged parameters, speculation's copies) without a GPU. No effect on CUDA.
   bool simulate_device_copies = false;
   int64_t host_budget_bytes = 0;    // chunk bytes allowed on the host; 0 = host_mem_ratio x RAM
+  HostPoolPinning host_pool_pinning = HostPoolPinning::kHostAlloc;  // CUDA only
   PlacementKind placement = PlacementKind::kDynamic;  // with a traced budget (see above)
   EvictionPolicyKind eviction = EvictionPolicyKind::kOpt;  // opt: Belady from the warm-up trace (LRU until then)
   int64_t warmup_steps = 1;         // optimizer steps traced before Belady decides

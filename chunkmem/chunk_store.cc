@@ -85,12 +85,13 @@ std::unique_ptr<TierAllocator> MakeArenaAllocator(at::Device device, int64_t byt
   return std::make_unique<ArenaAllocator>(device, bytes, DeviceArena::Memory::kOfDevice, /*keeps_home_slots=*/false);
 }
 
-std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes) {
+std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes, HostPoolPinning pinning) {
   TORCH_CHECK(bytes > 0, "chunkmem: the host pool needs a size > 0, got ", bytes);
+  const DeviceArena::Memory memory = !pinned                                  ? DeviceArena::Memory::kOfDevice
+                                     : pinning == HostPoolPinning::kRegister ? DeviceArena::Memory::kRegisteredHost
+                                                                               : DeviceArena::Memory::kPinnedHost;
   try {
-    return std::make_unique<ArenaAllocator>(
-        at::kCPU, bytes, pinned ? DeviceArena::Memory::kPinnedHost : DeviceArena::Memory::kOfDevice,
-        /*keeps_home_slots=*/true);
+    return std::make_unique<ArenaAllocator>(at::kCPU, bytes, memory, /*keeps_home_slots=*/true);
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, "chunkmem: the host chunk pool of ", bytes, " bytes (", pinned ? "pinned" : "plain",
                 " host memory) cannot be reserved: ", e.what_without_backtrace(),

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "chunkmem/chunk_config.h"
+
 namespace ps::chunkmem {
 
 class CopyEngine;
@@ -55,12 +57,14 @@ std::unique_ptr<TierAllocator> MakeHostAllocator(bool pinned);
 std::unique_ptr<TierAllocator> MakeDeviceAllocator(at::Device device);
 // `bytes` of `device` reserved once (DeviceArena) and carved into payloads.
 std::unique_ptr<TierAllocator> MakeArenaAllocator(at::Device device, int64_t bytes);
-// The host pool: `bytes` of host memory (pinned if `pinned`: one cudaHostAlloc, CUDA
-// builds) reserved once, plus the arena's alignment rounding, carved into payloads;
-// chunks keep their slot while on the device (keeps_home_slots). Size it to the most
-// chunk bytes the host holds (Placement::host_chunk_bytes). A size that cannot be
-// reserved throws c10::Error naming the bytes.
-std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes);
+// The host pool: `bytes` of host memory (pinned if `pinned`, CUDA builds: one
+// cudaHostAlloc, or with HostPoolPinning::kRegister mapped, made resident on many
+// threads and registered) reserved once, plus the arena's alignment rounding, carved
+// into payloads; chunks keep their slot while on the device (keeps_home_slots). Size it
+// to the most chunk bytes the host holds (Placement::host_chunk_bytes). A size that
+// cannot be reserved throws c10::Error naming the bytes.
+std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes,
+                                                     HostPoolPinning pinning = HostPoolPinning::kHostAlloc);
 
 struct StoreStats {
   int64_t host_bytes = 0;         // payload bytes held now

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <string>
 
+#include "chunkmem/host_mapping.h"
+
 #ifdef PS_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -32,6 +34,31 @@ at::Tensor PinnedHostBytes(int64_t bytes) {
   return at::from_blob(ptr, {bytes}, [](void* p) { cudaFreeHost(p); }, at::TensorOptions().dtype(at::kByte));
 #else
   TORCH_CHECK(false, "pinned host memory needs a CUDA build (--config=cuda); asked for ", bytes, " bytes");
+#endif
+}
+
+// `bytes` mapped and made resident on many threads (MapResidentHostBytes), then
+// page-locked by one cudaHostRegister; unregistered, then unmapped, when the last
+// tensor referencing it dies.
+at::Tensor RegisteredHostBytes(int64_t bytes) {
+#ifdef PS_WITH_CUDA
+  auto mapping = std::make_unique<at::Tensor>(MapResidentHostBytes(bytes));
+  void* ptr = mapping->data_ptr();
+  const cudaError_t err = cudaHostRegister(ptr, static_cast<size_t>(bytes), cudaHostRegisterDefault);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky error state of the failed call
+    TORCH_CHECK(false, "cudaHostRegister of ", bytes, " bytes failed: ", cudaGetErrorString(err));
+  }
+  at::Tensor* held = mapping.release();  // the deleter owns the mapping from here on
+  return at::from_blob(
+      ptr, {bytes},
+      [held](void* p) {
+        cudaHostUnregister(p);
+        delete held;  // the last reference to the mapping: munmap
+      },
+      at::TensorOptions().dtype(at::kByte));
+#else
+  TORCH_CHECK(false, "registered host memory needs a CUDA build (--config=cuda); asked for ", bytes, " bytes");
 #endif
 }
 }  // namespace
@@ -75,12 +102,16 @@ DeviceArena::DeviceArena(at::Device device, int64_t bytes, Memory memory) : stat
               device);
   state_->capacity = bytes / kAlignBytes * kAlignBytes;
   try {
-    state_->buffer = memory == Memory::kPinnedHost
-                         ? PinnedHostBytes(state_->capacity)
-                         : at::empty({state_->capacity}, at::TensorOptions().dtype(at::kByte).device(device));
+    switch (memory) {
+      case Memory::kPinnedHost: state_->buffer = PinnedHostBytes(state_->capacity); break;
+      case Memory::kRegisteredHost: state_->buffer = RegisteredHostBytes(state_->capacity); break;
+      case Memory::kOfDevice:
+        state_->buffer = at::empty({state_->capacity}, at::TensorOptions().dtype(at::kByte).device(device));
+        break;
+    }
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, "chunkmem: cannot reserve ", state_->capacity, " bytes of ",
-                memory == Memory::kPinnedHost ? std::string("pinned host memory") : device.str(), ": ",
+                memory == Memory::kOfDevice ? device.str() : std::string("pinned host memory"), ": ",
                 e.what_without_backtrace());
   }
   state_->base = static_cast<char*>(state_->buffer.data_ptr());

@@ -24,6 +24,9 @@ class DeviceArena {
   enum class Memory {
     kOfDevice,    // at::empty on `device`: a CUDA device, or the CPU (simulated tier, plain host)
     kPinnedHost,  // page-locked host memory, one cudaHostAlloc (`device` must be the CPU; CUDA builds)
+    // Page-locked host memory mapped and made resident on many threads, then one
+    // cudaHostRegister (chunkmem/host_mapping.h; `device` the CPU; CUDA builds).
+    kRegisteredHost,
   };
   // Reserves `bytes` (rounded down to the alignment) of `memory`; throws c10::Error
   // naming the bytes when the reservation fails.

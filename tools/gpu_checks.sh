@@ -6,7 +6,8 @@
 #
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
-# CHECK: parity | eager | accum | accum4b | gpt3_6b | spec6b | pin6b | gaming | largest | nccl1 | peers | largest_ds | all.
+# CHECK: parity | eager | accum | accum4b | gpt3_6b | startup6b | spec6b | pin6b | gaming | largest | nccl1 | peers |
+#        largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
 # Runs go to /tmp/gpu_checks; every ps_train run has a time limit (SIGKILL: no checkpoint).
@@ -75,6 +76,13 @@ check() {
         --plan > "$OUT/plan_GPT3_6B.txt" 2>&1
       run GPT3_6B 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
         --set train.global_batch_size=8 --set train.max_steps=5 ;;
+    startup6b)  # issue #9 §3, §4: GPT3_6B start-up phases and resident memory, the host pool pinned both ways
+      # (the chunk start-up line times the pool's reservation; the start-up line splits the rest)
+      for pin in host_alloc register; do
+        run GPT3_6B_start_$pin 150 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
+          --set train.global_batch_size=8 --set train.max_steps=2 --set chunk.host_pool_pinning=$pin
+        grep -E "chunk start-up|start-up [0-9]" "$OUT/GPT3_6B_start_$pin.log" >> "$OUT/startup6b.txt"
+      done ;;
     spec6b)  # issue #9 §5: GPT3_6B micro 8 with host chunks updated ahead in backward; both runs with the
       # copy engine (chunk.async_prefetch), which takes the speculated chunks to the host while backward goes on
       run GPT3_6B_async 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
@@ -124,7 +132,8 @@ check() {
       timeout 590 $G python3 "$here/bench_offload.py" --ps-train "$PS" --largest --runners ds_zero3 --batch-size 1 \
         --steps 3 --checkpointing --ladder GPT2_4B,GPT3_6B,GPT3_8B --timeout-s 240 --out "$OUT/largest_ds.json" \
         > "$OUT/largest_ds.log" 2>&1; log "largest_ds rc=$?" ;;
-    all) for c in parity eager accum accum4b gpt3_6b spec6b pin6b gaming largest nccl1 peers largest_ds; do check $c; done ;;
+    all) for c in parity eager accum accum4b gpt3_6b startup6b spec6b pin6b gaming largest nccl1 peers largest_ds; do
+           check $c; done ;;
     *) echo "unknown check: $1" >&2; exit 2 ;;
   esac
 }

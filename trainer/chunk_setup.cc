@@ -99,7 +99,8 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   const auto pool_start = std::chrono::steady_clock::now();
   const bool arena = c.chunk.device_arena && budgets.traced_capacity_bytes == 0 && budgets.device_bytes < kUnlimitedBytes;
   s.store = std::make_unique<chunkmem::ChunkStore>(
-      chunkmem::MakeHostPoolAllocator(/*pinned=*/device.is_cuda(), run_plan.plan.placement.host_chunk_bytes),
+      chunkmem::MakeHostPoolAllocator(/*pinned=*/device.is_cuda(), run_plan.plan.placement.host_chunk_bytes,
+                                      c.chunk.host_pool_pinning),
       arena ? chunkmem::MakeArenaAllocator(device, budgets.device_bytes) : chunkmem::MakeDeviceAllocator(device),
       budgets.host_bytes, budgets.device_bytes);
   const double pool_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - pool_start).count();
@@ -147,7 +148,10 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   const auto& startup = s.runtime->startup_seconds();
   spdlog::info("chunk start-up: host pool of {:.2f} GiB ({}) reserved in {:.1f} s; payloads allocated in {:.1f} s, "
                "zeroed in {:.1f} s; initial values written in {:.1f} s",
-               run_plan.plan.placement.host_chunk_bytes / 1073741824.0, device.is_cuda() ? "pinned" : "pageable",
+               run_plan.plan.placement.host_chunk_bytes / 1073741824.0,
+               !device.is_cuda()                                                  ? "pageable"
+               : c.chunk.host_pool_pinning == chunkmem::HostPoolPinning::kRegister ? "pinned: mapped, cudaHostRegister"
+                                                                                  : "pinned: cudaHostAlloc",
                pool_s, startup.allocate_s, startup.zero_s, startup.initial_values_s);
   optim::HybridAdamOptions adam;
   adam.optimizer = c.optimizer;

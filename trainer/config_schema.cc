@@ -401,6 +401,12 @@ std::vector<FieldSpec> BuildConfigSchema() {
           IntRange(0, kMaxBytes)),
       Int("chunk.host_budget_bytes", PS_ACCESS(chunk.host_budget_bytes),
           "chunk bytes allowed on the host; 0 = host_mem_ratio x physical memory", IntRange(0, kMaxBytes)),
+      Enum<chunkmem::HostPoolPinning>("chunk.host_pool_pinning", PS_ACCESS(chunk.host_pool_pinning),
+                                      "CUDA: how the host pool is page-locked at start-up: host_alloc = one cudaHostAlloc; "
+                                      "register = mapped on huge pages, made resident on run.threads threads, then one "
+                                      "cudaHostRegister (compare the start-up lines)",
+                                      {{"host_alloc", chunkmem::HostPoolPinning::kHostAlloc},
+                                       {"register", chunkmem::HostPoolPinning::kRegister}}),
       Enum<chunkmem::PlacementKind>("chunk.placement", PS_ACCESS(chunk.placement),
                                     "with a traced budget: dynamic = each moment's chunk budget from the warm-up trace; "
                                     "static = the warm-up share (warmup_device_chunk_ratio) for good",

@@ -1,8 +1,16 @@
 // DeviceArena on the CPU (the simulated tier): first fit, alignment, coalescing of freed
 // ranges, refusal when no range is large enough, and ranges that outlive the arena.
+// The host pool's mapped backing (MapResidentHostBytes): aligned, zero, resident, unmapped.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
 
 #include "chunkmem/device_arena.h"
+#include "chunkmem/host_mapping.h"
 #include "tests/catch.h"
 
 namespace ps::chunkmem {
@@ -99,6 +107,38 @@ TEST_CASE("arena: peak use since construction; which pointers are inside", "[are
   CHECK(arena.peak_used_bytes() == 1088);  // a peak, not the current use
   at::Tensor c = arena.TryAllocate(512, at::kFloat);
   CHECK(arena.peak_used_bytes() == 2048);
+}
+
+TEST_CASE("host mapping: huge-page aligned, every page resident and zero on return, unmapped when released",
+          "[arena][mapping]") {
+  const int64_t bytes = 3 * kHugePageBytes + 12345;  // a partial last huge page and base page
+  const int threads = at::get_num_threads();
+  for (const int t : {1, 2}) {  // one thread and several: the same pages, whoever faults them in
+    at::set_num_threads(t);
+    at::Tensor m = MapResidentHostBytes(bytes);
+    REQUIRE(m.numel() == bytes);
+    CHECK(m.scalar_type() == at::kByte);
+    CHECK(m.device().is_cpu());
+    auto* p = static_cast<unsigned char*>(m.data_ptr());
+    CHECK(reinterpret_cast<uintptr_t>(p) % kHugePageBytes == 0);
+    const long page = sysconf(_SC_PAGESIZE);
+    std::vector<unsigned char> resident((bytes + page - 1) / page);
+    REQUIRE(mincore(p, bytes, resident.data()) == 0);
+    int64_t missing = 0;
+    for (unsigned char r : resident) missing += (r & 1) == 0;
+    CHECK(missing == 0);  // made resident before the call returned
+    CHECK(m.sum().item<int64_t>() == 0);
+    p[bytes - 1] = 7;  // the whole range is writable
+    CHECK(m[bytes - 1].item<int>() == 7);
+    at::Tensor view = m.narrow(0, kHugePageBytes, 16);  // a view keeps the mapping
+    m.reset();
+    CHECK(view.sum().item<int64_t>() == 0);
+    view.reset();  // the last reference: unmapped (mincore on an unmapped range fails with ENOMEM)
+    CHECK(mincore(p, bytes, resident.data()) == -1);
+    CHECK(errno == ENOMEM);
+  }
+  at::set_num_threads(threads);
+  CHECK_THROWS_WITH(MapResidentHostBytes(0), Catch::Contains("needs a size > 0"));
 }
 
 }  // namespace

@@ -147,6 +147,8 @@ TEST_CASE("host pool: a size that cannot be reserved fails at once, naming the b
 #ifndef PS_WITH_CUDA
   CHECK_THROWS_WITH(MakeHostPoolAllocator(/*pinned=*/true, kBytes),
                     Catch::Contains("pinned host memory needs a CUDA build"));
+  CHECK_THROWS_WITH(MakeHostPoolAllocator(/*pinned=*/true, kBytes, HostPoolPinning::kRegister),
+                    Catch::Contains("registered host memory needs a CUDA build"));
 #endif
 #if !defined(__SANITIZE_ADDRESS__)  // ASan aborts on an allocation this size instead of failing it
   const int64_t huge = int64_t{1} << 60;  // beyond any address space: the allocation fails
