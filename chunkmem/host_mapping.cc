@@ -9,26 +9,55 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace ps::chunkmem {
 
+namespace {
+
+// MemAvailable of /proc/meminfo in bytes, or -1 where it cannot be read.
+int64_t AvailableHostBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
 at::Tensor MapResidentHostBytes(int64_t bytes) {
   TORCH_CHECK(bytes > 0, "chunkmem: a host mapping needs a size > 0, got ", bytes);
-  // Over-map by one huge page and trim, so the payload starts on a huge-page boundary
-  // (the kernel can only back aligned 2 MiB ranges with huge pages).
-  const size_t span = static_cast<size_t>(bytes) + kHugePageBytes;
+  // Faulting in more than the machine has would end in the kernel's OOM killer, not in
+  // an error: refuse first.
+  const int64_t available = AvailableHostBytes();
+  TORCH_CHECK(available < 0 || bytes <= available, "chunkmem: a host pool of ", bytes,
+              " bytes is more than the machine's available memory (MemAvailable ", available,
+              " bytes); lower chunk.host_budget_bytes or use chunk.host_pool_pinning: host_alloc");
+  // The mapping covers whole base pages (munmap takes page-aligned lengths); over-map by
+  // one huge page and trim, so the payload starts on a huge-page boundary (the kernel can
+  // only back aligned 2 MiB ranges with huge pages).
+  const int64_t page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+  const auto mapped = static_cast<size_t>((bytes + page - 1) / page * page);
+  const size_t span = mapped + kHugePageBytes;
   void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   TORCH_CHECK(raw != MAP_FAILED, "chunkmem: mmap of ", span, " bytes of host memory failed: ", std::strerror(errno));
   const auto start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-  const size_t head = aligned - start, tail = span - head - static_cast<size_t>(bytes);
-  if (head > 0) munmap(raw, head);
-  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  const size_t head = aligned - start, tail = span - head - mapped;
+  // mmap returns page-aligned addresses, so both trims are page-aligned and cannot fail.
+  if (head > 0) TORCH_CHECK(munmap(raw, head) == 0, "chunkmem: munmap: ", std::strerror(errno));
+  if (tail > 0) {
+    TORCH_CHECK(munmap(reinterpret_cast<void*>(aligned + mapped), tail) == 0, "chunkmem: munmap: ", std::strerror(errno));
+  }
   char* base = reinterpret_cast<char*>(aligned);
-  (void)madvise(base, static_cast<size_t>(bytes), MADV_HUGEPAGE);  // a hint: kernels without THP ignore it
+  (void)madvise(base, mapped, MADV_HUGEPAGE);  // a hint: kernels without THP ignore it
   // One write per base page faults it in (the kernel zeroes it); slices of huge pages
   // on the intra-op threads.
-  const int64_t page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
   const int64_t slices = (bytes + kHugePageBytes - 1) / kHugePageBytes;
   at::parallel_for(0, slices, 1, [&](int64_t begin, int64_t end) {
     const int64_t last = std::min(end * kHugePageBytes, bytes);
@@ -36,9 +65,8 @@ at::Tensor MapResidentHostBytes(int64_t bytes) {
       *reinterpret_cast<volatile char*>(base + at) = 0;
     }
   });
-  const auto size = static_cast<size_t>(bytes);
   return at::from_blob(
-      base, {bytes}, [size](void* p) { munmap(p, size); }, at::TensorOptions().dtype(at::kByte));
+      base, {bytes}, [mapped](void* p) { (void)munmap(p, mapped); }, at::TensorOptions().dtype(at::kByte));
 }
 
 }  // namespace ps::chunkmem

@@ -42,6 +42,7 @@ PlacementInput PlacementInputOf(const PlanInput& in) {
   PlacementInput p;
   p.compute_element_bytes = in.compute_element_bytes;
   p.grads_in_compute_chunks = in.grads_in_compute_chunks;
+  p.block_major_grads = in.block_major_grads;
   p.device_budget_bytes = in.device_capacity_bytes > 0 ? in.device_capacity_bytes : in.device_budget_bytes;
   p.device_chunk_room_bytes = in.device_budget_bytes;
   p.device_room_name = in.device_room_name;

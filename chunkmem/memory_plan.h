@@ -40,6 +40,7 @@ struct PlanInput {
   int64_t host_backup_chunks = 0;        // the optimizer's speculation backups (PlacementInput)
   int64_t host_budget_bytes = 0;
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (see RuntimeOptions)
+  bool block_major_grads = false;        // the vertical schedule's staging slots (PlacementInput)
   // fp32 parameters kept outside the chunks on the host (chunk.cpu_embedding): value,
   // gradient, m and v, 16 bytes each.
   int64_t host_param_numel = 0;

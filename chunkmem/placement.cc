@@ -85,7 +85,10 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
     int64_t bytes = 0;
     int64_t buffers = 0;
     if (!zero) {
-      for (int c : chunks) bytes += compute[c];  // <= compute_bytes, which did not overflow
+      for (int c : chunks) {
+        bytes += compute[c];  // <= compute_bytes, which did not overflow
+        if (in.block_major_grads) bytes = Add(bytes, Mul(layout.chunks()[c].capacity_numel, 4));
+      }
     } else {
       std::set<int64_t> groups;
       for (int c : chunks) groups.insert(c / world);

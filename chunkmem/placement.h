@@ -34,6 +34,10 @@ namespace ps::chunkmem {
 struct PlacementInput {
   int64_t compute_element_bytes = 4;     // 4 (fp32: the compute chunk is the master) or 2
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (RuntimeOptions)
+  // Block-major backward (RuntimeOptions::block_major_backward, the vertical schedule):
+  // a block's chunks keep their fp32 staging slots open through all its micro-batches,
+  // so the working set counts one fp32 slot per compute chunk of the block.
+  bool block_major_grads = false;
   // Chunk bytes the device tier may hold at all (the store's budget: fixed budget, or
   // the traced capacity).
   int64_t device_budget_bytes = 0;
@@ -75,7 +79,7 @@ struct Placement {
   std::vector<bool> optimizer_on_device;  // [chunk]: master/m/v on the device from start-up
   int device_optimizer_chunks = 0;
   int64_t device_optimizer_bytes = 0;     // pinned on the device for the whole run
-  int64_t working_set_bytes = 0;          // compute chunks of the most demanding block
+  int64_t working_set_bytes = 0;          // compute chunks of the most demanding block (block-major: and their fp32 slots)
   // ZeRO: of the working set, the group buffers (gathered compute chunks and the fp32
   // gradients reduce-scattered from them) of that block; 0 with one process.
   int64_t group_buffer_bytes = 0;

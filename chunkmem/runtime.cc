@@ -62,6 +62,19 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   const bool separate_master = options.compute_dtype != at::kFloat;
   TORCH_CHECK(!options.grads_in_compute_chunks || separate_master,
               "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
+  TORCH_CHECK(!options.block_major_backward || (!zero() && !options.grads_in_compute_chunks),
+              "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
+              "chunks; it is not built for ZeRO or for gradients in the compute slots");
+  lowest_block_.assign(layout_.num_chunks(), std::numeric_limits<int>::max());
+  blocks_of_chunk_.resize(layout_.num_chunks());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int chunk = layout_.placements()[i].chunk_id;
+    for (int b : params_[i].used_by_blocks) {
+      lowest_block_[chunk] = std::min(lowest_block_[chunk], b);
+      auto& blocks = blocks_of_chunk_[chunk];
+      if (std::find(blocks.begin(), blocks.end(), b) == blocks.end()) blocks.push_back(b);
+    }
+  }
   counts_.assign(layout_.num_chunks(), {});
   prefetched_.assign(layout_.num_chunks(), false);
   states_.assign(params_.size(), TensorState::kFree);
@@ -85,6 +98,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   PlacementInput where = options_.placement;
   where.compute_element_bytes = static_cast<int64_t>(c10::elementSize(options.compute_dtype));
   where.grads_in_compute_chunks = options.grads_in_compute_chunks;
+  where.block_major_grads = options.block_major_backward;
   where.device_budget_bytes = store_.Budget(Tier::kDevice);
   where.host_budget_bytes = store_.Budget(Tier::kHost);
   where.host_scratch_chunks = HostGradScratchChunks(options.grads_in_compute_chunks);
@@ -290,7 +304,9 @@ void ChunkRuntime::Moment(const char* what, int block) {
   }
   if (!budget_at_.empty() && store_.BytesUsed(Tier::kDevice) > ChunkBudgetNow()) {
     // Gradient staging slots give way to compute chunks (their partial sums go to the host).
-    if (!EvictDownTo(ChunkBudgetNow(), /*keep=*/-1) && !(ReleaseGradSlots() && EvictDownTo(ChunkBudgetNow(), -1))) {
+    auto evict = [&] { return EvictDownTo(ChunkBudgetNow(), /*keep=*/-1); };
+    if (!evict() && !(options_.block_major_backward && ReleaseIdleGradSlots() && evict()) &&
+        !(ReleaseGradSlots() && evict())) {
       ++stats_.budget_overruns;
     }
     interval_chunk_peak_ = store_.BytesUsed(Tier::kDevice);  // the new interval starts after the shrink
@@ -362,8 +378,11 @@ void ChunkRuntime::FetchToDevice(int chunk) {
   if (store_.tier(id) == Tier::kDevice) return;
   const int64_t need = store_.chunk_bytes(id);
   const int64_t budget = ChunkBudgetNow();
-  // Gradient staging slots give way to compute chunks (their partial sums go to the host).
-  if (!EvictDownTo(budget - need, chunk, need) && !(ReleaseGradSlots() && EvictDownTo(budget - need, chunk, need))) {
+  // Gradient staging slots give way to compute chunks (their partial sums go to the
+  // host): block-major, first those of chunks the current block does not use.
+  auto evict = [&] { return EvictDownTo(budget - need, chunk, need); };
+  if (!evict() && !(options_.block_major_backward && ReleaseIdleGradSlots() && evict()) &&
+      !(ReleaseGradSlots() && evict())) {
     // During a traced warm-up the small warm-up share may be exceeded when the chunks in
     // use need it (up to the store's budget); otherwise the chunks in use do not fit.
     const bool soft = traced_budget() && budget_at_.empty() && store_.CanHold(Tier::kDevice, need);
@@ -468,6 +487,7 @@ void ChunkRuntime::PostForward(int block) {
 
 void ChunkRuntime::PreBackward(int block) {
   Moment("backward", block);
+  if (options_.block_major_backward) FlushChunksAbove(block);
   if (zero()) ReleaseIdleGroups(block);
   for (int i : params_of_block_.at(block)) Access(i);
   if (zero()) PrefetchGroups();

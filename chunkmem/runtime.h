@@ -89,6 +89,13 @@ struct RuntimeOptions {
   // host, the parameter's shape, uninitialised; returns whether it wrote them (false:
   // the runtime zeroes them, e.g. for values a checkpoint provides later).
   std::function<bool(int index, at::Tensor values)> initial_values;
+  // One backward for all micro-batches of a step, block-major (the vertical schedule,
+  // docs/chunkmem.md "Micro-batch order"): a parameter's gradient may arrive several
+  // times in it (once per recomputed micro-batch), so a chunk's staging slot is flushed
+  // once backward has moved below every block that uses the chunk (PreBackward of a
+  // lower block, or AfterBackward), not when each used parameter has one gradient. Not
+  // with ZeRO or grads_in_compute_chunks.
+  bool block_major_backward = false;
   // ZeRO over chunk groups (docs/comm.md): the ranks of a data-parallel run (null: one
   // process without collectives; world size 1: ZeRO over one rank, groups of one chunk,
   // which runs the collectives end to end, distributed.force_collectives). Chunk c is owned by rank c mod p; p consecutive chunks
@@ -340,10 +347,18 @@ class ChunkRuntime {
   // Flushes every open staging slot and waits for every flush, so compute chunks get the
   // device bytes back; returns whether anything was released.
   bool ReleaseGradSlots();
+  // Block-major: flushes (and waits for) the open slots of chunks the block backward is
+  // in does not use; returns whether there were any.
+  bool ReleaseIdleGradSlots();
   // Every parameter of `chunk` used in this micro-batch's forward has its flag in
   // `arrived` set (grad_arrived_: this micro-batch; has_grad_: this step).
   bool UsedParamsHave(int chunk, const std::vector<bool>& arrived) const;
   bool GradsOfMicroBatchIn(int chunk) const { return UsedParamsHave(chunk, grad_arrived_); }
+  // Whether the chunk's gradients of this backward are all in: GradsOfMicroBatchIn, or
+  // with block_major_backward, backward has moved below its lowest block.
+  bool ChunkGradsComplete(int chunk) const;
+  // block_major_backward: flushes the open slots of chunks no block from `block` down uses.
+  void FlushChunksAbove(int block);
   // ZeRO (runtime_zero.cc).
   const at::Tensor& ComputePayload(int chunk) const;  // owned: the store's; else the gathered view
   // `ahead`: the all-gather is left in flight (waited for at first use or release).
@@ -375,6 +390,10 @@ class ChunkRuntime {
   std::vector<at::Tensor> grad_slot_;              // [chunk] open device staging slot
   std::vector<bool> grad_dirty_;                   // [chunk] grad chunk written since ZeroGrads
   std::vector<bool> host_grad_written_;            // [chunk] host grad chunk written this step
+  std::vector<int> lowest_block_;                  // [chunk] lowest block using a parameter of it
+  std::vector<std::vector<int>> blocks_of_chunk_;  // [chunk] blocks using a parameter of it
+  int backward_block_ = -1;                        // block_major_backward: the lowest block backward reached
+                                                   // (INT_MAX before, -1 once it is over)
   std::deque<GradFlush> grad_flushes_;             // in flight, oldest first
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   bool trace_paused_ = false;

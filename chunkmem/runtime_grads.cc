@@ -18,6 +18,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "chunkmem/runtime.h"
 
@@ -54,7 +55,23 @@ void ChunkRuntime::OnGradAccumulated(int index) {
     if (group_grad_[group].defined() && GroupGradsIn(group)) ReduceGroupGrads(group);
     return;
   }
-  if (grad_slot_[chunk].defined() && GradsOfMicroBatchIn(chunk)) FlushGradSlot(chunk);
+  // Block-major: more of this chunk's gradients may come (the next micro-batch's
+  // recompute); its slot is flushed once backward moves below it (FlushChunksAbove).
+  if (!options_.block_major_backward && grad_slot_[chunk].defined() && GradsOfMicroBatchIn(chunk)) {
+    FlushGradSlot(chunk);
+  }
+}
+
+bool ChunkRuntime::ChunkGradsComplete(int chunk) const {
+  return options_.block_major_backward ? lowest_block_[chunk] > backward_block_ : GradsOfMicroBatchIn(chunk);
+}
+
+void ChunkRuntime::FlushChunksAbove(int block) {
+  backward_block_ = std::min(backward_block_, block);
+  if (grad_slot_.empty()) return;  // no gradient yet
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    if (grad_slot_[c].defined() && lowest_block_[c] > backward_block_) FlushGradSlot(c);
+  }
 }
 
 void ChunkRuntime::InitGradState() {
@@ -95,7 +112,11 @@ bool ChunkRuntime::OpenGradSlot(int chunk) {
   const int64_t need = store_.chunk_bytes(gid);
   // Room: first from finished copies' slots, then by evicting idle compute chunks.
   while (!FitsOnDevice(need, ChunkBudgetNow()) && !grad_flushes_.empty()) CompleteOldestGradFlush();
-  if (!FitsOnDevice(need, ChunkBudgetNow()) && !EvictDownTo(ChunkBudgetNow() - need, /*keep=*/-1, need)) return false;
+  auto fits = [&] { return FitsOnDevice(need, ChunkBudgetNow()) || EvictDownTo(ChunkBudgetNow() - need, /*keep=*/-1, need); };
+  // Block-major: slots of chunks the current block does not use (the tied embedding's,
+  // open until backward reaches block 0) give way: their partial sums go to the host as
+  // whole chunks rather than this chunk's gradients parameter by parameter.
+  if (!fits() && !(options_.block_major_backward && ReleaseIdleGradSlots() && fits())) return false;
   grad_slot_[chunk] = store_.Borrow(Tier::kDevice, layout_.chunks()[chunk].capacity_numel, at::kFloat, /*zero=*/true);
   interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
   return true;
@@ -150,7 +171,7 @@ void ChunkRuntime::CompleteOldestGradFlush() {
   store_.GiveBack(Tier::kDevice, flush.slot);
   // The last flush of a chunk whose gradients of the final micro-batch are all in.
   const int chunk = flush.chunk;
-  if (final_micro_batch_ && !grad_slot_[chunk].defined() && GradsOfMicroBatchIn(chunk) &&
+  if (final_micro_batch_ && !grad_slot_[chunk].defined() && ChunkGradsComplete(chunk) &&
       std::none_of(grad_flushes_.begin(), grad_flushes_.end(), [chunk](const GradFlush& f) { return f.chunk == chunk; })) {
     GradsFinal(chunk);
   }
@@ -162,6 +183,20 @@ void ChunkRuntime::CompleteGradFlushes(int chunk) {
     if (chunk < 0 || grad_flushes_[k].chunk == chunk) last = k;
   }
   for (int k = 0; k <= last; ++k) CompleteOldestGradFlush();
+}
+
+bool ChunkRuntime::ReleaseIdleGradSlots() {
+  if (grad_slot_.empty()) return false;
+  bool released = false;
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    if (!grad_slot_[c].defined()) continue;
+    const auto& blocks = blocks_of_chunk_[c];
+    if (std::find(blocks.begin(), blocks.end(), backward_block_) != blocks.end()) continue;  // in use now
+    FlushGradSlot(c);
+    released = true;
+  }
+  if (released) CompleteGradFlushes(-1);
+  return released;
 }
 
 bool ChunkRuntime::ReleaseGradSlots() {
@@ -181,6 +216,7 @@ void ChunkRuntime::AfterBackward() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (states_[i] == TensorState::kCompute) Release(static_cast<int>(i), TensorState::kHoldAfterBwd);
   }
+  backward_block_ = -1;  // block-major: backward is over, every chunk's gradients are in
   if (grad_slot_.empty()) return;  // no fp32 gradient arrived yet (or gradients reuse the slots)
   if (zero()) {  // groups whose parameters were used without a gradient kept their buffer open
     for (int g = 0; g < static_cast<int>(group_grad_.size()); ++g) {
@@ -211,8 +247,16 @@ void ChunkRuntime::PinGradChunks() {
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     any_host_updated = any_host_updated || (owned(c) && store_.tier(chunk_id(ChunkKind::kAdamM, c)) != Tier::kDevice);
   }
-  const int64_t reserve =
-      any_host_updated ? static_cast<int64_t>(kMaxGradFlushesInFlight + 1) * max_grad_bytes : 0;
+  // Block-major: every chunk of a block keeps its slot open through the block's micro-batches.
+  int64_t slots = static_cast<int64_t>(kMaxGradFlushesInFlight + 1);
+  if (options_.block_major_backward) {
+    std::vector<int64_t> chunks_of_block(params_of_block_.size(), 0);
+    for (const auto& blocks : blocks_of_chunk_) {
+      for (int b : blocks) ++chunks_of_block[b];
+    }
+    slots += *std::max_element(chunks_of_block.begin(), chunks_of_block.end());
+  }
+  const int64_t reserve = any_host_updated ? slots * max_grad_bytes : 0;
   int64_t room = MinChunkBudgetBytes() - PeakWorkingSetBytes() - pinned - reserve;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     if (!owned(c)) continue;
@@ -230,6 +274,7 @@ void ChunkRuntime::PinGradChunks() {
 
 void ChunkRuntime::ZeroGrads() {
   at::NoGradGuard no_grad;
+  backward_block_ = std::numeric_limits<int>::max();  // block-major: backward has not started
   if (!options_.grads_in_compute_chunks) {  // reused slots are overwritten, not accumulated
     TORCH_INTERNAL_ASSERT(grad_flushes_.empty(), "chunkmem: ZeroGrads with gradient copies in flight");
     InitGradState();

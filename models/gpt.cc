@@ -7,6 +7,7 @@
 #include <torch/nn/init.h>
 
 #include <cmath>
+#include <functional>
 
 #include "models/recompute.h"
 #include "models/leaf_linear.h"
@@ -102,14 +103,14 @@ GptImpl::GptImpl(const GptConfig& config, Uninitialised) : config_(config) {
   }
 }
 
-at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
-  LayerHooks none;
-  LayerHooks& hk = hooks ? *hooks : none;
+bool GptImpl::recompute() const {
+  return config_.activation_checkpointing && is_training() && at::GradMode::is_enabled();
+}
+
+at::Tensor GptImpl::Embed(const at::Tensor& idx) {
   const int64_t T = idx.size(1);
   TORCH_CHECK(T <= config_.n_positions, "sequence length ", T, " exceeds model.n_positions ",
               config_.n_positions);
-  int block = 0;
-  hk.PreForward(block);
   auto pos = at::arange(T, idx.options().dtype(at::kLong));
   at::Tensor x;
   if (host_embedding_ && !config_.tie_word_embeddings) {  // both on the host, summed in fp32
@@ -119,34 +120,82 @@ at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
   } else {
     x = wte(idx) + wpe(pos);
   }
-  x = drop(x);
-  x = hk.PostForward(block, x);
-  const bool recompute = config_.activation_checkpointing && is_training() && at::GradMode::is_enabled();
-  for (const auto& m : *h) {
-    ++block;
-    hk.PreForward(block);
-    auto* impl = m->as<BlockImpl>();
-    if (recompute) {
-      x = RecomputedCall(
-          x, [impl](const at::Tensor& in) { return impl->forward(in); },
-          [hooks, block] {  // `hooks` (not `hk`): the default no-op object dies with forward()
-            if (hooks) hooks->PreForward(block);
-          });
-    } else {
-      x = impl->forward(x);
-    }
-    x = hk.PostForward(block, x);
-  }
-  ++block;
-  hk.PreForward(block);
-  x = ln_f(x);
-  at::Tensor logits;
+  return drop(x);
+}
+
+at::Tensor GptImpl::RunBlock(int block, const at::Tensor& x, LayerHooks* hooks) {
+  auto* impl = h[block - 1]->as<BlockImpl>();
+  if (!recompute()) return impl->forward(x);
+  return RecomputedCall(
+      x, [impl](const at::Tensor& in) { return impl->forward(in); },
+      [hooks, block] {  // `hooks` may be null: the callers' default no-op object dies with them
+        if (hooks) hooks->PreForward(block);
+      });
+}
+
+at::Tensor GptImpl::Head(const at::Tensor& x) {
+  const at::Tensor y = ln_f(x);
   if (config_.tie_word_embeddings) {
-    logits = save_weight_leaves_ ? LeafLinear(x, wte->weight, {}) : F::linear(x, wte->weight);
-  } else {
-    logits = Apply(lm_head, x, save_weight_leaves_);
+    return save_weight_leaves_ ? LeafLinear(y, wte->weight, {}) : F::linear(y, wte->weight);
   }
-  return hk.PostForward(block, logits);
+  return Apply(lm_head, y, save_weight_leaves_);
+}
+
+at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
+  LayerHooks none;
+  LayerHooks& hk = hooks ? *hooks : none;
+  int block = 0;
+  hk.PreForward(block);
+  at::Tensor x = hk.PostForward(block, Embed(idx));
+  for (++block; block <= config_.n_layer; ++block) {
+    hk.PreForward(block);
+    x = hk.PostForward(block, RunBlock(block, x, hooks));
+  }
+  hk.PreForward(block);
+  return hk.PostForward(block, Head(x));
+}
+
+namespace {
+at::Tensor MeanCrossEntropy(const at::Tensor& logits, const at::Tensor& targets) {
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+}
+}  // namespace
+
+std::vector<at::Tensor> GptImpl::LossMany(const std::vector<at::Tensor>& idx, const std::vector<at::Tensor>& targets,
+                                          LayerHooks* hooks) {
+  TORCH_CHECK(!idx.empty() && idx.size() == targets.size(), "LossMany: ", idx.size(), " inputs for ", targets.size(),
+              " targets");
+  TORCH_CHECK(recompute() || !at::GradMode::is_enabled() || !is_training(),
+              "LossMany (train.accumulation_schedule: vertical) needs model.activation_checkpointing: true in "
+              "training: it keeps every micro-batch's block inputs, and only those");
+  LayerHooks none;
+  LayerHooks& hk = hooks ? *hooks : none;
+  const size_t k = idx.size();
+  std::vector<at::Tensor> x(k);
+  // Each block once for every micro-batch: fetched once; its outputs wrapped after all
+  // ran (their backward hooks then come first in backward, see the header).
+  auto each = [&](int block, const std::function<at::Tensor(size_t)>& run) {
+    hk.PreForward(block);
+    for (size_t m = 0; m < k; ++m) x[m] = run(m);
+    for (size_t m = 0; m < k; ++m) x[m] = hk.PostForward(block, x[m]);
+  };
+  each(0, [&](size_t m) { return Embed(idx[m]); });
+  for (int block = 1; block <= config_.n_layer; ++block) {
+    each(block, [&](size_t m) { return RunBlock(block, x[m], hooks); });
+  }
+  const int last = num_blocks() - 1;
+  each(last, [&](size_t m) {
+    if (!recompute()) return MeanCrossEntropy(Head(x[m]), targets[m]);
+    // k micro-batches' logits (vocab_size per token, with their fp32 copy) would dwarf
+    // the block inputs: the head runs again in backward, one micro-batch at a time.
+    const at::Tensor t = targets[m];
+    return RecomputedCall(
+        x[m], [this, t](const at::Tensor& in) { return MeanCrossEntropy(Head(in), t); },
+        [hooks, last] {
+          if (hooks) hooks->PreForward(last);
+        });
+  });
+  return x;
 }
 
 void GptImpl::set_save_weight_leaves(bool on) {
@@ -165,9 +214,7 @@ void GptImpl::set_host_embedding(bool on, at::Device device, at::ScalarType dtyp
 }
 
 at::Tensor GptImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks) {
-  auto logits = forward(idx, hooks);
-  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                          targets.reshape({-1}));
+  return MeanCrossEntropy(forward(idx, hooks), targets);
 }
 
 std::vector<BlockParameter> GptImpl::BlockParameters() const {

@@ -95,6 +95,16 @@ class GptImpl : public torch::nn::Module {
   at::Tensor Loss(const at::Tensor& idx, const at::Tensor& targets,
                   LayerHooks* hooks = nullptr);
 
+  // The losses of several micro-batches (train.accumulation_schedule: vertical), each
+  // as Loss() would give it, computed block-major: the embeddings of every micro-batch,
+  // then each block over every micro-batch (PreForward once per block, PostForward on
+  // each output), then the head of each. One backward of their sum then runs block-major
+  // too (docs/chunkmem.md, "Micro-batch order"). Needs activation checkpointing in
+  // training (only the block inputs of all micro-batches are kept); the head and loss
+  // are then recomputed in backward as well, one micro-batch at a time.
+  std::vector<at::Tensor> LossMany(const std::vector<at::Tensor>& idx, const std::vector<at::Tensor>& targets,
+                                   LayerHooks* hooks = nullptr);
+
   // All parameters in model (forward) order, each once, with its block id.
   std::vector<BlockParameter> BlockParameters() const;
   ParameterCounts CountParameters() const;
@@ -115,6 +125,11 @@ class GptImpl : public torch::nn::Module {
   torch::nn::Dropout drop{nullptr};
 
  private:
+  at::Tensor Embed(const at::Tensor& idx);            // block 0 (no hooks)
+  at::Tensor RunBlock(int block, const at::Tensor& x, LayerHooks* hooks);  // 1..n_layer, recomputed or not
+  at::Tensor Head(const at::Tensor& x);               // ln_f and the LM head: logits (no hooks)
+  bool recompute() const;                             // activation checkpointing applies now
+
   bool host_embedding_ = false;
   at::Device embedding_out_device_ = at::kCPU;
   at::ScalarType embedding_out_dtype_ = at::kFloat;

@@ -103,16 +103,23 @@ std::vector<ParameterShape> GptParameterShapes(const GptConfig& c) {
   return out;
 }
 
-int64_t EstimateActivationBytes(const GptConfig& c, int64_t tokens, int64_t element_bytes) {
+int64_t EstimateActivationBytes(const GptConfig& c, int64_t tokens, int64_t element_bytes,
+                                int64_t micro_batches_kept) {
   const ShapeArithmetic a(c, "the activation estimate (train.micro_batch_size x data.seq_len tokens)");
   const int64_t C = c.n_embd;
   constexpr int64_t kBlockSaved = 17;  // elements per token and n_embd kept by one block
   const int64_t saved_per_block = a.Mul(kBlockSaved, C);
+  const int64_t outside = a.Mul(3, C);  // embedding sum, ln_f input and output
+  const int64_t logits = a.Mul(c.vocab_size, element_bytes + 8);
+  if (micro_batches_kept > 1) {  // block-major: every micro-batch's block inputs, one block and head at a time
+    TORCH_CHECK(c.activation_checkpointing, "keeping ", micro_batches_kept,
+                " micro-batches' activations needs activation checkpointing");
+    const int64_t kept = a.Mul(a.Mul(a.Add(a.Mul(c.n_layer, C), outside), element_bytes), micro_batches_kept);
+    return a.Mul(a.Add(kept, a.Add(a.Mul(saved_per_block, element_bytes), logits)), tokens);
+  }
   const int64_t blocks = c.activation_checkpointing ? a.Add(a.Mul(c.n_layer, C), saved_per_block)
                                                     : a.Mul(c.n_layer, saved_per_block);
-  const int64_t outside = a.Mul(3, C);  // embedding sum, ln_f input and output
-  const int64_t per_token =
-      a.Add(a.Mul(a.Add(blocks, outside), element_bytes), a.Mul(c.vocab_size, element_bytes + 8));
+  const int64_t per_token = a.Add(a.Mul(a.Add(blocks, outside), element_bytes), logits);
   return a.Mul(per_token, tokens);
 }
 

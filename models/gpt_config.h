@@ -68,7 +68,11 @@ int64_t GptParameterCount(const GptConfig& config);
 // one block recomputed; plus embeddings and ln_f, and the logits with their fp32 copy
 // and gradient (vocab_size x (element_bytes + 8) per token). An estimate for planning
 // (`ps_train --plan`); the warm-up trace measures the real peak.
-int64_t EstimateActivationBytes(const GptConfig& config, int64_t tokens, int64_t element_bytes);
+// `micro_batches_kept` > 1 (train.accumulation_schedule: vertical, which needs
+// checkpointing): the block inputs, embeddings and ln_f of that many micro-batches of
+// `tokens` each, plus one block recomputed and one micro-batch's logits.
+int64_t EstimateActivationBytes(const GptConfig& config, int64_t tokens, int64_t element_bytes,
+                                int64_t micro_batches_kept = 1);
 
 // Checks shapes (positive sizes, n_head divides n_embd); throws c10::Error naming
 // the offending field with the "model." prefix.

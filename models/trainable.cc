@@ -41,6 +41,16 @@ class TrainableGpt final : public ModelOf<Gpt> {
   LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
     return {model_->Loss(batch.input_ids, batch.labels, hooks), {}, {}};
   }
+  std::vector<LossOutput> LossMany(const std::vector<Batch>& batches, LayerHooks* hooks) override {
+    std::vector<at::Tensor> idx, targets;
+    for (const Batch& b : batches) {
+      idx.push_back(b.input_ids);
+      targets.push_back(b.labels);
+    }
+    std::vector<LossOutput> out;
+    for (at::Tensor& loss : model_->LossMany(idx, targets, hooks)) out.push_back({std::move(loss), {}, {}});
+    return out;
+  }
 };
 
 class TrainableBert final : public ModelOf<Bert> {
@@ -67,6 +77,11 @@ class TrainableBert final : public ModelOf<Bert> {
 };
 
 }  // namespace
+
+std::vector<LossOutput> TrainableModel::LossMany(const std::vector<Batch>& /*batches*/, LayerHooks* /*hooks*/) {
+  TORCH_CHECK(false, "this model has no block-major forward (train.accumulation_schedule: vertical is GPT only)");
+  return {};
+}
 
 Batch Batch::To(at::Device device) const {
   return {MoveIfDefined(input_ids, device), MoveIfDefined(labels, device), MoveIfDefined(token_type_ids, device),

@@ -44,6 +44,9 @@ class TrainableModel {
   virtual ~TrainableModel() = default;
 
   virtual LossOutput Loss(const Batch& batch, LayerHooks* hooks = nullptr) = 0;
+  // The losses of several micro-batches computed block-major (train.accumulation_schedule:
+  // vertical; GptImpl::LossMany). Models without it throw c10::Error.
+  virtual std::vector<LossOutput> LossMany(const std::vector<Batch>& batches, LayerHooks* hooks = nullptr);
   // All parameters in forward order, each once, with the blocks that use them.
   virtual std::vector<BlockParameter> BlockParameters() const = 0;
   virtual ParameterCounts CountParameters() const = 0;

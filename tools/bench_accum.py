@@ -6,13 +6,16 @@ For each case (model, micro-batch, k micro-batches per step), bf16, with the ste
 breakdown, best of --repeats:
   plain        chunk.enabled=false, global batch = micro x k
   chunks_k     chunks (traced budget, hybrid Adam), global batch = micro x k
+  chunks_kv    chunks_k with train.accumulation_schedule: vertical (needs --checkpointing)
   chunks_1     chunks, global batch = micro (one micro-batch per step)
 and the goal: forward+backward of a chunks_k step <= 1.1 x k x that of a chunks_1 step
-(`goal_ratio` = the left side / (k x chunks_1's), met when <= 1.1), with the grad path's
+(`goal_ratio` = the left side / (k x chunks_1's), met when <= 1.1; `goal_ratio_vertical`
+the same for chunks_kv), with the grad path's
 counters per step (device-to-host copies, waits, grad flushes, per-parameter copies).
 A run that fails (plain GPT2_4B may not fit) is recorded with its error.
 
   tools/gpu_run.sh python3 tools/bench_accum.py --ps-train .device/ps_train --out $OUT
+  ... --modes chunks_k,chunks_kv,chunks_1 --checkpointing   # horizontal against vertical
   python3 tools/bench_accum.py --device cpu --quick --out /tmp/ba   # logic check, simulated tier
 """
 import argparse
@@ -39,11 +42,12 @@ def run_case(r, model, micro, k):
     a = r.a
     base = r.common(a.steps) + device_checks.model_sets(a, model) + [
         "precision.dtype=bf16", f"train.micro_batch_size={micro}", f"data.seq_len={a.seq_len}",
-        "logging.step_breakdown=true"]
+        "logging.step_breakdown=true"] + (["model.activation_checkpointing=true"] if a.checkpointing else [])
     chunk = ["chunk.enabled=true", "chunk.size_elements=auto"] + (
         [f"chunk.device_memory_bytes={a.quick_device_bytes}"] if a.device == "cpu" else [])
     modes = {"plain": [f"train.global_batch_size={micro * k}"],
              "chunks_k": chunk + [f"train.global_batch_size={micro * k}"],
+             "chunks_kv": chunk + [f"train.global_batch_size={micro * k}", "train.accumulation_schedule=vertical"],
              "chunks_1": chunk + [f"train.global_batch_size={micro}"]}
     modes = {m: s for m, s in modes.items() if m in a.modes.split(",")}
     out = {}
@@ -63,6 +67,8 @@ def run_case(r, model, micro, k):
     if all("step_breakdown_ms" in out.get(m, {}) for m in ("chunks_k", "chunks_1")):
         out["goal_ratio"] = fb("chunks_k") / (k * fb("chunks_1"))
         out["goal_met"] = out["goal_ratio"] <= 1.1
+    if all("step_breakdown_ms" in out.get(m, {}) for m in ("chunks_kv", "chunks_1")):
+        out["goal_ratio_vertical"] = fb("chunks_kv") / (k * fb("chunks_1"))
     if all("tokens_per_s" in out.get(m, {}) for m in ("plain", "chunks_k")):
         out["chunks_over_plain"] = out["chunks_k"]["tokens_per_s"] / out["plain"]["tokens_per_s"]
     return out
@@ -78,7 +84,9 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--modes", default="plain,chunks_k,chunks_1", help="which of plain,chunks_k,chunks_1 to run")
+    ap.add_argument("--modes", default="plain,chunks_k,chunks_1",
+                    help="which of plain,chunks_k,chunks_kv,chunks_1 to run")
+    ap.add_argument("--checkpointing", action="store_true", help="model.activation_checkpointing in every mode")
     ap.add_argument("--cases", help="model:micro:k,... (default: gpt2-1.5b:8:2,GPT2_4B:8:4)")
     ap.add_argument("--run-timeout-s", type=int, default=540)
     ap.add_argument("--quick-device-bytes", type=int, default=60_000_000)

@@ -56,6 +56,7 @@ on a small model (the --n-* options), a check that the script itself works; `--l
 `chunk.host_budget_bytes` checks the ladder walk.
 """
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -124,6 +125,19 @@ def one_rank_env():
                       WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
 
 
+def deepspeed_config(args, bve, stage):
+    """DeepSpeed ZeRO-`stage` with the optimizer (stage 3: and parameters) offloaded to pinned host memory."""
+    zero = {"stage": stage, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+            "overlap_comm": True, "contiguous_gradients": True}
+    if stage == 3:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return {"train_micro_batch_size_per_gpu": args.batch_size, "gradient_accumulation_steps": 1,
+            "bf16": {"enabled": args.dtype == "bf16"}, "gradient_clipping": bve.CLIP,
+            "optimizer": {"type": "AdamW", "params": {"lr": bve.LR, "betas": list(bve.BETAS),
+                                                      "eps": bve.EPS, "weight_decay": bve.WD}},
+            "zero_optimization": zero, "steps_per_print": 1 << 30, "wall_clock_breakdown": False}
+
+
 class Peer:
     """One peer's model, optimizer and step; `step(tokens)` returns the loss tensor."""
 
@@ -134,7 +148,23 @@ class Peer:
         self.torch, self.name, self.args = torch, name, args
         device = args.device
         torch.manual_seed(1234)
-        model = bve.Gpt(m)
+        build = contextlib.nullcontext()
+        if name.startswith("ds_"):
+            ensure_deepspeed()
+            import deepspeed
+            one_rank_env()
+            deepspeed.init_distributed(dist_backend="nccl")
+            ds_config = deepspeed_config(args, bve, 2 if name == "ds_zero2" else 3)
+            if name == "ds_zero3":
+                # Partitioned and offloaded as each module is built, as DeepSpeed advises for models
+                # beyond one device: the fp32 model never exists whole on the host (fair for --largest).
+                # Gpt's own initialisation then writes into empty partitions: DeepSpeed keeps
+                # LibTorch's default initialisation, which changes the loss, not the speed.
+                build = deepspeed.zero.Init(config_dict_or_path=ds_config, remote_device="cpu", pin_memory=True)
+        with build:
+            model = bve.Gpt(m)
+        if name == "ds_zero3":  # the LM head reads wte's weight outside wte's forward
+            deepspeed.zero.register_external_parameter(model, model.wte.weight)
         if args.checkpointing:
             model.h = torch.nn.ModuleList(checkpointed(b) for b in model.h)
         decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -142,7 +172,7 @@ class Peer:
         groups = [{"params": decay, "weight_decay": bve.WD}, {"params": no_decay, "weight_decay": 0.0}]
         self.autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
         self.params = list(model.parameters())
-        self.n_params = sum(p.numel() for p in self.params)
+        self.n_params = sum(getattr(p, "ds_numel", p.numel()) for p in self.params)  # partitioned: ds_numel
         if name in ("eager", "compile"):
             model = model.to(device)
             fused = {"fused": True} if device == "cuda" else {}
@@ -165,22 +195,8 @@ class Peer:
                                          lr=bve.LR, betas=bve.BETAS, eps=bve.EPS)
             self.autocast = torch.autocast(device_type=device, enabled=False)  # the policy casts
             self.model, self.step = model, self.step_torch
-        else:  # ds_zero2 / ds_zero3
-            ensure_deepspeed()
-            import deepspeed
-            one_rank_env()
-            deepspeed.init_distributed(dist_backend="nccl")
-            stage = 2 if name == "ds_zero2" else 3
-            zero = {"stage": stage, "offload_optimizer": {"device": "cpu", "pin_memory": True},
-                    "overlap_comm": True, "contiguous_gradients": True}
-            if stage == 3:
-                zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-            config = {"train_micro_batch_size_per_gpu": args.batch_size, "gradient_accumulation_steps": 1,
-                      "bf16": {"enabled": args.dtype == "bf16"}, "gradient_clipping": bve.CLIP,
-                      "optimizer": {"type": "AdamW", "params": {"lr": bve.LR, "betas": list(bve.BETAS),
-                                                                "eps": bve.EPS, "weight_decay": bve.WD}},
-                      "zero_optimization": zero, "steps_per_print": 1 << 30, "wall_clock_breakdown": False}
-            self.model, self.opt, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config)
+        else:  # ds_zero2 / ds_zero3 (DeepSpeed set up above)
+            self.model, self.opt, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=ds_config)
             self.autocast = torch.autocast(device_type=device, enabled=False)  # DeepSpeed casts the model
             self.step = self.step_deepspeed
 
@@ -309,8 +325,11 @@ def spawn(name, args, m):
 def ps_plan(args, m):
     """ps_train --plan's verdict on model `m`: (fits, the reason when not)."""
     out = tempfile.mkdtemp(prefix="bench_offload_plan_")
-    proc = subprocess.run(ps_command(args, m, out) + ["--plan"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=args.timeout_s)
+    try:
+        proc = subprocess.run(ps_command(args, m, out) + ["--plan"], capture_output=True, text=True, cwd=ROOT,
+                              timeout=args.timeout_s)
+    except subprocess.TimeoutExpired:
+        return False, f"--plan timed out after {args.timeout_s} s"
     for line in proc.stdout.splitlines():
         if line.startswith("fits "):
             verdict = line[len("fits"):].strip()
@@ -388,7 +407,8 @@ def largest(args, runners):
         row = best[runner]
         above = [t for t in trials if t["name"] == runner and "error" in t and
                  (row is None or t["params"] > row["params"])]
-        failure = f"{above[0]['model']}: {above[0]['error'][:120]}" if above else "none (the ladder's top trained)"
+        first = min(above, key=lambda t: t["params"]) if above else None  # the smallest failing model above it
+        failure = f"{first['model']}: {first['error'][:120]}" if first else "none (the ladder's top trained)"
         if row is None:
             print(f"{runner:<10} {'none':<12} {'-':>11} {'-':>9} {'-':>14}  {failure}")
             continue

@@ -6,7 +6,7 @@
 #
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
-# CHECK: parity | eager | accum | accum4b | gpt3_6b | startup6b | spec6b | pin6b | gaming | largest | nccl1 | peers |
+# CHECK: parity | eager | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | largest | nccl1 | peers |
 #        largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
@@ -71,6 +71,10 @@ check() {
       timeout 300 $G python3 "$here/bench_accum.py" --ps-train "$PS" --out "$R/accum4b" --steps 4 \
         --modes chunks_k,chunks_1 --cases GPT2_4B:8:4 --run-timeout-s 140 > "$OUT/accum4b.log" 2>&1
       log "accum4b rc=$?" ;;
+    accum4bv)  # issue #9 §1: GPT2_4B micro 8 x 4, horizontal against vertical (both with checkpointing)
+      timeout 500 $G python3 "$here/bench_accum.py" --ps-train "$PS" --out "$R/accum4bv" --steps 4 --checkpointing \
+        --modes chunks_k,chunks_kv,chunks_1 --cases GPT2_4B:8:4 --run-timeout-s 150 > "$OUT/accum4bv.log" 2>&1
+      log "accum4bv rc=$?" ;;
     gpt3_6b)  # issue #9 §3-5: GPT3_6B micro 8: start-up, peak host memory against the pool, step breakdown
       $G "$PS" "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 --set train.global_batch_size=8 \
         --plan > "$OUT/plan_GPT3_6B.txt" 2>&1
@@ -81,7 +85,7 @@ check() {
       for pin in host_alloc register; do
         run GPT3_6B_start_$pin 150 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
           --set train.global_batch_size=8 --set train.max_steps=2 --set chunk.host_pool_pinning=$pin
-        grep -E "chunk start-up|start-up [0-9]" "$OUT/GPT3_6B_start_$pin.log" >> "$OUT/startup6b.txt"
+        grep -E "chunk start-up|\] start-up [0-9]" "$OUT/GPT3_6B_start_$pin.log" >> "$OUT/startup6b.txt"
       done ;;
     spec6b)  # issue #9 §5: GPT3_6B micro 8 with host chunks updated ahead in backward; both runs with the
       # copy engine (chunk.async_prefetch), which takes the speculated chunks to the host while backward goes on
@@ -130,9 +134,9 @@ check() {
     largest_ds)  # issue #9 §8: the largest ladder model DeepSpeed ZeRO-3 offload trains (micro 1, checkpointing),
       # against the `largest` check's ps_train figure; both in one table: --runners ps_train,ds_zero3 (over 10 min)
       timeout 590 $G python3 "$here/bench_offload.py" --ps-train "$PS" --largest --runners ds_zero3 --batch-size 1 \
-        --steps 3 --checkpointing --ladder GPT2_4B,GPT3_6B,GPT3_8B --timeout-s 240 --out "$OUT/largest_ds.json" \
+        --steps 3 --checkpointing --ladder GPT2_4B,GPT3_6B,GPT3_8B --timeout-s 150 --out "$OUT/largest_ds.json" \
         > "$OUT/largest_ds.log" 2>&1; log "largest_ds rc=$?" ;;
-    all) for c in parity eager accum accum4b gpt3_6b startup6b spec6b pin6b gaming largest nccl1 peers largest_ds; do
+    all) for c in parity eager accum accum4b accum4bv gpt3_6b startup6b spec6b pin6b gaming largest nccl1 peers largest_ds; do
            check $c; done ;;
     *) echo "unknown check: $1" >&2; exit 2 ;;
   esac

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "trainer/autocast_scope.h"
+#include "trainer/config_loader.h"
 #include "trainer/engine_state_io.h"
 #include "trainer/train_result.h"
 
@@ -86,14 +87,26 @@ void ChunkEngine::BeginStep(double lr) {
 
 models::LossOutput ChunkEngine::Forward(const models::Batch& batch, int64_t accum_steps) {
   // The last micro-batch's gradients are final: host chunks may update as they complete.
-  if (++micro_batch_ == accum_steps && config_.optimizer.speculation_slots > 0) {
-    chunks_.runtime->set_final_micro_batch(true);
-    chunks_.adam->BeginSpeculation(step_lr_, chunks_.scaler->scale());
-  }
+  if (++micro_batch_ == accum_steps) BeginFinalBackward();
   // The chunks hold the compute dtype already: no autocast.
   models::LossOutput out = model_->Loss(batch, chunks_.hooks.get());
   out.loss = out.loss / static_cast<double>(accum_steps);
   return out;
+}
+
+std::vector<models::LossOutput> ChunkEngine::ForwardMany(const std::vector<models::Batch>& batches,
+                                                         int64_t accum_steps) {
+  micro_batch_ += static_cast<int64_t>(batches.size());
+  BeginFinalBackward();  // the one backward gives every gradient of the step
+  std::vector<models::LossOutput> outs = model_->LossMany(batches, chunks_.hooks.get());
+  for (auto& out : outs) out.loss = out.loss / static_cast<double>(accum_steps);
+  return outs;
+}
+
+void ChunkEngine::BeginFinalBackward() {
+  if (config_.optimizer.speculation_slots == 0) return;
+  chunks_.runtime->set_final_micro_batch(true);
+  chunks_.adam->BeginSpeculation(step_lr_, chunks_.scaler->scale());
 }
 
 void ChunkEngine::Backward(const at::Tensor& loss) {
@@ -268,7 +281,15 @@ std::string ChunkEngine::WarmupKey() const {
       c.model.activation_checkpointing, device_.str(), k.warmup_steps, k.device_budget_bytes, k.device_memory_bytes,
       k.device_mem_ratio, k.warmup_device_chunk_ratio, k.placement == chunkmem::PlacementKind::kStatic ? "static" : "dynamic",
       k.eviction == chunkmem::EvictionPolicyKind::kOpt ? "opt" : "lru", k.prefetch_depth, k.margin_use_ratio,
-      c.optimizer.hybrid_adam);
+      c.optimizer.hybrid_adam) + VerticalKey();
+}
+
+std::string ChunkEngine::VerticalKey() const {
+  // A block-major step's moments differ from a horizontal one's, and with k (keys of
+  // horizontal runs stay as they were).
+  const int64_t k = GradAccumSteps(config_.train, comm_ ? comm_->world_size() : 1);
+  const bool vertical = config_.train.accumulation_schedule == AccumulationSchedule::kVertical && k > 1;
+  return vertical ? fmt::format(", vertical x {}", k) : "";
 }
 
 at::Tensor ChunkEngine::GatherAll(ChunkKind kind) const {

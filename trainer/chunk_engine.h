@@ -27,6 +27,8 @@ class ChunkEngine final : public TrainingEngine {
 
   void BeginStep(double lr) override;
   models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;
+  std::vector<models::LossOutput> ForwardMany(const std::vector<models::Batch>& batches,
+                                              int64_t accum_steps) override;
   void Backward(const at::Tensor& loss) override;
   void SyncGradients() override;
   StepOutcome OptimizerStep(double lr, double max_norm) override;
@@ -46,6 +48,10 @@ class ChunkEngine final : public TrainingEngine {
   // What a saved warm-up trace is valid for: the chunk layout and what shapes the
   // activations (a trace from another layout or micro-batch is not reused).
   std::string WarmupKey() const;
+  std::string VerticalKey() const;  // the accumulation schedule's part of it
+  // Before the backward that completes the step's gradients: speculation may start
+  // (optimizer.speculation_slots).
+  void BeginFinalBackward();
 
   // ZeRO: every rank's owned fp32 state of `kind`, gathered group by group, as the
   // whole layout ([chunks x chunk size]); collective.

@@ -52,6 +52,12 @@ ChunkBudgets ResolveChunkBudgets(const Config& c, at::Device device) {
 
 namespace {
 
+// Micro-batches whose activations live at once: the vertical schedule keeps each one's
+// block inputs until the step's one backward.
+int64_t MicroBatchesKept(const Config& c, int world_size) {
+  return c.train.accumulation_schedule == AccumulationSchedule::kVertical ? GradAccumSteps(c.train, world_size) : 1;
+}
+
 // PatrickStar's reuse is safe with one backward per step and a compute dtype that is
 // not the master's (fp32 needs its parameters intact).
 // ZeRO reduces gradients in fp32 group buffers, then (one micro-batch per step) into the
@@ -74,6 +80,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   options.warmup_iterations = c.chunk.warmup_steps;
   options.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   options.prefetch_depth = c.chunk.prefetch_depth;
+  options.block_major_backward = MicroBatchesKept(c, world_size) > 1;
   return options;
 }
 
@@ -218,8 +225,8 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   }
   input.chunk_numel = c.chunk.size_elements;
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
-  r.activation_bytes =
-      ActivationBytesOf(c, c.train.micro_batch_size * c.data.seq_len, input.compute_element_bytes);
+  r.activation_bytes = ActivationBytesOf(c, c.train.micro_batch_size * c.data.seq_len, input.compute_element_bytes,
+                                         MicroBatchesKept(c, world_size));
   const bool traced = budgets.traced_capacity_bytes > 0;
   // A traced budget shares the device with the activations: chunks get what they leave
   // (static placement: at most the warm-up share of it).
@@ -243,6 +250,7 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   }
   input.host_budget_bytes = budgets.host_bytes;
   input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
+  input.block_major_grads = MicroBatchesKept(c, world_size) > 1;
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   // Speculation backups: fp32 master, m, v (+ the compute chunk when it is not the
   // master) per slot, counted in fp32 chunks of the largest chunk.
@@ -250,7 +258,11 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   input.host_backup_chunks = (c.optimizer.speculation_slots * backup_bytes_per_element + 3) / 4;
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
   input.non_model_bytes = r.activation_bytes;
-  input.non_model_note = "per micro-batch, estimated from the model shape; ";
+  const int64_t kept = MicroBatchesKept(c, world_size);
+  input.non_model_note = kept > 1 ? "the block inputs of the step's " + std::to_string(kept) +
+                                        " micro-batches (vertical schedule) and one block recomputed, "
+                                        "estimated from the model shape; "
+                                  : "per micro-batch, estimated from the model shape; ";
   input.non_model_note += traced ? "taken off the traced device capacity, the warm-up measures the real peak"
                           : budgets.device_bytes >= kUnlimitedBytes ? "the simulated device has no limit"
                                                                     : "needed on the device besides the fixed chunk budget";

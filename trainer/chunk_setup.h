@@ -68,7 +68,7 @@ struct RunPlan {
   ChunkBudgets budgets;
   chunkmem::PlanInput input;
   chunkmem::MemoryPlan plan;
-  int64_t activation_bytes = 0;  // estimated, per micro-batch
+  int64_t activation_bytes = 0;  // estimated, per micro-batch (vertical: the step's kept inputs)
 };
 // `world_size`, `rank`: the plan of that rank of a ZeRO run (chunkmem::PlanInput).
 RunPlan PlanRun(const Config& config, at::Device device, int world_size = 1, int rank = 0);

@@ -46,6 +46,12 @@ struct CheckpointConfig {
   bool export_hf = false;
 };
 
+// The order of a step's micro-batches (docs/chunkmem.md, "Micro-batch order").
+enum class AccumulationSchedule {
+  kHorizontal,  // each micro-batch through the whole model, forward and backward, then the next
+  kVertical,    // every micro-batch through a block before the next block; one backward
+};
+
 struct TrainConfig {
   int64_t micro_batch_size = 8;   // sequences per forward/backward, per rank
   int64_t global_batch_size = 8;  // sequences per optimizer step; accumulation is derived
@@ -53,6 +59,7 @@ struct TrainConfig {
   double grad_clip = 1.0;         // global L2 norm bound; 0 = off
   int64_t eval_every = 0;         // steps between evaluations; 0 = only at the end
   int64_t eval_steps = 10;        // micro-batches per evaluation
+  AccumulationSchedule accumulation_schedule = AccumulationSchedule::kHorizontal;
 };
 
 struct LoggingConfig {

@@ -430,8 +430,25 @@ class Loader {
     }
   }
 
+  // What train.accumulation_schedule: vertical needs (the ranks are checked in Train()).
+  void ValidateAccumulationSchedule() const {
+    const auto& c = config_;
+    if (c.train.accumulation_schedule != AccumulationSchedule::kVertical) return;
+    if (c.model_type != models::ModelType::kGpt) {
+      throw ConfigError(At("train.accumulation_schedule") +
+                        ": train.accumulation_schedule: vertical is built for GPT only; use horizontal with BERT");
+    }
+    if (!c.model.activation_checkpointing) {
+      throw ConfigError(At("train.accumulation_schedule") +
+                        ": train.accumulation_schedule: vertical needs model.activation_checkpointing: true (it keeps "
+                        "the block inputs of every micro-batch of the step; without checkpointing it would keep all "
+                        "their activations, as one micro-batch k times the size would)");
+    }
+  }
+
   void Validate() const {
     ValidateModelType();
+    ValidateAccumulationSchedule();
     const auto& c = config_;
     if (c.model.n_embd % c.model.n_head != 0) {
       throw ConfigError(At("model.n_head") + ": model.n_embd " + std::to_string(c.model.n_embd) +
@@ -545,16 +562,25 @@ std::string ConfigToYaml(const Config& config) {
   return out;
 }
 
+namespace {
+// A Markdown table cell: a literal '|' (the enums' "one of a|b") must not end the cell.
+std::string Cell(const std::string& text) {
+  std::string out;
+  for (const char ch : text) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+  return out;
+}
+}  // namespace
+
 std::string ConfigReferenceMarkdown() {
   const Config defaults;
   std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const auto& f : BuildConfigSchema()) {
-    out += "| `" + f.key + "` | " + f.type_name + " | `" + f.get(defaults) + "` | " + f.help + " |\n";
+    out += "| `" + f.key + "` | " + Cell(f.type_name) + " | `" + f.get(defaults) + "` | " + Cell(f.help) + " |\n";
   }
   out += "\nAccepted for PatrickStar/DeepSpeed configs (setting both an alias and its key is an error):\n\n";
   out += "| alias | sets | note |\n|---|---|---|\n";
   for (const auto& a : BuildConfigAliases()) {
-    out += "| `" + a.key + "` | " + (a.target.empty() ? std::string("(nothing)") : "`" + a.target + "`") + " | " + a.note +
+    out += "| `" + a.key + "` | " + (a.target.empty() ? std::string("(nothing)") : "`" + a.target + "`") + " | " + Cell(a.note) +
            " |\n";
   }
   return out;

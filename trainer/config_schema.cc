@@ -329,6 +329,13 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Int("train.eval_every", PS_ACCESS(train.eval_every), "steps between evaluations; 0 = only after the last step",
           IntRange(0, kMaxSteps)),
       Int("train.eval_steps", PS_ACCESS(train.eval_steps), "micro-batches per evaluation", IntRange(1, kMaxSteps)),
+      Enum<AccumulationSchedule>("train.accumulation_schedule", PS_ACCESS(train.accumulation_schedule),
+                                 "with gradient accumulation: horizontal = each micro-batch forward and backward in "
+                                 "turn; vertical = every micro-batch through a block before the next, one backward "
+                                 "(each chunk fetched once per step; GPT with model.activation_checkpointing only; "
+                                 "keeps every micro-batch's block inputs)",
+                                 {{"horizontal", AccumulationSchedule::kHorizontal},
+                                  {"vertical", AccumulationSchedule::kVertical}}),
       // optimizer
       Enum<OptimizerType>("optimizer.type", PS_ACCESS(optimizer.type),
                           "adamw (decoupled weight decay) or adam (L2 added to the gradient)",

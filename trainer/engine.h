@@ -9,6 +9,8 @@
 // One optimizer step, as Train() calls it:
 //   BeginStep(lr)  ->  { out = Forward(batch, k); Backward(out.loss) } x k micro-batches
 //                ->  SyncGradients()  ->  OptimizerStep(lr, max_norm)  ->  EndStep(step)
+// or with train.accumulation_schedule: vertical (k > 1), one forward and one backward:
+//   BeginStep(lr)  ->  outs = ForwardMany(batches, k); Backward(sum of outs' losses)  ->  ...
 // Evaluation: EvalLoss(batch) between steps, under BeginEval()/EndEval().
 // Checkpoints: Save() between steps (after EndStep), Load() before the first step.
 // Training thread only.
@@ -21,6 +23,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "models/param_init.h"
@@ -62,6 +65,11 @@ class TrainingEngine {
   // Forward of one micro-batch (on device()); the loss is divided by `accum_steps`
   // (detached value for logging: loss.detach()); the accuracy counts are not.
   virtual models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) = 0;
+  // Every micro-batch of the step at once, block-major (the vertical schedule;
+  // models::TrainableModel::LossMany); each loss divided by `accum_steps`. One Backward
+  // of their sum follows.
+  virtual std::vector<models::LossOutput> ForwardMany(const std::vector<models::Batch>& batches,
+                                                      int64_t accum_steps) = 0;
   virtual void Backward(const at::Tensor& loss) = 0;
   // Where gradients of all micro-batches are complete (ranks reduce them here).
   virtual void SyncGradients() {}

@@ -45,8 +45,10 @@ bool EmbeddingOnHost(const Config& c, const std::string& name) {
          (name == "embeddings.word_embeddings.weight" && c.bert.num_labels > 0);
 }
 
-int64_t ActivationBytesOf(const Config& c, int64_t tokens, int64_t element_bytes) {
-  if (c.model_type == models::ModelType::kGpt) return models::EstimateActivationBytes(c.model, tokens, element_bytes);
+int64_t ActivationBytesOf(const Config& c, int64_t tokens, int64_t element_bytes, int64_t micro_batches_kept) {
+  if (c.model_type == models::ModelType::kGpt) {
+    return models::EstimateActivationBytes(c.model, tokens, element_bytes, micro_batches_kept);
+  }
   return models::EstimateBertActivationBytes(BertConfigOf(c), tokens, element_bytes);
 }
 

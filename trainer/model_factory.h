@@ -31,6 +31,9 @@ std::vector<models::ParameterShape> ParameterShapesOf(const Config& config);
 bool EmbeddingOnHost(const Config& config, const std::string& name);
 
 // Estimated activation bytes of one micro-batch of `tokens` tokens (the memory plan's).
-int64_t ActivationBytesOf(const Config& config, int64_t tokens, int64_t element_bytes);
+// `micro_batches_kept`: the micro-batches whose activations live at once (the
+// vertical accumulation schedule's k; 1 otherwise).
+int64_t ActivationBytesOf(const Config& config, int64_t tokens, int64_t element_bytes,
+                          int64_t micro_batches_kept = 1);
 
 }  // namespace ps::trainer

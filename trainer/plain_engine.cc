@@ -86,6 +86,14 @@ models::LossOutput PlainEngine::Forward(const models::Batch& batch, int64_t accu
   return out;
 }
 
+std::vector<models::LossOutput> PlainEngine::ForwardMany(const std::vector<models::Batch>& batches,
+                                                         int64_t accum_steps) {
+  AutocastScope autocast(device_, config_.precision.dtype);
+  std::vector<models::LossOutput> outs = model_->LossMany(batches);
+  for (auto& out : outs) out.loss = out.loss / static_cast<double>(accum_steps);
+  return outs;
+}
+
 void PlainEngine::Backward(const at::Tensor& loss) { loss.backward(); }
 
 void PlainEngine::SyncGradients() {

@@ -30,6 +30,8 @@ class PlainEngine final : public TrainingEngine {
 
   void BeginStep(double lr) override;
   models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;
+  std::vector<models::LossOutput> ForwardMany(const std::vector<models::Batch>& batches,
+                                              int64_t accum_steps) override;
   void Backward(const at::Tensor& loss) override;
   void SyncGradients() override;  // all-reduce average over ranks (no-op for one)
   StepOutcome OptimizerStep(double lr, double max_norm) override;

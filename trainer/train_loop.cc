@@ -241,6 +241,11 @@ struct StepRecord {
 };
 
 // Runs optimizer step `step` (from 1): micro-batches with accumulation, then the update.
+// The vertical schedule applies from two micro-batches on (one is the same either way).
+bool Vertical(const Config& c, int64_t accum) {
+  return c.train.accumulation_schedule == AccumulationSchedule::kVertical && accum > 1;
+}
+
 StepRecord RunStep(TrainingEngine& engine, BatchSource& batches, const Config& c, int64_t accum, double lr,
                    int64_t step, comm::Communicator* comm) {
   const at::Device device = engine.device();
@@ -255,16 +260,33 @@ StepRecord RunStep(TrainingEngine& engine, BatchSource& batches, const Config& c
   engine.BeginStep(lr);
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));
   AccuracyCounts counts;
-  for (int64_t micro = 0; micro < accum; ++micro) {
-    const models::Batch batch = batches.Next(c.train.micro_batch_size).To(device);
+  if (Vertical(c, accum)) {  // every micro-batch through each block in turn, one backward
+    std::vector<models::Batch> micro_batches;
+    for (int64_t micro = 0; micro < accum; ++micro) micro_batches.push_back(batches.Next(c.train.micro_batch_size).To(device));
     const auto forward_start = phase_end();
-    const models::LossOutput out = engine.Forward(batch, accum);
+    const std::vector<models::LossOutput> outs = engine.ForwardMany(micro_batches, accum);
+    at::Tensor loss = outs.front().loss;
+    for (size_t m = 1; m < outs.size(); ++m) loss = loss + outs[m].loss;
     const auto backward_start = phase_end();
     r.forward_ms += MsBetween(forward_start, backward_start);
-    engine.Backward(out.loss);
+    engine.Backward(loss);
     r.backward_ms += MsBetween(backward_start, phase_end());
-    loss_sum += out.loss.detach();
-    counts.Add(out);
+    for (const auto& out : outs) {
+      loss_sum += out.loss.detach();
+      counts.Add(out);
+    }
+  } else {
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      const models::Batch batch = batches.Next(c.train.micro_batch_size).To(device);
+      const auto forward_start = phase_end();
+      const models::LossOutput out = engine.Forward(batch, accum);
+      const auto backward_start = phase_end();
+      r.forward_ms += MsBetween(forward_start, backward_start);
+      engine.Backward(out.loss);
+      r.backward_ms += MsBetween(backward_start, phase_end());
+      loss_sum += out.loss.detach();
+      counts.Add(out);
+    }
   }
   engine.SyncGradients();
   if (comm) comm->AllReduce(loss_sum, comm::ReduceOp::kAvg)->Wait();  // the loss of the global batch
@@ -461,8 +483,6 @@ void ReportDone(const TrainResult& result, const Config& c, double elapsed_s, do
   if (metrics) WriteSummary(*metrics, result, c, elapsed_s, flops_per_token, params, device, threads);
 }
 
-}  // namespace
-
 // Start-up's phases and their seconds, from the launch, for the start-up log line.
 class StartupPhases {
  public:
@@ -484,11 +504,18 @@ class StartupPhases {
   std::vector<std::pair<std::string, double>> phases_;
 };
 
+}  // namespace
+
 TrainResult Train(const Config& c, const TrainOptions& options) {
   const auto launch = Clock::now();  // start-up: from here to the first step
   if (c.precision.dtype == optim::Dtype::kFp16 && !c.chunk.enabled) {
     throw ConfigError("precision.dtype: fp16 needs chunk.enabled: true (the chunk optimizer owns the loss scaler); "
                       "use bf16 or fp32 without chunks");
+  }
+  if (Vertical(c, GradAccumSteps(c.train, options.comm ? options.comm->world_size() : 1)) && c.chunk.enabled &&
+      options.comm != nullptr) {
+    throw ConfigError("train.accumulation_schedule: vertical is not built for chunk runs over ranks (ZeRO reduces "
+                      "gradients per micro-batch); use horizontal, or plain data parallelism (chunk.enabled: false)");
   }
   if (c.distributed.force_collectives && options.comm == nullptr) {
     throw ConfigError("distributed.force_collectives: the run has no communicator (ps_train's main builds one)");
@@ -502,6 +529,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   const at::Device device = RankDevice(c, world, options.local_rank);
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
   StartupPhases phases(launch);  // where start-up goes (issue #9 §4), logged before the first step
+  phases.Mark("setup");
   RunData data(c, rank, world);  // every input is checked before a file is written
   phases.Mark("data");
   if (c.checkpoint.export_hf) TokenizerFiles(TokenizerSource(c));  // a missing tokenizer fails now, not at the end
@@ -569,6 +597,8 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
                  "{:.2f} GiB mapped files)", result.startup_s, phases.Describe(run_start), host->rss_bytes / 1073741824.0,
                  host->peak_rss_bytes / 1073741824.0, host->anon_bytes / 1073741824.0,
                  host->file_bytes / 1073741824.0);
+  } else {  // no /proc (not Linux): the phases without the memory figures
+    spdlog::info("start-up {:.1f} s ({})", result.startup_s, phases.Describe(run_start));
   }
   for (int64_t step = result.start_step + 1; step <= c.train.max_steps; ++step) {
     const StepRecord r = RunStep(*engine, data.train(), c, accum, schedule.LrAt(step - 1), step, options.comm);

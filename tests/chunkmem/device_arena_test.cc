@@ -127,6 +127,11 @@ TEST_CASE("host mapping: huge-page aligned, every page resident and zero on retu
     int64_t missing = 0;
     for (unsigned char r : resident) missing += (r & 1) == 0;
     CHECK(missing == 0);  // made resident before the call returned
+    // The trimmed tail is gone: the page after the last (partial) page is not mapped.
+    const int64_t mapped = (bytes + page - 1) / page * page;
+    unsigned char after = 0;
+    CHECK(mincore(p + mapped, page, &after) == -1);
+    CHECK(errno == ENOMEM);
     CHECK(m.sum().item<int64_t>() == 0);
     p[bytes - 1] = 7;  // the whole range is writable
     CHECK(m[bytes - 1].item<int>() == 7);
@@ -139,6 +144,8 @@ TEST_CASE("host mapping: huge-page aligned, every page resident and zero on retu
   }
   at::set_num_threads(threads);
   CHECK_THROWS_WITH(MapResidentHostBytes(0), Catch::Contains("needs a size > 0"));
+  // More than the machine has is an error before any page is touched, not the OOM killer.
+  CHECK_THROWS_WITH(MapResidentHostBytes(int64_t{1} << 60), Catch::Contains("available memory"));
 }
 
 }  // namespace

@@ -34,6 +34,23 @@ TEST_CASE("the activation estimate overflowing int64 is an error", "[gpt][overfl
                                     "overflows int64"));
 }
 
+TEST_CASE("the activation estimate of k micro-batches kept (vertical schedule)", "[gpt][vertical]") {
+  GptConfig c;  // GPT-2 124M shape: 12 x 768, vocabulary 50257
+  c.n_layer = 12;
+  c.n_head = 12;
+  c.n_embd = 768;
+  c.vocab_size = 50257;
+  c.activation_checkpointing = true;
+  const int64_t tokens = 1024, C = 768, V = 50257;
+  // One: the block inputs (12 C), embeddings and ln_f (3 C), one block recomputed (17 C),
+  // the logits with their fp32 copy and gradient (V x (2 + 8)), per token.
+  CHECK(EstimateActivationBytes(c, tokens, 2) == tokens * ((12 * C + 17 * C + 3 * C) * 2 + V * 10));
+  // Four kept: the kept inputs four times, the recomputed block and logits once.
+  CHECK(EstimateActivationBytes(c, tokens, 2, 4) == tokens * (4 * (12 * C + 3 * C) * 2 + 17 * C * 2 + V * 10));
+  c.activation_checkpointing = false;
+  CHECK_THROWS_WITH(EstimateActivationBytes(c, tokens, 2, 4), Catch::Contains("needs activation checkpointing"));
+}
+
 TEST_CASE("sizes near the limits are still counted exactly", "[gpt][overflow]") {
   GptConfig c;  // GPT-2 124M shape
   c.n_layer = 12;

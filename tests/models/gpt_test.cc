@@ -2,6 +2,7 @@
 // and block ids, hook calls, and numerics against HF transformers (fixture generated
 // once by tools/gen_gpt_fixture.py).
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 #include <torch/nn/functional/loss.h>
 
 #include <set>
@@ -234,6 +235,80 @@ TEST_CASE("recompute calls the block's pre-forward hook again in backward", "[gp
   loss.backward();
   std::vector<std::string> recompute(hooks.calls.begin() + forward_calls, hooks.calls.end());
   CHECK(recompute == std::vector<std::string>{"pre2", "pre1"});  // blocks recomputed in backward order
+}
+
+// An identity node after each block output that records "bwd<block>" when backward
+// reaches it, as the chunk runtime's pre-backward node does (chunkmem/pre_backward.h).
+struct RecordBackward : public torch::autograd::Function<RecordBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t block,
+                            int64_t calls) {
+    ctx->saved_data["block"] = block;
+    ctx->saved_data["calls"] = calls;
+    return x.detach();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* calls = reinterpret_cast<std::vector<std::string>*>(ctx->saved_data["calls"].toInt());
+    calls->push_back("bwd" + std::to_string(ctx->saved_data["block"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+class BackwardRecordingHooks : public RecordingHooks {
+ public:
+  at::Tensor PostForward(int block_id, at::Tensor out) override {
+    RecordingHooks::PostForward(block_id, out);
+    return RecordBackward::apply(out, block_id, reinterpret_cast<int64_t>(&calls));
+  }
+};
+
+TEST_CASE("LossMany: each micro-batch's loss, their summed gradients, forward and backward block-major",
+          "[gpt][vertical]") {
+  GptConfig c = Tiny();
+  c.activation_checkpointing = true;
+  const int k = 3;
+  std::vector<at::Tensor> idx;
+  for (int m = 0; m < k; ++m) idx.push_back(at::randint(0, 50, {2, 8}, at::kLong));
+  at::manual_seed(11);
+  Gpt horizontal(c);
+  horizontal->train();
+  std::vector<double> expected;
+  for (int m = 0; m < k; ++m) {  // the horizontal schedule: one micro-batch after the other
+    auto loss = horizontal->Loss(idx[m], idx[m]);
+    expected.push_back(loss.item<double>());
+    loss.backward();
+  }
+  at::manual_seed(11);
+  Gpt vertical(c);
+  vertical->train();
+  BackwardRecordingHooks hooks;
+  const std::vector<at::Tensor> losses = vertical->LossMany(idx, idx, &hooks);
+  REQUIRE(losses.size() == k);
+  for (int m = 0; m < k; ++m) CHECK(losses[m].item<double>() == expected[m]);  // the same operations
+  // Forward: each block once (its chunks fetched once), for every micro-batch.
+  const std::vector<std::string> forward = {"pre0", "post0", "post0", "post0", "pre1", "post1", "post1", "post1",
+                                            "pre2", "post2", "post2", "post2", "pre3", "post3", "post3", "post3"};
+  CHECK(hooks.calls == forward);
+  (losses[0] + losses[1] + losses[2]).backward();
+  // Backward block by block: a block's every micro-batch (its pre-backward node, then
+  // its recompute, the head's included) before the block below.
+  const std::vector<std::string> backward(hooks.calls.begin() + forward.size(), hooks.calls.end());
+  CHECK(backward == std::vector<std::string>{"bwd3", "bwd3", "bwd3", "pre3", "pre3", "pre3", "bwd2", "bwd2", "bwd2",
+                                             "pre2", "pre2", "pre2", "bwd1", "bwd1", "bwd1", "pre1", "pre1", "pre1",
+                                             "bwd0", "bwd0", "bwd0"});
+  const auto a = horizontal->BlockParameters(), b = vertical->BlockParameters();
+  for (size_t i = 0; i < a.size(); ++i) {  // summed in another order: equal to fp32 rounding
+    INFO(a[i].name);
+    CHECK(at::allclose(a[i].tensor.grad(), b[i].tensor.grad(), 1e-5, 1e-7));
+  }
+  // Without checkpointing it would keep every micro-batch's activations: refused.
+  c.activation_checkpointing = false;
+  Gpt plain(c);
+  plain->train();
+  CHECK_THROWS_WITH(plain->LossMany(idx, idx), Catch::Contains("activation_checkpointing"));
+  plain->eval();  // no gradients, nothing kept: allowed
+  at::NoGradGuard no_grad;
+  CHECK(plain->LossMany(idx, idx).size() == k);
 }
 
 TEST_CASE("logits and loss match HF transformers GPT2LMHeadModel", "[gpt][hf]") {

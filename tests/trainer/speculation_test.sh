@@ -4,7 +4,8 @@
 # final in backward, assuming no clipping; the runs must equal the runs without it bit
 # for bit (every logged loss and grad norm, and the checkpointed masters and Adam
 # moments), whether the speculation stands (no clipping), is rolled back and redone
-# (clipping every step), with gradient accumulation (fp32 grad chunks), bf16 (gradients
+# (clipping every step), with gradient accumulation (fp32 grad chunks; horizontal and
+# vertical), bf16 (gradients
 # in the compute slots) and ZeRO over 2 ranks (the reduction's output); and with the host
 # Adam threads pinned to cores; and the CUDA paths of the optimizer (chunks to the host
 # and back, staged parameters) on the simulated tier. docs/optim.md.
@@ -113,6 +114,15 @@ same staged_off accbf16
 echo "== accumulation (fp32 gradient chunks, flushed from device slots under a budget)"
 check accum 8 --set train.micro_batch_size=2 --set chunk.device_budget_bytes=1500000 --set train.grad_clip=1000
 [ "$(total accum_on adam_speculated)" -gt 0 ]
+
+echo "== vertical accumulation (one block-major backward): chunks final when backward moves below them"
+check vertical 8 --set train.micro_batch_size=2 --set chunk.device_budget_bytes=1500000 --set train.grad_clip=1000 \
+  --set train.accumulation_schedule=vertical --set model.activation_checkpointing=true
+[ "$(total vertical_on adam_speculated)" -gt 0 ]
+check vertclip 8 --set train.micro_batch_size=2 --set chunk.device_budget_bytes=1500000 --set train.grad_clip=0.01 \
+  --set optimizer.speculation_backoff_steps=0 --set train.accumulation_schedule=vertical \
+  --set model.activation_checkpointing=true
+[ "$(total vertclip_on adam_rolled_back)" -gt 0 ]
 
 echo "== ZeRO, 2 ranks: each rank's reduced chunks"
 check zero 8 --nproc 2 --set train.micro_batch_size=2 --set train.grad_clip=1000

@@ -96,6 +96,14 @@ echo "== --plan --nproc 2 prints rank 0's share"
 "$bin" -c "$tmp/tiny.yaml" --plan --nproc 2 > "$tmp/plan.txt"
 grep -q "ZeRO              rank 0 of 2 holds 4 of 8 chunks" "$tmp/plan.txt" || { cat "$tmp/plan.txt"; exit 1; }
 
+echo "== the vertical accumulation schedule is refused for ZeRO before training, naming the key"
+if "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/zero_vertical" --nproc 2 --set train.global_batch_size=16 \
+    --set train.accumulation_schedule=vertical --set model.activation_checkpointing=true > "$tmp/zero_vertical.log" 2>&1; then
+  cat "$tmp/zero_vertical.log"; echo "FAILED: vertical ZeRO ran"; exit 1
+fi
+grep -q "train.accumulation_schedule: vertical is not built for chunk runs over ranks" "$tmp/zero_vertical.log" ||
+  { cat "$tmp/zero_vertical.log"; exit 1; }
+
 echo "== evicting under a device budget, with gradient accumulation"
 # (No prefetch here: with gathers ahead the plan counts two blocks' groups, which a
 # budget this tight refuses, and a budget it admits evicts nothing at this size.)
