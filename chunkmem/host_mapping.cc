@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -16,16 +18,21 @@ namespace ps::chunkmem {
 
 namespace {
 
-// MemAvailable of /proc/meminfo in bytes, or -1 where it cannot be read.
+// What the process may still fault in, in bytes: MemAvailable of /proc/meminfo, capped
+// by the cgroup v2 limit less its usage where there is one; -1 where neither reads.
 int64_t AvailableHostBytes() {
+  int64_t available = -1;
   std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+  for (std::string line; std::getline(meminfo, line);) {
+    int64_t kib = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %" SCNd64 " kB", &kib) == 1) available = kib * 1024;
   }
-  return -1;
+  int64_t limit = 0, usage = 0;
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  if (max_file >> limit && current_file >> usage && limit > usage) {  // "max" (no limit) does not parse
+    available = available < 0 ? limit - usage : std::min(available, limit - usage);
+  }
+  return available;
 }
 
 }  // namespace
@@ -36,8 +43,9 @@ at::Tensor MapResidentHostBytes(int64_t bytes) {
   // an error: refuse first.
   const int64_t available = AvailableHostBytes();
   TORCH_CHECK(available < 0 || bytes <= available, "chunkmem: a host pool of ", bytes,
-              " bytes is more than the machine's available memory (MemAvailable ", available,
-              " bytes); lower chunk.host_budget_bytes or use chunk.host_pool_pinning: host_alloc");
+              " bytes is more than the machine's available memory (", available,
+              " bytes: MemAvailable, or the cgroup's limit less its usage); lower chunk.host_budget_bytes or use "
+              "chunk.host_pool_pinning: host_alloc");
   // The mapping covers whole base pages (munmap takes page-aligned lengths); over-map by
   // one huge page and trim, so the payload starts on a huge-page boundary (the kernel can
   // only back aligned 2 MiB ranges with huge pages).

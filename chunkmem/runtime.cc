@@ -304,9 +304,7 @@ void ChunkRuntime::Moment(const char* what, int block) {
   }
   if (!budget_at_.empty() && store_.BytesUsed(Tier::kDevice) > ChunkBudgetNow()) {
     // Gradient staging slots give way to compute chunks (their partial sums go to the host).
-    auto evict = [&] { return EvictDownTo(ChunkBudgetNow(), /*keep=*/-1); };
-    if (!evict() && !(options_.block_major_backward && ReleaseIdleGradSlots() && evict()) &&
-        !(ReleaseGradSlots() && evict())) {
+    if (!EvictOrGiveWay([&] { return EvictDownTo(ChunkBudgetNow(), /*keep=*/-1); })) {
       ++stats_.budget_overruns;
     }
     interval_chunk_peak_ = store_.BytesUsed(Tier::kDevice);  // the new interval starts after the shrink
@@ -378,11 +376,8 @@ void ChunkRuntime::FetchToDevice(int chunk) {
   if (store_.tier(id) == Tier::kDevice) return;
   const int64_t need = store_.chunk_bytes(id);
   const int64_t budget = ChunkBudgetNow();
-  // Gradient staging slots give way to compute chunks (their partial sums go to the
-  // host): block-major, first those of chunks the current block does not use.
-  auto evict = [&] { return EvictDownTo(budget - need, chunk, need); };
-  if (!evict() && !(options_.block_major_backward && ReleaseIdleGradSlots() && evict()) &&
-      !(ReleaseGradSlots() && evict())) {
+  // Gradient staging slots give way to compute chunks (their partial sums go to the host).
+  if (!EvictOrGiveWay([&] { return EvictDownTo(budget - need, chunk, need); })) {
     // During a traced warm-up the small warm-up share may be exceeded when the chunks in
     // use need it (up to the store's budget); otherwise the chunks in use do not fit.
     const bool soft = traced_budget() && budget_at_.empty() && store_.CanHold(Tier::kDevice, need);
@@ -486,8 +481,10 @@ void ChunkRuntime::PostForward(int block) {
 }
 
 void ChunkRuntime::PreBackward(int block) {
-  Moment("backward", block);
+  // Block-major: the chunks backward has left are complete; their slots go first, so the
+  // moment's budget does not count them as in use.
   if (options_.block_major_backward) FlushChunksAbove(block);
+  Moment("backward", block);
   if (zero()) ReleaseIdleGroups(block);
   for (int i : params_of_block_.at(block)) Access(i);
   if (zero()) PrefetchGroups();

@@ -350,6 +350,10 @@ class ChunkRuntime {
   // Block-major: flushes (and waits for) the open slots of chunks the block backward is
   // in does not use; returns whether there were any.
   bool ReleaseIdleGradSlots();
+  // `evict()` (evicting compute chunks to a target), and where it cannot get there,
+  // staging slots give way and it is tried again: horizontal, every slot's partial sum
+  // to the host; block-major, first finished flushes, then idle slots, then every slot.
+  bool EvictOrGiveWay(const std::function<bool()>& evict);
   // Every parameter of `chunk` used in this micro-batch's forward has its flag in
   // `arrived` set (grad_arrived_: this micro-batch; has_grad_: this step).
   bool UsedParamsHave(int chunk, const std::vector<bool>& arrived) const;

@@ -18,6 +18,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 #include "chunkmem/runtime.h"
@@ -183,6 +184,20 @@ void ChunkRuntime::CompleteGradFlushes(int chunk) {
     if (chunk < 0 || grad_flushes_[k].chunk == chunk) last = k;
   }
   for (int k = 0; k <= last; ++k) CompleteOldestGradFlush();
+}
+
+bool ChunkRuntime::EvictOrGiveWay(const std::function<bool()>& evict) {
+  if (evict()) return true;
+  if (options_.block_major_backward) {
+    // First the slots already on their way to the host, then whole slots of chunks the
+    // current block does not use; only then the current block's partial sums.
+    if (!grad_flushes_.empty()) {
+      CompleteGradFlushes(-1);
+      if (evict()) return true;
+    }
+    if (ReleaseIdleGradSlots() && evict()) return true;
+  }
+  return ReleaseGradSlots() && evict();
 }
 
 bool ChunkRuntime::ReleaseIdleGradSlots() {

@@ -1,6 +1,7 @@
 #include "models/recompute.h"
 
 #include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -16,6 +17,36 @@ struct RecomputeState : torch::CustomClassHolder {
   std::function<at::Tensor(const at::Tensor&)> fn;
   std::function<void()> before_recompute;
   at::Tensor rng_state;  // of the default generator of x's device, before forward
+  // Autocast of x's device type in forward (the plain engine's bf16): backward runs
+  // outside it (and on CUDA on autograd's thread), so the recompute restores it.
+  bool autocast = false;
+  at::ScalarType autocast_dtype = at::kFloat;
+};
+
+// Sets the autocast state of `type` for its lifetime, then puts the previous one back;
+// casts cached while it enabled autocast are dropped (they would outlive the weights'
+// next update otherwise: the cache is per thread and lives until cleared).
+class AutocastAs {
+ public:
+  AutocastAs(at::DeviceType type, bool enabled, at::ScalarType dtype)
+      : type_(type), was_enabled_(at::autocast::is_autocast_enabled(type)),
+        was_dtype_(at::autocast::get_autocast_dtype(type)) {
+    at::autocast::set_autocast_enabled(type_, enabled);
+    at::autocast::set_autocast_dtype(type_, dtype);
+  }
+  ~AutocastAs() {
+    const bool enabled_here = at::autocast::is_autocast_enabled(type_);
+    at::autocast::set_autocast_enabled(type_, was_enabled_);
+    at::autocast::set_autocast_dtype(type_, was_dtype_);
+    if (enabled_here && !was_enabled_) at::autocast::clear_cache();
+  }
+  AutocastAs(const AutocastAs&) = delete;
+  AutocastAs& operator=(const AutocastAs&) = delete;
+
+ private:
+  at::DeviceType type_;
+  bool was_enabled_;
+  at::ScalarType was_dtype_;
 };
 
 at::Generator DefaultGenerator(const at::Tensor& x) { return at::globalContext().defaultGenerator(x.device()); }
@@ -36,6 +67,8 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             c10::intrusive_ptr<RecomputeState> state) {
     state->rng_state = GetRngState(x);
+    state->autocast = at::autocast::is_autocast_enabled(x.device().type());
+    state->autocast_dtype = at::autocast::get_autocast_dtype(x.device().type());
     ctx->save_for_backward({x});
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     at::NoGradGuard no_grad;
@@ -53,6 +86,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     at::Tensor y;
     {
       at::AutoGradMode enable_grad(true);
+      AutocastAs autocast(x.device().type(), state->autocast, state->autocast_dtype);  // as in forward
       y = state->fn(x);
     }
     SetRngState(x, rng_now);

@@ -3,8 +3,9 @@
 //
 // Forward runs `fn(x)` without recording a graph, keeping only `x`. Backward calls
 // `before_recompute()` (a layer hook: the chunk runtime counts the moment and makes
-// sure the block's parameters are bound), re-runs `fn` on `x` with the RNG state of
-// the first run (same dropout masks), back-propagates the incoming gradient through
+// sure the block's parameters are bound), re-runs `fn` on `x` with the RNG state and
+// the autocast state of the first run (same dropout masks, same dtypes; backward runs
+// outside the plain engine's autocast), back-propagates the incoming gradient through
 // the recomputed graph (parameter gradients accumulate as usual), and returns x's
 // gradient. Thread: the autograd thread that runs backward.
 #pragma once

@@ -158,13 +158,16 @@ class Peer:
             if name == "ds_zero3":
                 # Partitioned and offloaded as each module is built, as DeepSpeed advises for models
                 # beyond one device: the fp32 model never exists whole on the host (fair for --largest).
-                # Gpt's own initialisation then writes into empty partitions: DeepSpeed keeps
-                # LibTorch's default initialisation, which changes the loss, not the speed.
                 build = deepspeed.zero.Init(config_dict_or_path=ds_config, remote_device="cpu", pin_memory=True)
         with build:
             model = bve.Gpt(m)
-        if name == "ds_zero3":  # the LM head reads wte's weight outside wte's forward
-            deepspeed.zero.register_external_parameter(model, model.wte.weight)
+        if name == "ds_zero3":
+            # Gpt's initialisation wrote into empty partitions: again, one gathered parameter at
+            # a time, so the loss is comparable with the other runners'.
+            for pname, p in model.named_parameters():
+                with deepspeed.zero.GatheredParameters([p], modifier_rank=0):
+                    bve.init_parameter(pname, p, m["n_layer"])
+            deepspeed.zero.register_external_parameter(model, model.wte.weight)  # the LM head reads it
         if args.checkpointing:
             model.h = torch.nn.ModuleList(checkpointed(b) for b in model.h)
         decay = [p for p in model.parameters() if p.dim() >= 2]

@@ -58,6 +58,18 @@ class Block(nn.Module):  # models/gpt.cc: pre-LN, causal SDPA, GELU (tanh)
         return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
+@torch.no_grad()
+def init_parameter(name, p, n_layer):  # InitGptParameter (models/gpt.cc)
+    if "ln_" in name:
+        p.fill_(0.0 if name.endswith(".bias") else 1.0)
+    elif name.endswith(".bias"):
+        p.zero_()
+    elif name.endswith("proj.weight"):  # both c_proj (attn + mlp)
+        p.normal_(0.0, INIT_STD / math.sqrt(2 * n_layer))
+    else:
+        p.normal_(0.0, INIT_STD)
+
+
 class Gpt(nn.Module):  # learned positions, LM head tied to wte
     def __init__(self, m):
         super().__init__()
@@ -65,16 +77,8 @@ class Gpt(nn.Module):  # learned positions, LM head tied to wte
         self.wpe = nn.Embedding(m["n_positions"], m["n_embd"])
         self.h = nn.ModuleList(Block(m) for _ in range(m["n_layer"]))
         self.ln_f = nn.LayerNorm(m["n_embd"], eps=1e-5)
-        with torch.no_grad():  # GptImpl::InitWeights
-            for name, p in self.named_parameters():
-                if "ln_" in name:
-                    p.fill_(0.0 if name.endswith(".bias") else 1.0)
-                elif name.endswith(".bias"):
-                    p.zero_()
-                elif name.endswith("proj.weight"):  # both c_proj (attn + mlp)
-                    p.normal_(0.0, INIT_STD / math.sqrt(2 * m["n_layer"]))
-                else:
-                    p.normal_(0.0, INIT_STD)
+        for name, p in self.named_parameters():
+            init_parameter(name, p, m["n_layer"])
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))

@@ -281,15 +281,14 @@ std::string ChunkEngine::WarmupKey() const {
       c.model.activation_checkpointing, device_.str(), k.warmup_steps, k.device_budget_bytes, k.device_memory_bytes,
       k.device_mem_ratio, k.warmup_device_chunk_ratio, k.placement == chunkmem::PlacementKind::kStatic ? "static" : "dynamic",
       k.eviction == chunkmem::EvictionPolicyKind::kOpt ? "opt" : "lru", k.prefetch_depth, k.margin_use_ratio,
-      c.optimizer.hybrid_adam) + VerticalKey();
+      c.optimizer.hybrid_adam) + AccumulationKey();
 }
 
-std::string ChunkEngine::VerticalKey() const {
-  // A block-major step's moments differ from a horizontal one's, and with k (keys of
-  // horizontal runs stay as they were).
+std::string ChunkEngine::AccumulationKey() const {
+  // A step's moments come k times (horizontal) or in another order (vertical).
   const int64_t k = GradAccumSteps(config_.train, comm_ ? comm_->world_size() : 1);
   const bool vertical = config_.train.accumulation_schedule == AccumulationSchedule::kVertical && k > 1;
-  return vertical ? fmt::format(", vertical x {}", k) : "";
+  return fmt::format(", {} x {}", vertical ? "vertical" : "horizontal", k);
 }
 
 at::Tensor ChunkEngine::GatherAll(ChunkKind kind) const {

@@ -48,7 +48,7 @@ class ChunkEngine final : public TrainingEngine {
   // What a saved warm-up trace is valid for: the chunk layout and what shapes the
   // activations (a trace from another layout or micro-batch is not reused).
   std::string WarmupKey() const;
-  std::string VerticalKey() const;  // the accumulation schedule's part of it
+  std::string AccumulationKey() const;  // its micro-batches per step and their schedule
   // Before the backward that completes the step's gradients: speculation may start
   // (optimizer.speculation_slots).
   void BeginFinalBackward();

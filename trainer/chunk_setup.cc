@@ -207,7 +207,15 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   return s;
 }
 
+void CheckAccumulationSchedule(const Config& c, int world_size) {
+  if (MicroBatchesKept(c, world_size) > 1 && c.chunk.enabled && (world_size > 1 || c.distributed.force_collectives)) {
+    throw ConfigError("train.accumulation_schedule: vertical is not built for chunk runs over ranks (ZeRO reduces "
+                      "gradients per micro-batch); use horizontal, or plain data parallelism (chunk.enabled: false)");
+  }
+}
+
 RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
+  CheckAccumulationSchedule(c, world_size);
   RunPlan r;
   r.input.world_size = world_size;
   r.input.rank = rank;

@@ -70,6 +70,10 @@ struct RunPlan {
   chunkmem::MemoryPlan plan;
   int64_t activation_bytes = 0;  // estimated, per micro-batch (vertical: the step's kept inputs)
 };
+// Throws ConfigError for train.accumulation_schedule: vertical where it is not built: a
+// chunk run over ranks (ZeRO, `world_size` > 1 or distributed.force_collectives).
+void CheckAccumulationSchedule(const Config& config, int world_size);
+
 // `world_size`, `rank`: the plan of that rank of a ZeRO run (chunkmem::PlanInput).
 RunPlan PlanRun(const Config& config, at::Device device, int world_size = 1, int rank = 0);
 

@@ -476,7 +476,11 @@ class Loader {
       throw ConfigError(At("model.n_embd") + ": " + e.what_without_backtrace());
     }
     try {
-      models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, /*element_bytes=*/4);
+      // The vertical schedule keeps every micro-batch's block inputs (one rank: the most).
+      const bool vertical = c.train.accumulation_schedule == AccumulationSchedule::kVertical &&
+                            c.train.global_batch_size % c.train.micro_batch_size == 0;
+      const int64_t kept = vertical ? c.train.global_batch_size / c.train.micro_batch_size : 1;
+      models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, /*element_bytes=*/4, kept);
     } catch (const c10::Error& e) {
       throw ConfigError(At("train.micro_batch_size") + ": train.micro_batch_size " +
                         std::to_string(c.train.micro_batch_size) + " x data.seq_len " +

@@ -19,6 +19,7 @@
 #include "models/trainable.h"
 #include "optim/lr_schedule.h"
 #include "trainer/checkpointer.h"
+#include "trainer/chunk_setup.h"
 #include "trainer/config_loader.h"
 #include "trainer/engine.h"
 #include "trainer/file_io.h"
@@ -512,11 +513,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     throw ConfigError("precision.dtype: fp16 needs chunk.enabled: true (the chunk optimizer owns the loss scaler); "
                       "use bf16 or fp32 without chunks");
   }
-  if (Vertical(c, GradAccumSteps(c.train, options.comm ? options.comm->world_size() : 1)) && c.chunk.enabled &&
-      options.comm != nullptr) {
-    throw ConfigError("train.accumulation_schedule: vertical is not built for chunk runs over ranks (ZeRO reduces "
-                      "gradients per micro-batch); use horizontal, or plain data parallelism (chunk.enabled: false)");
-  }
+  CheckAccumulationSchedule(c, options.comm ? options.comm->world_size() : 1);
   if (c.distributed.force_collectives && options.comm == nullptr) {
     throw ConfigError("distributed.force_collectives: the run has no communicator (ps_train's main builds one)");
   }

@@ -103,6 +103,12 @@ if "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/zero_vertical" --nproc 
 fi
 grep -q "train.accumulation_schedule: vertical is not built for chunk runs over ranks" "$tmp/zero_vertical.log" ||
   { cat "$tmp/zero_vertical.log"; exit 1; }
+if "$bin" -c "$tmp/tiny.yaml" --plan --nproc 2 --set train.global_batch_size=16 \
+    --set train.accumulation_schedule=vertical --set model.activation_checkpointing=true > "$tmp/zero_vertical_plan.txt" 2>&1; then
+  cat "$tmp/zero_vertical_plan.txt"; echo "FAILED: --plan admitted vertical ZeRO"; exit 1
+fi
+grep -q "vertical is not built for chunk runs over ranks" "$tmp/zero_vertical_plan.txt" ||
+  { cat "$tmp/zero_vertical_plan.txt"; exit 1; }
 
 echo "== evicting under a device budget, with gradient accumulation"
 # (No prefetch here: with gathers ahead the plan counts two blocks' groups, which a
