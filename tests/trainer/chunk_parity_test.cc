@@ -207,6 +207,11 @@ TEST_CASE("vertical accumulation: each chunk fetched and flushed once per step, 
   CHECK(flushes_h >= 3 * 16);     // 16 chunks x 4 micro-batches, less what stays pinned
   CHECK(flushes_v == 16);         // once per chunk
   CHECK(per_step(vc, "grad_host_fallbacks") == 0);
+  // Dropout (masks drawn block-major, restored in each recompute) and an untied LM head:
+  // chunks equal plain vertical training still.
+  const std::vector<std::string> untied = {vertical, "model.dropout=0.1", "model.tie_word_embeddings=false"};
+  CheckSameLosses(Train(Tiny("vert_plain_drop", with(untied))), Train(Chunked("vert_chunk_drop", with({budget, untied[0],
+                                                                                                    untied[1], untied[2]}))));
   // bf16 chunks (fp32 gradient chunks, as with any accumulation): within bf16's
   // tolerance of fp32 (the bf16 test's 5% per step).
   const TrainResult bf16 = Train(Chunked("vert_bf16", with({budget, vertical, "precision.dtype=bf16"})));
