@@ -212,6 +212,20 @@ TEST_CASE("vertical accumulation: each chunk fetched and flushed once per step, 
   const std::vector<std::string> untied = {vertical, "model.dropout=0.1", "model.tie_word_embeddings=false"};
   CheckSameLosses(Train(Tiny("vert_plain_drop", with(untied))), Train(Chunked("vert_chunk_drop", with({budget, untied[0],
                                                                                                     untied[1], untied[2]}))));
+  // Embeddings on the host outside the chunks (fp32 leaves, as in the plain run).
+  CheckSameLosses(Train(Tiny("vert_plain_untied", with({vertical, "model.tie_word_embeddings=false"}))),
+                  Train(Chunked("vert_cpu_emb", with({budget, vertical, "model.tie_word_embeddings=false",
+                                                      "chunk.cpu_embedding=true"}))));
+  // fp16 with the loss scaler (the scaled sum of the micro-batches' losses): no overflow
+  // at a moderate scale, within fp16's tolerance of fp32 (the fp16 test's 5%).
+  const TrainResult fp16 = Train(Chunked("vert_fp16", with({budget, vertical, "precision.dtype=fp16",
+                                                            "precision.initial_scale_power=8"})));
+  CHECK(fp16.skipped_steps == 0);
+  REQUIRE(fp16.losses.size() == plain_v.losses.size());
+  for (size_t i = 0; i < fp16.losses.size(); ++i) {
+    INFO("step " << i + 1 << ": fp32 " << plain_v.losses[i] << ", fp16 " << fp16.losses[i]);
+    CHECK(std::abs(fp16.losses[i] - plain_v.losses[i]) <= 0.05 * plain_v.losses[i]);
+  }
   // bf16 chunks (fp32 gradient chunks, as with any accumulation): within bf16's
   // tolerance of fp32 (the bf16 test's 5% per step).
   const TrainResult bf16 = Train(Chunked("vert_bf16", with({budget, vertical, "precision.dtype=bf16"})));
