@@ -505,20 +505,29 @@ TEST_CASE("traced budget: chunks get what activations leave, per moment (or the 
                     Catch::Contains("not both"));
 }
 
-TEST_CASE("--plan's activation estimate is near the probe's measurement: bf16, big vocabulary, checkpointing",
-          "[chunk][plan][tracer]") {
+TEST_CASE("--plan's activation estimate is near the probe's measurement: bf16, big vocabulary, checkpointing, "
+          "vertical", "[chunk][plan][tracer]") {
   // A 4096-token vocabulary makes the logits about half of the activations.
-  for (bool checkpointing : {false, true}) {
-    INFO("activation_checkpointing " << checkpointing);
-    const std::vector<std::string> settings = {"precision.dtype=bf16", "model.vocab_size=4096",
-                                               "chunk.device_memory_bytes=200000000", "chunk.device_mem_ratio=1.0",
-                                               "train.max_steps=3",
-                                               std::string("model.activation_checkpointing=") +
-                                                   (checkpointing ? "true" : "false")};
-    const Config c = Chunked(checkpointing ? "estimate_ckpt" : "estimate", settings);
+  struct Case {
+    const char* name;
+    bool checkpointing;
+    int64_t kept;  // micro-batches whose block inputs live at once (vertical: 4 of 4)
+  };
+  for (const Case& k : {Case{"estimate", false, 1}, Case{"estimate_ckpt", true, 1}, Case{"estimate_vertical", true, 4}}) {
+    INFO(k.name);
+    std::vector<std::string> settings = {"precision.dtype=bf16", "model.vocab_size=4096",
+                                         "chunk.device_memory_bytes=200000000", "chunk.device_mem_ratio=1.0",
+                                         "train.max_steps=3",
+                                         std::string("model.activation_checkpointing=") +
+                                             (k.checkpointing ? "true" : "false")};
+    if (k.kept > 1) {
+      settings.push_back("train.global_batch_size=" + std::to_string(4 * k.kept));
+      settings.push_back("train.accumulation_schedule=vertical");
+    }
+    const Config c = Chunked(k.name, settings);
     const TrainResult r = Train(c);
     const double estimate = static_cast<double>(
-        models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, 2));
+        models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, 2, k.kept));
     INFO("estimate " << estimate << ", probe " << r.peak_non_model_bytes);
     CHECK(estimate > 0.7 * static_cast<double>(r.peak_non_model_bytes));
     CHECK(estimate < 1.5 * static_cast<double>(r.peak_non_model_bytes));
