@@ -65,15 +65,14 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   TORCH_CHECK(!options.block_major_backward || (!zero() && !options.grads_in_compute_chunks),
               "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
               "chunks; it is not built for ZeRO or for gradients in the compute slots");
-  lowest_block_.assign(layout_.num_chunks(), std::numeric_limits<int>::max());
   blocks_of_chunk_.resize(layout_.num_chunks());
   for (size_t i = 0; i < params_.size(); ++i) {
-    const int chunk = layout_.placements()[i].chunk_id;
-    for (int b : params_[i].used_by_blocks) {
-      lowest_block_[chunk] = std::min(lowest_block_[chunk], b);
-      auto& blocks = blocks_of_chunk_[chunk];
-      if (std::find(blocks.begin(), blocks.end(), b) == blocks.end()) blocks.push_back(b);
-    }
+    auto& blocks = blocks_of_chunk_[layout_.placements()[i].chunk_id];
+    blocks.insert(blocks.end(), params_[i].used_by_blocks.begin(), params_[i].used_by_blocks.end());
+  }
+  for (auto& blocks : blocks_of_chunk_) {  // ascending, each once: front() is the lowest
+    std::sort(blocks.begin(), blocks.end());
+    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
   }
   counts_.assign(layout_.num_chunks(), {});
   prefetched_.assign(layout_.num_chunks(), false);

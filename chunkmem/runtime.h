@@ -344,12 +344,10 @@ class ChunkRuntime {
   void FlushGradSlot(int chunk);
   void CompleteOldestGradFlush();
   void CompleteGradFlushes(int chunk); // all in flight up to the last one of `chunk` (-1: all)
-  // Flushes every open staging slot and waits for every flush, so compute chunks get the
-  // device bytes back; returns whether anything was released.
-  bool ReleaseGradSlots();
-  // Block-major: flushes (and waits for) the open slots of chunks the block backward is
-  // in does not use; returns whether there were any.
-  bool ReleaseIdleGradSlots();
+  // Flushes every open staging slot (`idle_only`: block-major, only those of chunks the
+  // block backward is in does not use) and waits for every flush, so compute chunks get
+  // the device bytes back; returns whether anything was released.
+  bool ReleaseGradSlots(bool idle_only = false);
   // `evict()` (evicting compute chunks to a target), and where it cannot get there,
   // staging slots give way and it is tried again: horizontal, every slot's partial sum
   // to the host; block-major, first finished flushes, then idle slots, then every slot.
@@ -394,8 +392,7 @@ class ChunkRuntime {
   std::vector<at::Tensor> grad_slot_;              // [chunk] open device staging slot
   std::vector<bool> grad_dirty_;                   // [chunk] grad chunk written since ZeroGrads
   std::vector<bool> host_grad_written_;            // [chunk] host grad chunk written this step
-  std::vector<int> lowest_block_;                  // [chunk] lowest block using a parameter of it
-  std::vector<std::vector<int>> blocks_of_chunk_;  // [chunk] blocks using a parameter of it
+  std::vector<std::vector<int>> blocks_of_chunk_;  // [chunk] blocks using a parameter of it, ascending
   int backward_block_ = -1;                        // block_major_backward: the lowest block backward reached
                                                    // (INT_MAX before, -1 once it is over)
   std::deque<GradFlush> grad_flushes_;             // in flight, oldest first

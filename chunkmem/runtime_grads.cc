@@ -64,14 +64,15 @@ void ChunkRuntime::OnGradAccumulated(int index) {
 }
 
 bool ChunkRuntime::ChunkGradsComplete(int chunk) const {
-  return options_.block_major_backward ? lowest_block_[chunk] > backward_block_ : GradsOfMicroBatchIn(chunk);
+  return options_.block_major_backward ? blocks_of_chunk_[chunk].front() > backward_block_
+                                       : GradsOfMicroBatchIn(chunk);
 }
 
 void ChunkRuntime::FlushChunksAbove(int block) {
   backward_block_ = std::min(backward_block_, block);
   if (grad_slot_.empty()) return;  // no gradient yet
   for (int c = 0; c < layout_.num_chunks(); ++c) {
-    if (grad_slot_[c].defined() && lowest_block_[c] > backward_block_) FlushGradSlot(c);
+    if (grad_slot_[c].defined() && ChunkGradsComplete(c)) FlushGradSlot(c);
   }
 }
 
@@ -117,7 +118,7 @@ bool ChunkRuntime::OpenGradSlot(int chunk) {
   // Block-major: slots of chunks the current block does not use (the tied embedding's,
   // open until backward reaches block 0) give way: their partial sums go to the host as
   // whole chunks rather than this chunk's gradients parameter by parameter.
-  if (!fits() && !(options_.block_major_backward && ReleaseIdleGradSlots() && fits())) return false;
+  if (!fits() && !(options_.block_major_backward && ReleaseGradSlots(/*idle_only=*/true) && fits())) return false;
   grad_slot_[chunk] = store_.Borrow(Tier::kDevice, layout_.chunks()[chunk].capacity_numel, at::kFloat, /*zero=*/true);
   interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
   return true;
@@ -195,30 +196,18 @@ bool ChunkRuntime::EvictOrGiveWay(const std::function<bool()>& evict) {
       CompleteGradFlushes(-1);
       if (evict()) return true;
     }
-    if (ReleaseIdleGradSlots() && evict()) return true;
+    if (ReleaseGradSlots(/*idle_only=*/true) && evict()) return true;
   }
   return ReleaseGradSlots() && evict();
 }
 
-bool ChunkRuntime::ReleaseIdleGradSlots() {
-  if (grad_slot_.empty()) return false;
-  bool released = false;
-  for (int c = 0; c < layout_.num_chunks(); ++c) {
-    if (!grad_slot_[c].defined()) continue;
-    const auto& blocks = blocks_of_chunk_[c];
-    if (std::find(blocks.begin(), blocks.end(), backward_block_) != blocks.end()) continue;  // in use now
-    FlushGradSlot(c);
-    released = true;
-  }
-  if (released) CompleteGradFlushes(-1);
-  return released;
-}
-
-bool ChunkRuntime::ReleaseGradSlots() {
+bool ChunkRuntime::ReleaseGradSlots(bool idle_only) {
   if (grad_slot_.empty()) return false;
   bool released = !grad_flushes_.empty();
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     if (!grad_slot_[c].defined()) continue;
+    const auto& blocks = blocks_of_chunk_[c];
+    if (idle_only && std::binary_search(blocks.begin(), blocks.end(), backward_block_)) continue;  // in use now
     FlushGradSlot(c);  // a partial sum: the chunk's later gradients open a new slot
     released = true;
   }

@@ -165,7 +165,7 @@ std::vector<at::Tensor> GptImpl::LossMany(const std::vector<at::Tensor>& idx, co
                                           LayerHooks* hooks) {
   TORCH_CHECK(!idx.empty() && idx.size() == targets.size(), "LossMany: ", idx.size(), " inputs for ", targets.size(),
               " targets");
-  TORCH_CHECK(recompute() || !at::GradMode::is_enabled() || !is_training(),
+  TORCH_CHECK(config_.activation_checkpointing || !at::GradMode::is_enabled() || !is_training(),
               "LossMany (train.accumulation_schedule: vertical) needs model.activation_checkpointing: true in "
               "training: it keeps every micro-batch's block inputs, and only those");
   LayerHooks none;

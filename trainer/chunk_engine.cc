@@ -286,9 +286,9 @@ std::string ChunkEngine::WarmupKey() const {
 
 std::string ChunkEngine::AccumulationKey() const {
   // A step's moments come k times (horizontal) or in another order (vertical).
-  const int64_t k = GradAccumSteps(config_.train, comm_ ? comm_->world_size() : 1);
-  const bool vertical = config_.train.accumulation_schedule == AccumulationSchedule::kVertical && k > 1;
-  return fmt::format(", {} x {}", vertical ? "vertical" : "horizontal", k);
+  const int world = comm_ ? comm_->world_size() : 1;
+  return fmt::format(", {} x {}", VerticalAccumulation(config_.train, world) ? "vertical" : "horizontal",
+                     GradAccumSteps(config_.train, world));
 }
 
 at::Tensor ChunkEngine::GatherAll(ChunkKind kind) const {

@@ -55,7 +55,7 @@ namespace {
 // Micro-batches whose activations live at once: the vertical schedule keeps each one's
 // block inputs until the step's one backward.
 int64_t MicroBatchesKept(const Config& c, int world_size) {
-  return c.train.accumulation_schedule == AccumulationSchedule::kVertical ? GradAccumSteps(c.train, world_size) : 1;
+  return VerticalAccumulation(c.train, world_size) ? GradAccumSteps(c.train, world_size) : 1;
 }
 
 // PatrickStar's reuse is safe with one backward per step and a compute dtype that is
@@ -80,7 +80,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   options.warmup_iterations = c.chunk.warmup_steps;
   options.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   options.prefetch_depth = c.chunk.prefetch_depth;
-  options.block_major_backward = MicroBatchesKept(c, world_size) > 1;
+  options.block_major_backward = VerticalAccumulation(c.train, world_size);
   return options;
 }
 
@@ -208,7 +208,7 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
 }
 
 void CheckAccumulationSchedule(const Config& c, int world_size) {
-  if (MicroBatchesKept(c, world_size) > 1 && c.chunk.enabled && (world_size > 1 || c.distributed.force_collectives)) {
+  if (VerticalAccumulation(c.train, world_size) && c.chunk.enabled && (world_size > 1 || c.distributed.force_collectives)) {
     throw ConfigError("train.accumulation_schedule: vertical is not built for chunk runs over ranks (ZeRO reduces "
                       "gradients per micro-batch); use horizontal, or plain data parallelism (chunk.enabled: false)");
   }
@@ -258,7 +258,7 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   }
   input.host_budget_bytes = budgets.host_bytes;
   input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
-  input.block_major_grads = MicroBatchesKept(c, world_size) > 1;
+  input.block_major_grads = VerticalAccumulation(c.train, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   // Speculation backups: fp32 master, m, v (+ the compute chunk when it is not the
   // master) per slot, counted in fp32 chunks of the largest chunk.

@@ -604,4 +604,8 @@ int64_t GradAccumSteps(const TrainConfig& train, int64_t world_size) {
   return train.global_batch_size / per_step;
 }
 
+bool VerticalAccumulation(const TrainConfig& train, int64_t world_size) {
+  return train.accumulation_schedule == AccumulationSchedule::kVertical && GradAccumSteps(train, world_size) > 1;
+}
+
 }  // namespace ps::trainer

@@ -44,6 +44,10 @@ std::string ConfigReferenceMarkdown();
 // when global_batch_size is not a multiple of micro_batch_size x world_size.
 int64_t GradAccumSteps(const TrainConfig& train, int64_t world_size);
 
+// Whether a step runs its micro-batches block-major (train.accumulation_schedule:
+// vertical with more than one micro-batch per step; with one both orders are the same).
+bool VerticalAccumulation(const TrainConfig& train, int64_t world_size);
+
 // CPU threads of a run: run.threads, or every hardware thread when it is 0.
 int CpuThreads(const RunConfig& run);
 

@@ -242,11 +242,6 @@ struct StepRecord {
 };
 
 // Runs optimizer step `step` (from 1): micro-batches with accumulation, then the update.
-// The vertical schedule applies from two micro-batches on (one is the same either way).
-bool Vertical(const Config& c, int64_t accum) {
-  return c.train.accumulation_schedule == AccumulationSchedule::kVertical && accum > 1;
-}
-
 StepRecord RunStep(TrainingEngine& engine, BatchSource& batches, const Config& c, int64_t accum, double lr,
                    int64_t step, comm::Communicator* comm) {
   const at::Device device = engine.device();
@@ -261,33 +256,33 @@ StepRecord RunStep(TrainingEngine& engine, BatchSource& batches, const Config& c
   engine.BeginStep(lr);
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device));
   AccuracyCounts counts;
-  if (Vertical(c, accum)) {  // every micro-batch through each block in turn, one backward
+  std::vector<models::LossOutput> outs;  // every micro-batch's loss and accuracy counts
+  if (VerticalAccumulation(c.train, comm ? comm->world_size() : 1)) {  // each block over every micro-batch, one backward
     std::vector<models::Batch> micro_batches;
     for (int64_t micro = 0; micro < accum; ++micro) micro_batches.push_back(batches.Next(c.train.micro_batch_size).To(device));
     const auto forward_start = phase_end();
-    const std::vector<models::LossOutput> outs = engine.ForwardMany(micro_batches, accum);
+    outs = engine.ForwardMany(micro_batches, accum);
     at::Tensor loss = outs.front().loss;
     for (size_t m = 1; m < outs.size(); ++m) loss = loss + outs[m].loss;
     const auto backward_start = phase_end();
     r.forward_ms += MsBetween(forward_start, backward_start);
     engine.Backward(loss);
     r.backward_ms += MsBetween(backward_start, phase_end());
-    for (const auto& out : outs) {
-      loss_sum += out.loss.detach();
-      counts.Add(out);
-    }
   } else {
     for (int64_t micro = 0; micro < accum; ++micro) {
       const models::Batch batch = batches.Next(c.train.micro_batch_size).To(device);
       const auto forward_start = phase_end();
-      const models::LossOutput out = engine.Forward(batch, accum);
+      outs.push_back(engine.Forward(batch, accum));
       const auto backward_start = phase_end();
       r.forward_ms += MsBetween(forward_start, backward_start);
-      engine.Backward(out.loss);
+      engine.Backward(outs.back().loss);
       r.backward_ms += MsBetween(backward_start, phase_end());
-      loss_sum += out.loss.detach();
-      counts.Add(out);
+      outs.back().loss = outs.back().loss.detach();  // the graph is not kept past its backward
     }
+  }
+  for (const auto& out : outs) {
+    loss_sum += out.loss.detach();
+    counts.Add(out);
   }
   engine.SyncGradients();
   if (comm) comm->AllReduce(loss_sum, comm::ReduceOp::kAvg)->Wait();  // the loss of the global batch

@@ -25,6 +25,21 @@ int BlockParamIndex(const GptImpl& model, const std::string& name) {
   return -1;
 }
 
+// Every parameter's gradient, in BlockParameters() order (copies).
+std::vector<at::Tensor> Grads(const GptImpl& model) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : model.BlockParameters()) out.push_back(p.tensor.grad().clone());
+  return out;
+}
+
+void CheckSameGrads(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, double rtol, double atol) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(at::allclose(a[i], b[i], rtol, atol));
+  }
+}
+
 GptConfig Tiny() {
   GptConfig c;
   c.n_layer = 2;
@@ -172,15 +187,10 @@ TEST_CASE("activation checkpointing gives the same loss and gradients, dropout i
     auto loss = model->Loss(idx, idx);
     loss.backward();
     losses.push_back(loss.item<double>());
-    std::vector<at::Tensor> g;
-    for (const auto& p : model->BlockParameters()) g.push_back(p.tensor.grad().clone());
-    grads.push_back(g);
+    grads.push_back(Grads(*model));
   }
   CHECK(losses[0] == losses[1]);
-  for (size_t i = 0; i < grads[0].size(); ++i) {
-    INFO("parameter " << i);
-    CHECK(at::allclose(grads[0][i], grads[1][i], 1e-6, 1e-7));
-  }
+  CheckSameGrads(grads[0], grads[1], 1e-6, 1e-7);
 }
 
 TEST_CASE("activation checkpointing under bf16 autocast: the recompute runs in bf16 as forward did", "[gpt][checkpoint]") {
@@ -202,15 +212,11 @@ TEST_CASE("activation checkpointing under bf16 autocast: the recompute runs in b
     loss.backward();
     CHECK_FALSE(at::autocast::is_autocast_enabled(at::kCPU));  // the recompute put it back
     losses.push_back(loss.item<double>());
-    std::vector<at::Tensor> g;
-    for (const auto& p : model->BlockParameters()) g.push_back(p.tensor.grad().clone());
-    grads.push_back(g);
+    grads.push_back(Grads(*model));
   }
   CHECK(losses[0] == losses[1]);
-  for (size_t i = 0; i < grads[0].size(); ++i) {  // an fp32 recompute would differ at bf16's ~1e-2
-    INFO("parameter " << i);
-    CHECK(at::allclose(grads[0][i], grads[1][i], 1e-5, 1e-7));
-  }
+  // An fp32 recompute would differ at bf16's ~1e-2.
+  CheckSameGrads(grads[0], grads[1], 1e-5, 1e-7);
 }
 
 TEST_CASE("LeafLinear layers: same loss and gradients as at::linear; backward reads the re-pointed weight", "[gpt][leaf]") {
@@ -225,15 +231,10 @@ TEST_CASE("LeafLinear layers: same loss and gradients as at::linear; backward re
     auto loss = model->Loss(idx, idx);
     loss.backward();
     losses.push_back(loss.item<double>());
-    std::vector<at::Tensor> g;
-    for (const auto& p : model->BlockParameters()) g.push_back(p.tensor.grad().clone());
-    grads.push_back(g);
+    grads.push_back(Grads(*model));
   }
   CHECK(losses[0] == losses[1]);  // the forward is at::linear itself
-  for (size_t i = 0; i < grads[0].size(); ++i) {
-    INFO("parameter " << i);
-    CHECK(at::allclose(grads[0][i], grads[1][i], 1e-5, 1e-7));
-  }
+  CheckSameGrads(grads[0], grads[1], 1e-5, 1e-7);
   // What the chunk runtime does between forward and backward: the weight's data is
   // swapped for other storage with the same values. The old storage must not be pinned
   // by the graph, and backward must use the new data.
@@ -327,11 +328,7 @@ TEST_CASE("LossMany: each micro-batch's loss, their summed gradients, forward an
   CHECK(backward == std::vector<std::string>{"bwd3", "bwd3", "bwd3", "pre3", "pre3", "pre3", "bwd2", "bwd2", "bwd2",
                                              "pre2", "pre2", "pre2", "bwd1", "bwd1", "bwd1", "pre1", "pre1", "pre1",
                                              "bwd0", "bwd0", "bwd0"});
-  const auto a = horizontal->BlockParameters(), b = vertical->BlockParameters();
-  for (size_t i = 0; i < a.size(); ++i) {  // summed in another order: equal to fp32 rounding
-    INFO(a[i].name);
-    CHECK(at::allclose(a[i].tensor.grad(), b[i].tensor.grad(), 1e-5, 1e-7));
-  }
+  CheckSameGrads(Grads(*horizontal), Grads(*vertical), 1e-5, 1e-7);  // summed in another order: fp32 rounding
   // Without checkpointing it would keep every micro-batch's activations: refused.
   c.activation_checkpointing = false;
   Gpt plain(c);
