@@ -1,5 +1,6 @@
 #include "models/safetensors.h"
 
+#include <algorithm>
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -117,6 +119,19 @@ std::map<std::string, Entry> ParseEntries(const std::string& path, const char* f
                 " bytes but data_offsets span ", e.bytes);
     out.emplace(it.key(), std::move(e));
   }
+  // As the format requires: the tensors' byte ranges tile the data exactly, so no two
+  // tensors share bytes and no bytes hide between them.
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // (start, end) from the data start
+  for (const auto& [name, e] : out) ranges.emplace_back(e.offset_bytes - data_start, e.offset_bytes - data_start + e.bytes);
+  std::sort(ranges.begin(), ranges.end());
+  int64_t covered = 0;
+  for (const auto& [begin, end] : ranges) {
+    TORCH_CHECK(begin >= covered, path, ": two tensors share bytes ", begin, " to ", std::min(end, covered),
+                " of the data (data_offsets overlap)");
+    TORCH_CHECK(begin == covered, path, ": bytes ", covered, " to ", begin, " of the data belong to no tensor");
+    covered = end;
+  }
+  TORCH_CHECK(covered == data_bytes, path, ": the tensors end at byte ", covered, " of ", data_bytes, " data bytes");
   return out;
 }
 

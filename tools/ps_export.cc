@@ -11,6 +11,7 @@
 #include <exception>
 #include <iostream>
 
+#include "trainer/config_loader.h"
 #include "trainer/hf_io.h"
 
 namespace {
@@ -49,6 +50,9 @@ int main(int argc, char** argv) {
   try {
     return Run(argc, argv);
   } catch (const cxxopts::exceptions::exception& e) {
+    std::cerr << "ps_export: " << e.what() << "\n";
+    return 2;
+  } catch (const ps::trainer::ConfigError& e) {  // a bad --out, a checkpoint that fails verification
     std::cerr << "ps_export: " << e.what() << "\n";
     return 2;
   } catch (const c10::Error& e) {

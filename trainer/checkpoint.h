@@ -12,7 +12,10 @@
 // the union of the listed files by name (a name in two files is an error).
 // Writing: into <dir>/.tmp_step_<N>/, every file fsynced, then renamed to step_<N>/, the
 // folder fsynced, then latest replaced atomically. A crash leaves the old checkpoint or
-// the new one complete; leftover .tmp_ folders are never read. docs/checkpoints.md.
+// the new one complete; leftover .tmp_ folders are never read.
+// The manifest (state.json) is trusted only when it verifies: manifest.sha256 holds its
+// SHA-256 (sha256sum's format), and every field is range-checked and cross-checked
+// (docs/checkpoints.md, "The manifest"); a folder whose name is step_N must hold step N.
 #pragma once
 
 #include <cstdint>
@@ -21,11 +24,30 @@
 #include <vector>
 
 #include "models/safetensors.h"
+#include "trainer/config_loader.h"
 #include "trainer/engine.h"
 
 namespace ps::trainer {
 
-constexpr int kCheckpointFormatVersion = 1;
+// 2: manifest.sha256, run_name and samples in state.json. Format 1 is still read (its
+// manifest unhashed: range checks only, the run's name taken from its config).
+constexpr int kCheckpointFormatVersion = 2;
+
+// A checkpoint that fails verification (a file, the manifest's hash, a field): bad input,
+// like a bad config (ps_train exits 2). The message names the file and the field.
+class CheckpointError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
+// How the sampler's position grew in the run segment that saved the checkpoint:
+// consumed_samples = consumed_at_start + (step - start_step) * global_batch_size. A
+// resume with another global batch size starts a new segment at the resumed step.
+struct SampleSchedule {
+  int64_t start_step = 0;
+  int64_t consumed_at_start = 0;
+  int64_t global_batch_size = 0;  // 0: not recorded (format 1)
+};
 
 struct CheckpointContents {
   int64_t step = 0;              // optimizer steps done
@@ -34,7 +56,11 @@ struct CheckpointContents {
   int64_t min_scale_skips = 0;   // fp16: consecutive steps skipped at the minimum loss scale
   EngineState engine;
   models::TensorMap rng;         // SaveRngStates
-  // What must match on resume (model shape, dtype, vocabulary, sequence length).
+  SampleSchedule samples;
+  // Which run wrote it: run.name and what must match on resume (model shape, dtype,
+  // vocabulary, sequence length). A run resumes only its own checkpoints unless
+  // checkpoint.resume names one; it prunes only its own.
+  std::string run_name;
   nlohmann::json fingerprint = nlohmann::json::object();
   std::string config_yaml;       // the resolved config of the saving run
   std::string version;           // ps_train version that wrote it
@@ -76,22 +102,36 @@ CheckpointWriteReport CommitCheckpoint(const std::string& dir, const CheckpointC
 void AbandonCheckpoint(const std::string& dir, int64_t step);
 
 enum class CheckpointParts {
-  kAll,         // everything a resume needs
-  kParamsOnly,  // parameters and scalar state; optimizer and RNG files are not read
+  kAll,           // everything a resume needs
+  kParamsOnly,    // parameters and scalar state; optimizer and RNG files are not read
+  kManifestOnly,  // state.json verified (hash and fields); no tensor file is read
 };
 
-// Reads the checkpoint folder `path`, verifying every file's presence, size and
-// SHA-256 and every tensor's header (kParamsOnly: the files it reads; the others must
-// still be present). Throws c10::Error naming the file (and tensor).
+// Reads the checkpoint folder `path`, verifying the manifest (its hash and fields),
+// every listed file's presence, size and SHA-256, every tensor's header, and the
+// cross-checks between them (adam_steps names the parameters, RNG states are valid);
+// kParamsOnly: the files it reads; the others must still be present. Throws
+// CheckpointError naming the file (and tensor or field).
 CheckpointContents ReadCheckpoint(const std::string& path, CheckpointParts parts = CheckpointParts::kAll);
 
-// The step_<N> folders of `dir` that have a state.json, newest (largest N) first.
+// The step_<N> folders of `dir` that have a state.json, newest (largest N) first. Only
+// canonical names count (step_0, step_17; not step_017): the name is the step.
 std::vector<std::string> ListCheckpoints(const std::string& dir);
+// Folders of `dir` named like checkpoints but not canonically (step_06, step_x): never
+// read, never deleted; reported so the user knows they are ignored.
+std::vector<std::string> StrayCheckpointFolders(const std::string& dir);
 
-// Deletes all but the newest `keep` complete checkpoints, never `written` (the one just
-// saved), and the leftovers of interrupted saves (a complete .old_step_N whose
-// replacement never landed is put back as step_N). Returns the folders deleted; throws
-// std::runtime_error naming a checkpoint that cannot be deleted.
-std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep, const std::string& written = "");
+// Whether the checkpoint whose (verified) manifest says `run_name` and `fingerprint`
+// was written by the run `name` / `fingerprint`.
+bool SameRun(const CheckpointContents& manifest, const std::string& name, const nlohmann::json& fingerprint);
+
+// Deletes all but the newest `keep` (by the step in their names) of the checkpoints of
+// `dir` this run wrote (their manifests verify and name this run: `run_name`,
+// `fingerprint`), never `written` (the one just saved), and the leftovers of interrupted
+// saves (a complete .old_step_N whose replacement never landed is put back as step_N).
+// Checkpoints of other runs, or whose manifest fails, are never deleted. Returns the
+// folders deleted; throws std::runtime_error naming a checkpoint that cannot be deleted.
+std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep, const std::string& written,
+                                          const std::string& run_name, const nlohmann::json& fingerprint);
 
 }  // namespace ps::trainer

@@ -64,10 +64,12 @@ bool HostHasRoomFor(int64_t bytes) { return static_cast<double>(bytes) * 1.25 < 
 
 }  // namespace
 
-Checkpointer::Checkpointer(const CheckpointConfig& config, std::string dir, comm::Communicator* comm,
-                           at::Device device)
+Checkpointer::Checkpointer(const CheckpointConfig& config, std::string dir, std::string run_name,
+                           nlohmann::json fingerprint, comm::Communicator* comm, at::Device device)
     : config_(config),
       dir_(std::move(dir)),
+      run_name_(std::move(run_name)),
+      fingerprint_(std::move(fingerprint)),
       last_save_time_(Clock::now()),
       comm_(comm),
       device_(device) {}
@@ -97,7 +99,7 @@ void Checkpointer::Finish(SaveRecord record) {
   const std::string written = record.path;
   finished_.push_back(std::move(record));
   try {  // the checkpoint is complete: failing to delete an old one must not stop the run
-    for (const auto& gone : PruneCheckpoints(dir_, config_.keep, written)) spdlog::info("checkpoint deleted: {}", gone);
+    for (const auto& gone : PruneCheckpoints(dir_, config_.keep, written, run_name_, fingerprint_)) spdlog::info("checkpoint deleted: {}", gone);
   } catch (const std::exception& e) {
     spdlog::warn("checkpoint.keep: {}", e.what());
   }
@@ -282,9 +284,19 @@ std::vector<SaveRecord> Checkpointer::TakeFinished() {
   return out;
 }
 
+namespace {
+
+std::string WhatOf(const std::exception& e) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  return c10 ? c10->what_without_backtrace() : e.what();
+}
+
+}  // namespace
+
 std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
-                                                       std::string* path, int* unusable) {
-  *unusable = 0;
+                                                       const std::string& run_name, std::string* path,
+                                                       std::vector<std::string>* unusable) {
+  unusable->clear();
   if (config.resume == "never") return std::nullopt;
   std::string search = dir;
   const bool explicit_path = config.resume != "auto";
@@ -294,26 +306,41 @@ std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& c
                                        !ListCheckpoints(config.resume).empty();
     if (!folder_of_checkpoints) {
       *path = config.resume;
-      return ReadCheckpoint(config.resume);
+      CheckpointContents c = ReadCheckpoint(config.resume);
+      if (c.run_name != run_name) {
+        spdlog::warn("checkpoint.resume {}: written by run '{}', continued as run '{}' (named explicitly)", *path,
+                     c.run_name, run_name);
+      }
+      return c;
     }
     search = config.resume;
   }
+  for (const auto& stray : StrayCheckpointFolders(search)) {
+    spdlog::warn("{}: not a checkpoint name ps_train writes (step_<N>, N without leading zeros): ignored, never "
+                 "read or deleted", stray);
+  }
   std::string errors;
   for (const auto& candidate : ListCheckpoints(search)) {
+    CheckpointContents c;
     try {
-      CheckpointContents c = ReadCheckpoint(candidate);
-      *path = candidate;
-      return c;
-    } catch (const std::exception& e) {  // c10::Error, I/O errors, malformed JSON: try the next older one
-      const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-      const std::string what = c10 ? c10->what_without_backtrace() : e.what();
+      c = ReadCheckpoint(candidate);
+    } catch (const std::exception& e) {  // CheckpointError, I/O errors: try the next older one
+      const std::string what = WhatOf(e);
       spdlog::error("checkpoint {} is unusable, trying an older one: {}", candidate, what);
       errors += "\n  " + what;
-      ++*unusable;
+      unusable->push_back(candidate);
+      continue;
     }
+    if (c.run_name != run_name) {
+      throw ConfigError(candidate + " was written by another run ('" + c.run_name + "'; this is run '" + run_name +
+                        "'): runs do not share a checkpoint.dir. Use a checkpoint.dir of this run's own, or "
+                        "set checkpoint.resume: " + candidate + " to continue from it on purpose");
+    }
+    *path = candidate;
+    return c;
   }
   if (explicit_path) {
-    throw std::runtime_error("checkpoint.resume " + config.resume + ": no checkpoint in it verifies:" + errors);
+    throw CheckpointError("checkpoint.resume " + config.resume + ": no checkpoint in it verifies:" + errors);
   }
   return std::nullopt;
 }

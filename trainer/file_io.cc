@@ -74,6 +74,22 @@ void CheckedFile::Write(const void* data, size_t bytes) {
   }
 }
 
+void CheckedFile::WriteRecord(const std::string& record) {
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  if (before < 0) Fail(path_, "seek", errno);
+  const int64_t written_before = bytes_written_;
+  try {
+    Write(record.data(), record.size());
+  } catch (...) {
+    // The part that went out is taken back; the file ends at its last whole record.
+    while (::ftruncate(fd_, before) != 0 && errno == EINTR) {
+    }
+    ::lseek(fd_, before, SEEK_SET);  // a file not opened for appending writes here next
+    bytes_written_ = written_before;
+    throw;
+  }
+}
+
 void CheckedFile::Sync() {
   if (::fsync(fd_) != 0) Fail(path_, "fsync", errno);
 }

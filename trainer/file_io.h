@@ -38,6 +38,9 @@ class CheckedFile {
 
   void Write(const void* data, size_t bytes);  // all of it, or throws
   void Write(const std::string& text) { Write(text.data(), text.size()); }
+  // One record (a metrics line, an event): all of it, or throws with the file cut back
+  // to its length before the call, so a failed write (disk full) leaves no torn record.
+  void WriteRecord(const std::string& record);
   void Sync();                                 // fsync: the bytes are on the disk
   void Close();                                // checked close
   int64_t bytes_written() const { return bytes_written_; }

@@ -1,11 +1,16 @@
 #include "trainer/hf_io.h"
 
 #include <c10/util/Exception.h>
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
@@ -15,6 +20,8 @@
 #include "trainer/config_loader.h"
 #include "trainer/file_io.h"
 #include "trainer/model_factory.h"
+#include "trainer/run_folder.h"
+#include "trainer/version.h"
 
 namespace ps::trainer {
 namespace {
@@ -118,17 +125,82 @@ std::vector<std::string> TokenizerFiles(const std::string& source) {
   return out;
 }
 
-HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& config, const std::string& out_dir,
-                              bool replace, int64_t max_shard_bytes) {
-  const auto start = std::chrono::steady_clock::now();
-  const fs::path out(out_dir);
-  if (fs::exists(out) && !replace) {
-    throw std::runtime_error(out_dir + ": exists already (pass --overwrite to replace it)");
+namespace {
+
+// A new empty folder beside `out` (hidden, unique), for an export in progress or the
+// folder it replaces.
+fs::path FreshSibling(const fs::path& out, const char* purpose) {
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  std::string pattern = (parent / ("." + out.filename().string() + "." + purpose + ".XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw std::runtime_error(pattern + ": cannot create a folder for the export: " + std::strerror(errno));
   }
+  return pattern;
+}
+
+// Puts the complete folder `fresh` at `out`. Where the file system can, one atomic
+// exchange; else `out` moves aside first (a crash between leaves the old export under
+// a hidden name beside it). The old folder is deleted after.
+void SwapIn(const fs::path& fresh, const fs::path& out) {
+  if (!fs::exists(out)) {
+    fs::rename(fresh, out);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(fresh);  // now the old export
+    return;
+  }
+  const fs::path aside = FreshSibling(out, "replaced");
+  fs::rename(out, aside);  // onto an empty folder: allowed
+  fs::rename(fresh, out);
+  fs::remove_all(aside);
+}
+
+bool HoldsCheckpoints(const fs::path& folder) {
+  std::error_code ec;
+  return fs::exists(folder / "state.json", ec) || !ListCheckpoints(folder.string()).empty();
+}
+
+}  // namespace
+
+std::string HfExportFolder(const Config& config) { return (fs::path(config.run.output_dir) / "hf").string(); }
+
+void CheckExportDestination(const std::string& out_dir, bool replace, const std::vector<std::string>& protected_paths,
+                            const std::string& what) {
+  if (out_dir.empty()) throw ConfigError(what + ": the export folder is empty");
+  for (const auto& p : protected_paths) {
+    if (FolderIsWithin(p, out_dir) || FolderIsWithin(out_dir, p)) {
+      throw ConfigError(what + " " + out_dir + ": " + (FolderIsWithin(p, out_dir) ? "is or holds " : "lies in ") + p +
+                        ", which holds checkpoints; an export never replaces or writes into them (choose another "
+                        "folder)");
+    }
+  }
+  const fs::path out(out_dir);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(out, ec))) return;
+  if (!fs::is_directory(out, ec)) {
+    throw ConfigError(what + " " + out_dir + ": exists and is not a folder; an export does not replace it (move it "
+                      "away or choose another folder)");
+  }
+  if (HoldsCheckpoints(out)) {
+    throw ConfigError(what + " " + out_dir + ": holds checkpoints; an export never replaces them");
+  }
+  if (!fs::exists(out / kExportMarkerFile, ec)) {
+    throw ConfigError(what + " " + out_dir + ": exists and was not written by a ps_train export (no " +
+                      kExportMarkerFile + " in it); it may hold your files, so it is not replaced (move it away or "
+                      "choose another folder)");
+  }
+  if (!replace) throw ConfigError(what + " " + out_dir + ": exists already (pass --overwrite to replace it)");
+}
+
+HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& config, const std::string& out_dir,
+                              bool replace, const std::vector<std::string>& protected_paths,
+                              int64_t max_shard_bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  CheckExportDestination(out_dir, replace, protected_paths, "export");
+  const fs::path out(out_dir);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  const fs::path tmp = out.string() + ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const fs::path tmp = FreshSibling(out, "export");
   HfExportReport report;
   report.folder = out_dir;
   try {
@@ -146,20 +218,19 @@ HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& con
       fs::copy_file(file, tmp / name, fs::copy_options::overwrite_existing);
       report.files.push_back(name);
     }
+    WriteFileAtomically((tmp / kExportMarkerFile).string(),
+                        std::string("written by ps_train ") + kVersion + " (an HF folder this project may replace)\n");
     for (const auto& name : report.files) SyncFile((tmp / name).string());
     SyncDirectory(tmp.string());
+    // The destination again, right before the swap: it may have changed while writing.
+    CheckExportDestination(out_dir, replace, protected_paths, "export");
+    SwapIn(tmp, out);
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
     throw;
   }
-  // Swap in: the old folder stays complete until the new one is.
-  const fs::path old = out.string() + ".old";
-  fs::remove_all(old);
-  if (fs::exists(out)) fs::rename(out, old);
-  fs::rename(tmp, out);
-  fs::remove_all(old);
-  if (out.has_parent_path()) SyncDirectory(out.parent_path().string());
+  SyncDirectory(out.has_parent_path() ? out.parent_path().string() : ".");
   for (const auto& name : report.files) report.bytes += static_cast<int64_t>(fs::file_size(out / name));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
@@ -185,17 +256,19 @@ HfExportReport ExportCheckpoint(const std::string& checkpoint, const std::string
   CheckpointContents contents = ReadCheckpoint(folder, CheckpointParts::kParamsOnly);
   const Config config = ConfigOfCheckpoint(contents.config_yaml, folder);
   spdlog::info("exporting {} (step {}) to {}", folder, contents.step, out_dir);
-  return ExportHfFolder(contents.engine.params, config, out_dir, replace, max_shard_bytes);
+  const std::vector<std::string> protected_paths = {folder, fs::path(folder).parent_path().string()};
+  return ExportHfFolder(contents.engine.params, config, out_dir, replace, protected_paths, max_shard_bytes);
 }
 
 HfExportReport ExportAtEnd(TrainingEngine& engine, const Config& config, const std::string& final_checkpoint) {
-  const std::string out = (fs::path(config.run.output_dir) / "hf").string();
+  const std::string out = HfExportFolder(config);
+  const std::vector<std::string> protected_paths = {CheckpointDir(config)};
   HfExportReport report;
   if (!final_checkpoint.empty() && fs::exists(fs::path(final_checkpoint) / "state.json")) {
     const CheckpointContents contents = ReadCheckpoint(final_checkpoint, CheckpointParts::kParamsOnly);
-    report = ExportHfFolder(contents.engine.params, config, out, /*replace=*/true);
+    report = ExportHfFolder(contents.engine.params, config, out, /*replace=*/true, protected_paths);
   } else {
-    report = ExportHfFolder(engine.GatherParams(), config, out, /*replace=*/true);
+    report = ExportHfFolder(engine.GatherParams(), config, out, /*replace=*/true, protected_paths);
   }
   spdlog::info("checkpoint.export_hf: wrote {} ({} files, {:.1f} MB) in {:.2f} s", report.folder, report.files.size(),
                report.bytes / 1e6, report.seconds);

@@ -45,19 +45,38 @@ struct HfExportReport {
   double seconds = 0;
 };
 
+// The file an export writes into its folder, naming what wrote it: a folder holding it
+// is one this project may replace.
+constexpr char kExportMarkerFile[] = ".ps_train_export";
+
+// Where an export to `out_dir` may go: nowhere yet; or, with `replace`, a folder this
+// project exported before (it holds kExportMarkerFile). Never a file, a folder without
+// the marker (a user's), a folder holding checkpoints, nor one that is, holds or lies
+// in any of `protected_paths` (the checkpoint exported, the run's checkpoint.dir).
+// Throws ConfigError starting with `what` (the option or key that named `out_dir`).
+void CheckExportDestination(const std::string& out_dir, bool replace, const std::vector<std::string>& protected_paths,
+                            const std::string& what);
+
 // Writes `params` (ps names, fp32 masters) of a model `config` describes to `out_dir`
-// as an HF GPT-2 folder, with the tokenizer files of TokenizerSource(config). Written
-// into <out_dir>.tmp and renamed, so `out_dir` is either the old folder or the complete
-// new one; an existing `out_dir` is an error unless `replace`. Throws naming the path.
+// as an HF GPT-2 folder, with the tokenizer files of TokenizerSource(config) and the
+// marker. Written into a fresh hidden folder beside `out_dir` and swapped in (one
+// atomic exchange where the file system has it), so `out_dir` is either the old folder
+// or the complete new one. CheckExportDestination(out_dir, replace, protected_paths)
+// first. Throws naming the path.
 HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& config, const std::string& out_dir,
-                              bool replace, int64_t max_shard_bytes = 5'000'000'000);
+                              bool replace, const std::vector<std::string>& protected_paths,
+                              int64_t max_shard_bytes = 5'000'000'000);
+
+// <run.output_dir>/hf: where checkpoint.export_hf writes.
+std::string HfExportFolder(const Config& config);
 
 // `path` when it is a step_N checkpoint (it has a state.json), else the newest complete
 // checkpoint in the folder `path`; throws naming `path` when it is neither.
 std::string ResolveCheckpointFolder(const std::string& path);
 
 // ps_export: the parameters and config of the checkpoint folder `checkpoint` (a step_N
-// folder, or a folder of them: its newest), verified, exported as above.
+// folder, or a folder of them: its newest), verified, exported as above; the checkpoint
+// and the folder holding it are protected.
 HfExportReport ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, bool replace,
                                 int64_t max_shard_bytes = 5'000'000'000);
 

@@ -26,6 +26,8 @@
 #include "trainer/launcher.h"
 #include "trainer/stop_signals.h"
 #include "trainer/train_loop.h"
+#include "trainer/version.h"
+#include "trainer/wait_deadline.h"
 
 namespace {
 
@@ -106,7 +108,7 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (args.count("version")) {
-    std::cout << "ps_train 0.1 | LibTorch " << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "."
+    std::cout << "ps_train " << ps::trainer::kVersion << " | LibTorch " << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "."
               << TORCH_VERSION_PATCH << " | " << ps::comm::NcclVersionString() << std::endl;
     return 0;
   }
@@ -146,8 +148,14 @@ int Run(int argc, char** argv) {
     const bool cuda = config.run.device == ps::trainer::DeviceKind::kCuda ||
                       (config.run.device == ps::trainer::DeviceKind::kAuto && torch::cuda::is_available());
     spdlog::info("{}: connecting ({})", rank_env.Describe(), cuda ? "NCCL" : "Gloo");
-    communicator = ps::comm::CreateCommunicator(rank_env, config.distributed,
-                                                cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+    {  // the rendezvous: a deadline and the stop signals end it even where c10d's store would not
+      const ps::trainer::WaitDeadline deadline(
+          rank_env.Describe() + ": rendezvous at " + rank_env.master_addr + ":" + std::to_string(rank_env.master_port) +
+              " (distributed.init_timeout_s " + std::to_string(config.distributed.init_timeout_s) + ")",
+          std::chrono::seconds(config.distributed.init_timeout_s + 5), &signals.requested());
+      communicator = ps::comm::CreateCommunicator(rank_env, config.distributed,
+                                                  cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+    }
     train_options.comm = communicator.get();
     train_options.local_rank = rank_env.local_rank;
   }

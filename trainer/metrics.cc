@@ -60,7 +60,7 @@ JsonLine& JsonLine::Add(const std::string& key, const std::string& value) {
 
 MetricsWriter::MetricsWriter(const std::string& path) : out_(path, CheckedFile::Mode::kAppend) {}
 
-void MetricsWriter::Write(const JsonLine& line) { out_.Write(line.str() + "\n"); }
+void MetricsWriter::Write(const JsonLine& line) { out_.WriteRecord(line.str() + "\n"); }
 
 double TrainingFlopsPerToken(int64_t n_params, int64_t n_layer, int64_t n_embd, int64_t seq_len) {
   return 6.0 * static_cast<double>(n_params) +

@@ -1,7 +1,8 @@
 // Metrics output: one JSON object per line (metrics.jsonl), the FLOPs formula,
 // perplexity, and the console's progress line. MetricsWriter owns its file and writes
 // every line with one checked write() (no buffering), so a killed run keeps what it
-// logged and a full disk stops the run with an error instead of a cut line. Not
+// logged; a line that cannot be written whole (disk full, file-size limit) is taken back
+// (the file is cut to its last complete line) and the run stops with an error. Not
 // thread-safe; the training loop calls it from one thread. The rest are pure functions.
 #pragma once
 

@@ -60,18 +60,34 @@ void CheckFingerprint(const nlohmann::json& saved, const nlohmann::json& now, co
   }
 }
 
-void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml) {
-  std::map<std::string, std::string> was, now;
+std::map<std::string, std::string> FlattenYaml(const std::string& yaml) {
+  std::map<std::string, std::string> out;
   try {
-    Flatten(YAML::Load(saved_yaml), "", was);
+    Flatten(YAML::Load(yaml), "", out);
   } catch (const YAML::Exception&) {
-    return;  // a hand-edited manifest: nothing to compare
+    out.clear();  // a hand-edited text: nothing to compare
   }
-  Flatten(YAML::Load(now_yaml), "", now);
+  return out;
+}
+
+void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml) {
+  const std::map<std::string, std::string> was = FlattenYaml(saved_yaml), now = FlattenYaml(now_yaml);
   for (const auto& [key, value] : now) {
     const auto it = was.find(key);
     if (it != was.end() && it->second != value) spdlog::info("config change on resume: {}: {} -> {}", key, it->second, value);
   }
+}
+
+bool FolderIsWithin(const std::string& inner, const std::string& outer) {
+  std::error_code ec;
+  const fs::path in = fs::weakly_canonical(fs::absolute(inner), ec);
+  const fs::path out = fs::weakly_canonical(fs::absolute(outer), ec);
+  auto o = out.begin(), i = in.begin();
+  for (; o != out.end() && i != in.end(); ++o, ++i) {
+    if (o->empty()) break;  // a trailing separator of `outer`
+    if (*o != *i) return false;
+  }
+  return o == out.end() || o->empty();
 }
 
 bool CheckpointIsIn(const std::string& path, const std::string& dir) {
@@ -79,16 +95,22 @@ bool CheckpointIsIn(const std::string& path, const std::string& dir) {
   return fs::weakly_canonical(fs::path(path), ec).parent_path() == fs::weakly_canonical(fs::path(dir), ec);
 }
 
-void SetAsideNewerCheckpoints(const std::string& dir, int64_t step, bool resume_auto) {
+void SetAsideNewerCheckpoints(const std::string& dir, int64_t step, bool resume_auto,
+                              const std::vector<std::string>& unusable) {
+  if (resume_auto) {
+    for (const auto& path : unusable) {
+      const std::string name = fs::path(path).filename().string();
+      fs::rename(path, path + ".unusable");
+      spdlog::warn("{}: fails verification (see above); renamed to {}.unusable (kept for inspection, never read)", path,
+                   name);
+    }
+    return;
+  }
   for (const auto& path : ListCheckpoints(dir)) {
     const std::string name = fs::path(path).filename().string();
     if (std::stoll(name.substr(5)) <= step) continue;
-    if (!resume_auto) {
-      throw ConfigError(dir + " holds " + name + ", newer than the resumed step " + std::to_string(step) +
-                        ": this run would save over it and prune it; move it away or set another checkpoint.dir");
-    }
-    fs::rename(path, path + ".unusable");
-    spdlog::warn("{}: fails verification; renamed to {}.unusable (kept for inspection, never read)", path, name);
+    throw ConfigError(dir + " holds " + name + ", newer than the resumed step " + std::to_string(step) +
+                      ": this run would save over it and prune it; move it away or set another checkpoint.dir");
   }
 }
 

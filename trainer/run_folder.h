@@ -4,7 +4,9 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "trainer/config.h"
 
@@ -20,6 +22,10 @@ nlohmann::json RunFingerprint(const Config& config);
 // Throws ConfigError naming `checkpoint` and every fingerprint key that differs.
 void CheckFingerprint(const nlohmann::json& saved, const nlohmann::json& now, const std::string& checkpoint);
 
+// A YAML mapping's leaves as dotted keys -> values (flow-style YAML text); {} when
+// `yaml` does not parse.
+std::map<std::string, std::string> FlattenYaml(const std::string& yaml);
+
 // Logs (info) every resolved-config key whose value differs from the saving run's.
 void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml);
 
@@ -34,14 +40,20 @@ void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml
 // Returns whether metrics.jsonl is continued (appended to) rather than started anew.
 bool ClaimOutputDir(const Config& config, bool resuming_here, int unusable);
 
+// Whether `inner` is the folder `outer` or lies inside it (paths made absolute, `.`,
+// `..` and the symlinks of their existing parts resolved).
+bool FolderIsWithin(const std::string& inner, const std::string& outer);
+
 // Whether checkpoint folder `path` lies in `dir`.
 bool CheckpointIsIn(const std::string& path, const std::string& dir);
 
-// Checkpoints in `dir` newer than `step` (the resumed one, 0 when starting afresh) would
-// outrank this run's own when pruning. Under checkpoint.resume: auto they are the ones
-// that failed verification: renamed to step_N.unusable (kept, never read or pruned).
-// After an explicit resume path they are a later timeline: throws ConfigError.
-void SetAsideNewerCheckpoints(const std::string& dir, int64_t step, bool resume_auto);
+// Before this run saves into `dir`, resuming `step` (0 when starting afresh): under
+// checkpoint.resume: auto, the checkpoints that failed verification (`unusable`, all
+// newer than the resumed one) are renamed step_N.unusable (kept, never read or pruned),
+// so this run's saves of those steps replace nothing. After an explicit resume path,
+// checkpoints in `dir` newer than `step` are a later timeline: throws ConfigError.
+void SetAsideNewerCheckpoints(const std::string& dir, int64_t step, bool resume_auto,
+                              const std::vector<std::string>& unusable);
 
 // A metrics.jsonl cut mid-line by a kill: drops the partial last line, so appended
 // lines start on their own line.

@@ -43,7 +43,7 @@ void WriteEvent(CheckedFile& out, const tensorboard::Event& event) {
   if (!event.SerializeToString(&data)) {
     throw std::runtime_error("cannot serialise a TensorBoard event for " + out.path());
   }
-  out.Write(FrameRecord(data));
+  out.WriteRecord(FrameRecord(data));
 }
 
 }  // namespace

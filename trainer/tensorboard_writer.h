@@ -2,8 +2,9 @@
 // throughput, ...), written by the training loop when logging.tensorboard is on. It owns
 // its file. Every record goes out with one checked write() (no user-space buffer), so a
 // killed run loses at most the record being written, and a failed write (disk full)
-// throws std::runtime_error naming the file. Records are framed as in
-// tensorboard_record.h; events are the messages of tensorboard_event.proto. No LibTorch.
+// takes back what of the record went out and throws std::runtime_error naming the
+// file. Records are framed as in tensorboard_record.h; events are the messages of
+// tensorboard_event.proto. No LibTorch.
 // Not thread-safe: the training thread only.
 #pragma once
 

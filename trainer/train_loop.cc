@@ -28,16 +28,17 @@
 #include "trainer/metrics.h"
 #include "trainer/model_factory.h"
 #include "trainer/rng_state.h"
+#include "trainer/rank_agreement.h"
 #include "trainer/run_data.h"
 #include "trainer/run_folder.h"
+#include "trainer/run_lock.h"
 #include "trainer/tensorboard_writer.h"
+#include "trainer/version.h"
 
 namespace ps::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr char kVersion[] = "ps_train 0.2";
 
 at::Device ChooseDevice(DeviceKind kind) {
   const bool cuda = torch::cuda::is_available();
@@ -131,9 +132,12 @@ class DivergenceGuard {
 };
 
 CheckpointContents Contents(const TrainingEngine& engine, const Config& c, int64_t step, int64_t consumed,
-                            int64_t tokens, int64_t min_scale_skips, at::Device device) {
+                            int64_t tokens, int64_t min_scale_skips, const SampleSchedule& samples,
+                            at::Device device) {
   CheckpointContents out;
   out.step = step;
+  out.samples = samples;
+  out.run_name = c.run.name;
   out.min_scale_skips = min_scale_skips;
   out.consumed_samples = consumed;
   out.tokens_seen = tokens;
@@ -141,7 +145,7 @@ CheckpointContents Contents(const TrainingEngine& engine, const Config& c, int64
   out.rng = SaveRngStates(device);
   out.fingerprint = RunFingerprint(c);
   out.config_yaml = ConfigToYaml(c);
-  out.version = kVersion;
+  out.version = std::string("ps_train ") + kVersion;
   return out;
 }
 
@@ -161,6 +165,9 @@ void WriteSaveRecords(Checkpointer& checkpointer, MetricsWriter* metrics) {
 // The checkpoint to resume (if any) and the output folder, resolved before anything is
 // written; then config.resolved.yaml, metrics.jsonl and the TensorBoard file opened.
 struct RunStart {
+  // One owner per folder (rank 0): run.output_dir, and checkpoint.dir when it lies
+  // outside it; held until the run ends.
+  std::unique_ptr<FolderLock> output_lock, checkpoint_lock;
   std::optional<CheckpointContents> resume;
   std::string resume_path;
   std::unique_ptr<MetricsWriter> metrics;
@@ -188,13 +195,19 @@ RunStart StartRun(const Config& c, bool writer) {
     throw ConfigError("run.overwrite: true deletes " + ckpt_dir + ", which holds checkpoint.resume " +
                       c.checkpoint.resume + " (drop one of them)");
   }
-  int unusable = 0;
-  if (!c.run.overwrite || explicit_path) s.resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, &s.resume_path, &unusable);
+  if (writer) {  // before anything in the folders is read: a second start stops here
+    s.output_lock = std::make_unique<FolderLock>(c.run.output_dir, "run.output_dir");
+    if (!FolderIsWithin(ckpt_dir, c.run.output_dir)) s.checkpoint_lock = std::make_unique<FolderLock>(ckpt_dir, "checkpoint.dir");
+  }
+  std::vector<std::string> unusable;
+  if (!c.run.overwrite || explicit_path) {
+    s.resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, c.run.name, &s.resume_path, &unusable);
+  }
   if (s.resume) CheckFingerprint(s.resume->fingerprint, RunFingerprint(c), s.resume_path);
   if (!writer) return s;
   const bool resume_here = s.resume && CheckpointIsIn(s.resume_path, ckpt_dir);
-  const bool continue_metrics = ClaimOutputDir(c, resume_here, resume_auto ? unusable : 0);
-  if (resume_here) SetAsideNewerCheckpoints(ckpt_dir, s.resume->step, resume_auto);
+  const bool continue_metrics = ClaimOutputDir(c, resume_here, resume_auto ? static_cast<int>(unusable.size()) : 0);
+  if (resume_here) SetAsideNewerCheckpoints(ckpt_dir, s.resume->step, resume_auto, unusable);
   std::filesystem::create_directories(c.run.output_dir);
   WriteFileAtomically((std::filesystem::path(c.run.output_dir) / "config.resolved.yaml").string(), ConfigToYaml(c));
   if (c.logging.jsonl) {
@@ -413,6 +426,7 @@ struct RunProgress {
   int64_t start_step = 0;   // optimizer steps done before this process started
   int64_t tokens_seen = 0;
   DivergenceGuard divergence;
+  SampleSchedule samples;   // how consumed_samples grows in this run's segment
 };
 
 // Restores a checkpoint's state into the engine, the sampler, the generators and `progress`.
@@ -425,6 +439,12 @@ void ResumeFrom(const CheckpointContents& r, const std::string& path, const Conf
   progress.start_step = r.step;
   progress.divergence.set_run(r.min_scale_skips);
   progress.tokens_seen = r.tokens_seen;
+  // The sampler's schedule goes on, or a new segment starts where the batch size changed.
+  if (r.samples.global_batch_size != c.train.global_batch_size) {
+    progress.samples = {r.step, r.consumed_samples, c.train.global_batch_size};
+  } else {
+    progress.samples = r.samples;
+  }
   spdlog::info("resumed from {} (step {}, {} samples consumed, written by {})", path, r.step, r.consumed_samples,
                r.version);
   if (metrics) metrics->Write(JsonLine().Add("resumed_from_step", r.step).Add("checkpoint_path", path));
@@ -519,12 +539,16 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   const int threads = CpuThreads(c.run);
   at::set_num_threads(threads);
   const at::Device device = RankDevice(c, world, options.local_rank);
+  if (options.comm && world > 1) CheckRanksAgree(*options.comm, c, device);  // before any sized collective
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
   StartupPhases phases(launch);  // where start-up goes (issue #9 §4), logged before the first step
   phases.Mark("setup");
   RunData data(c, rank, world);  // every input is checked before a file is written
   phases.Mark("data");
-  if (c.checkpoint.export_hf) TokenizerFiles(TokenizerSource(c));  // a missing tokenizer fails now, not at the end
+  if (c.checkpoint.export_hf) {  // a missing tokenizer or a folder that is not ours fails now, not at the end
+    TokenizerFiles(TokenizerSource(c));
+    if (writer) CheckExportDestination(HfExportFolder(c), /*replace=*/true, {CheckpointDir(c)}, "checkpoint.export_hf");
+  }
   RunStart start = StartRun(c, writer);
   MetricsWriter* metrics = start.metrics.get();
   const LogSinks sinks{metrics, start.tensorboard.get()};
@@ -553,12 +577,13 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   }
   const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
   // ZeRO: every rank writes its share of each checkpoint (sharded saves).
-  Checkpointer checkpointer(c.checkpoint, CheckpointDir(c), engine->collective_save() ? options.comm : nullptr, device);
+  Checkpointer checkpointer(c.checkpoint, CheckpointDir(c), c.run.name, RunFingerprint(c),
+                            engine->collective_save() ? options.comm : nullptr, device);
   TrainResult result;
   result.final_eval_loss = std::numeric_limits<double>::quiet_NaN();
   result.final_eval_accuracy = std::numeric_limits<double>::quiet_NaN();
   const int64_t tokens_per_step = c.train.global_batch_size * c.data.seq_len;
-  RunProgress progress{0, 0, DivergenceGuard(c.precision)};
+  RunProgress progress{0, 0, DivergenceGuard(c.precision), SampleSchedule{0, 0, c.train.global_batch_size}};
   if (start.resume) {
     ResumeFrom(*start.resume, start.resume_path, c, device, *engine, data.train(), progress, metrics);
     start.resume.reset();  // frees the loaded tensors
@@ -631,7 +656,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
       if (signal != 0) spdlog::warn("signal {} received: saving a checkpoint at step {} and stopping", signal, step);
       // A collective Save (ZeRO) runs on every rank, and each writes its share.
       checkpointer.Save(Contents(*engine, c, step, data.train().consumed_samples(), progress.tokens_seen,
-                                 progress.divergence.run(), device));
+                                 progress.divergence.run(), progress.samples, device));
     }
     if (signal != 0) checkpointer.Wait();
     WriteSaveRecords(checkpointer, metrics);

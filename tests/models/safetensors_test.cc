@@ -65,5 +65,29 @@ TEST_CASE("corrupt files are rejected with the file and tensor named", "[safeten
   CHECK_THROWS_WITH(LoadSafetensors(TempPath("missing.safetensors")), Catch::Contains("cannot open"));
 }
 
+TEST_CASE("the tensors' bytes tile the data: no sharing, no holes, nothing after", "[safetensors]") {
+  const std::string path = TempPath("tiling.safetensors");
+  const std::string data(16, 'x');
+  // Two tensors over the same bytes (a checkpoint edited to alias two parameters).
+  WriteBytes(path, WithHeader(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                              R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                              data.substr(0, 12)));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("two tensors share bytes"));
+  WriteBytes(path, WithHeader(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                              R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+                              data.substr(0, 8)));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("two tensors share bytes"));
+  WriteBytes(path, WithHeader(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                              R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [12, 16]}})",
+                              data));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("bytes 8 to 12 of the data belong to no tensor"));
+  WriteBytes(path, WithHeader(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", data));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("the tensors end at byte 8 of 16"));
+  WriteBytes(path, WithHeader(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},)"
+                              R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+                              data));
+  CHECK(LoadSafetensors(path).size() == 2);  // any order in the header, as long as they tile
+}
+
 }  // namespace
 }  // namespace ps::models

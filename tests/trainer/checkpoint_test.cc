@@ -3,13 +3,17 @@
 // one, a wrong checksum, a wrong shape, a parameter the model lacks; the run's input is
 // checked before anything is written.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 
 #include "trainer/checkpoint.h"
 #include "trainer/config_loader.h"
+#include "trainer/file_io.h"
 #include "trainer/train_loop.h"
 #include "tests/temp_dir.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
@@ -22,22 +26,45 @@ namespace fs = std::filesystem;
 
 using testing::TempDir;
 
+// A checkpoint of run "x" at step 7 whose manifest passes every check: 8 samples a step
+// of 32 tokens, both parameters updated at every step, a real CPU generator state.
 CheckpointContents Sample() {
   CheckpointContents c;
   c.step = 7;
   c.consumed_samples = 56;
   c.tokens_seen = 1792;
+  c.samples = {0, 0, 8};
   c.engine.params["wte.weight"] = at::randn({16, 4});
   c.engine.params["h.0.mlp.c_fc.weight"] = at::randn({8, 4});
   c.engine.exp_avg["wte.weight"] = at::randn({16, 4});
   c.engine.exp_avg_sq["wte.weight"] = at::rand({16, 4});
   c.engine.adam_steps["wte.weight"] = 7;
+  c.engine.adam_steps["h.0.mlp.c_fc.weight"] = 7;
   c.engine.extra["loss_scaler"] = "scale=65536 iteration=7";
-  c.rng["rng.cpu"] = at::arange(10, at::kByte);
-  c.fingerprint = {{"model.n_embd", 4}};
+  c.rng["rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+  c.run_name = "x";
+  c.fingerprint = {{"model.n_embd", 4}, {"data.seq_len", 32}, {"precision.dtype", "fp32"}};
   c.config_yaml = "run: {name: x}\n";
   c.version = "test";
   return c;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Applies `edit` to the manifest of checkpoint `path`; with `rehash`, manifest.sha256 is
+// rewritten to match, as a careful forger would (so the field checks are what is tested).
+void EditManifest(const std::string& path, const std::function<void(nlohmann::json&)>& edit, bool rehash = true) {
+  nlohmann::json state = nlohmann::json::parse(ReadText(path + "/state.json"));
+  edit(state);
+  const std::string text = state.dump(2) + "\n";
+  std::ofstream(path + "/state.json", std::ios::binary | std::ios::trunc) << text;
+  if (!rehash) return;
+  Sha256 hash;
+  hash.Update(text.data(), text.size());
+  std::ofstream(path + "/manifest.sha256", std::ios::binary | std::ios::trunc) << hash.HexDigest() << "  state.json\n";
 }
 
 TEST_CASE("write and read back: every tensor and scalar exactly, files by name", "[checkpoint]") {
@@ -46,7 +73,7 @@ TEST_CASE("write and read back: every tensor and scalar exactly, files by name",
   const CheckpointWriteReport report = WriteCheckpoint(dir, c);
   CHECK(report.path == dir + "/step_7");
   CHECK(report.bytes > 0);
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "rng.safetensors", "state.json"}) {
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "rng.safetensors", "state.json", "manifest.sha256"}) {
     CHECK(fs::exists(report.path + "/" + f));
   }
   // The optimizer file names its tensors by parameter.
@@ -65,6 +92,8 @@ TEST_CASE("write and read back: every tensor and scalar exactly, files by name",
   CHECK(r.engine.adam_steps == c.engine.adam_steps);
   CHECK(r.engine.extra == c.engine.extra);
   CHECK(r.fingerprint == c.fingerprint);
+  CHECK(r.run_name == "x");
+  CHECK(r.samples.global_batch_size == 8);
   CHECK(r.config_yaml == c.config_yaml);
   std::ifstream latest(dir + "/latest");
   std::string line;
@@ -78,17 +107,112 @@ TEST_CASE("pruning keeps the newest, never the one just written, and cleans inte
   CheckpointContents c = Sample();
   for (int64_t step : {3, 5, 9}) {
     c.step = step;
+    c.consumed_samples = 8 * step;
+    c.tokens_seen = 32 * c.consumed_samples;
+    c.engine.adam_steps = {{"wte.weight", step}, {"h.0.mlp.c_fc.weight", step}};
     WriteCheckpoint(dir, c);
   }
   fs::create_directories(dir + "/.tmp_step_11");                  // a save killed mid-way
   fs::rename(dir + "/step_3", dir + "/.old_step_3");              // killed between the two renames
-  const auto deleted = PruneCheckpoints(dir, 1, dir + "/step_5");  // step_5 just written
+  const auto deleted = PruneCheckpoints(dir, 1, dir + "/step_5", "x", c.fingerprint);  // step_5 just written
   CHECK(std::find(deleted.begin(), deleted.end(), dir + "/.tmp_step_11") != deleted.end());
   const auto kept = ListCheckpoints(dir);
   // step_9 (newest) and step_5 (just written) stay; step_3 came back from .old_ and was
   // then pruned as the oldest.
   CHECK(kept == std::vector<std::string>{dir + "/step_9", dir + "/step_5"});
   CHECK_FALSE(fs::exists(dir + "/.old_step_3"));
+}
+
+TEST_CASE("pruning deletes only this run's verified checkpoints, by the step in their names", "[checkpoint][keep]") {
+  const std::string dir = TempDir() + "/prune_owned";
+  CheckpointContents c = Sample();
+  for (int64_t step : {1, 2, 3, 4, 5}) {
+    c.step = step;
+    c.consumed_samples = 8 * step;
+    c.tokens_seen = 32 * c.consumed_samples;
+    c.engine.adam_steps = {{"wte.weight", step}, {"h.0.mlp.c_fc.weight", step}};
+    c.run_name = step == 2 ? "other" : "x";  // step_2: another run's, sharing the folder
+    WriteCheckpoint(dir, c);
+  }
+  EditManifest(dir + "/step_1", [](nlohmann::json& s) { s["step"] = 5; });  // a forged manifest: unverified
+  EditManifest(dir + "/step_3", [](nlohmann::json& s) { s["tokens_seen"] = -1; }, /*rehash=*/false);
+  const auto deleted = PruneCheckpoints(dir, 1, dir + "/step_5", "x", c.fingerprint);
+  CHECK(deleted == std::vector<std::string>{dir + "/step_4"});  // the only older one of run x that verifies
+  CHECK(ListCheckpoints(dir) == std::vector<std::string>{dir + "/step_5", dir + "/step_3", dir + "/step_2", dir + "/step_1"});
+  // Another fingerprint is another run, too.
+  CHECK(PruneCheckpoints(dir, 1, "", "x", {{"model.n_embd", 8}}).empty());
+}
+
+TEST_CASE("the manifest is verified: its hash, its name, and every field against the others", "[checkpoint][manifest]") {
+  const std::string dir = TempDir() + "/manifest";
+  fs::remove_all(dir);
+  const std::string path = WriteCheckpoint(dir, Sample()).path;
+  const auto fails = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& why) {
+    const std::string saved = ReadText(path + "/state.json"), hash = ReadText(path + "/manifest.sha256");
+    EditManifest(path, edit);
+    CHECK_THROWS_AS(ReadCheckpoint(path), CheckpointError);
+    CHECK_THROWS_WITH(ReadCheckpoint(path), Catch::Contains(path + "/state.json") && Catch::Contains(why));
+    CHECK_THROWS_WITH(ReadCheckpoint(path, CheckpointParts::kManifestOnly), Catch::Contains(why));
+    std::ofstream(path + "/state.json", std::ios::binary | std::ios::trunc) << saved;
+    std::ofstream(path + "/manifest.sha256", std::ios::binary | std::ios::trunc) << hash;
+  };
+  SECTION("an edit without a new hash") {
+    EditManifest(path, [](nlohmann::json& s) { s["consumed_samples"] = 48; }, /*rehash=*/false);
+    CHECK_THROWS_WITH(ReadCheckpoint(path), Catch::Contains("does not match " + path + "/manifest.sha256"));
+  }
+  SECTION("no hash file") {
+    fs::remove(path + "/manifest.sha256");
+    CHECK_THROWS_WITH(ReadCheckpoint(path), Catch::Contains("manifest.sha256: missing"));
+  }
+  SECTION("fields out of range or disagreeing, even re-hashed") {
+    fails([](nlohmann::json& s) { s["step"] = -1; }, "field 'step' is -1");
+    fails([](nlohmann::json& s) { s["step"] = 3; }, "field 'step' is 3 but the folder is named step_7");
+    fails([](nlohmann::json& s) { s["step"] = "7"; }, "field 'step' is not an integer");
+    fails([](nlohmann::json& s) { s["consumed_samples"] = -8; }, "field 'consumed_samples' is -8");
+    fails([](nlohmann::json& s) { s["consumed_samples"] = 4; }, "field 'consumed_samples' is 4, but the schedule");
+    fails([](nlohmann::json& s) { s["tokens_seen"] = -1; }, "field 'tokens_seen' is -1");
+    fails([](nlohmann::json& s) { s["tokens_seen"] = 1000; }, "field 'tokens_seen' is 1000, but 56 samples of 32");
+    fails([](nlohmann::json& s) { s["min_scale_skips"] = 9; }, "field 'min_scale_skips' is 9");
+    fails([](nlohmann::json& s) { s.erase("adam_steps"); }, "adam_steps");
+    fails([](nlohmann::json& s) { s["adam_steps"]["wte.weight"] = 1; }, "adam_steps disagree");
+    fails([](nlohmann::json& s) { s["adam_steps"] = {{"wte.weight", 1}, {"h.0.mlp.c_fc.weight", 1}}; },
+          "adam_steps are 1, but every step of a fp32 run updates: step is 7");
+    fails([](nlohmann::json& s) { s["adam_steps"]["wte.weight"] = 8; }, "adam_steps of 'wte.weight' is 8");
+    fails([](nlohmann::json& s) { s["samples"]["start_step"] = 9; }, "field 'start_step' is 9");
+    fails([](nlohmann::json& s) { s["run_name"] = 3; }, "field 'run_name'");
+    fails([](nlohmann::json& s) { s["files"]["../x"] = s["files"]["rng.safetensors"]; }, "is not a tensor file");
+  }
+  SECTION("update counts name exactly the parameters") {
+    const auto edited = [&](const std::function<void(nlohmann::json&)>& edit) {
+      EditManifest(path, edit);
+      return path;
+    };
+    edited([](nlohmann::json& s) { s["adam_steps"].erase("h.0.mlp.c_fc.weight"); });
+    CHECK_THROWS_WITH(ReadCheckpoint(path), Catch::Contains("adam_steps has no entry for parameter 'h.0.mlp.c_fc.weight'"));
+    edited([](nlohmann::json& s) { s["adam_steps"]["h.0.mlp.c_fc.weight"] = 7; s["adam_steps"]["h.9.attn.weight"] = 7; });
+    CHECK_THROWS_WITH(ReadCheckpoint(path), Catch::Contains("adam_steps names 'h.9.attn.weight', not a parameter"));
+  }
+  SECTION("a folder's name is its step: copies under other step names are not read") {
+    fs::copy(path, dir + "/step_07", fs::copy_options::recursive);
+    fs::copy(path, dir + "/step_999999999999999999", fs::copy_options::recursive);
+    CHECK(ListCheckpoints(dir) == std::vector<std::string>{dir + "/step_999999999999999999", path});
+    CHECK(StrayCheckpointFolders(dir) == std::vector<std::string>{dir + "/step_07"});
+    CHECK_THROWS_WITH(ReadCheckpoint(dir + "/step_07"), Catch::Contains("but the folder is named step_07"));
+    CHECK_THROWS_WITH(ReadCheckpoint(dir + "/step_999999999999999999"),
+                      Catch::Contains("field 'step' is 7 but the folder is named step_999999999999999999"));
+    fs::copy(path, dir + "/best", fs::copy_options::recursive);  // another name: read as named explicitly
+    CHECK(ReadCheckpoint(dir + "/best").step == 7);
+  }
+}
+
+TEST_CASE("a random generator state is a checkpoint error, not an internal assert", "[checkpoint][manifest]") {
+  CheckpointContents c = Sample();
+  c.rng["rng.cpu"] = at::randint(0, 256, {c.rng["rng.cpu"].numel()}, at::kByte);
+  const std::string path = WriteCheckpoint(TempDir() + "/bad_rng", c).path;
+  CHECK_THROWS_WITH(ReadCheckpoint(path), Catch::Contains(path + "/rng.safetensors: 'rng.cpu' is not a valid CPU generator"));
+  c.rng["rng.cpu"] = at::arange(10, at::kByte);  // the wrong size
+  CHECK_THROWS_AS(ReadCheckpoint(WriteCheckpoint(TempDir() + "/short_rng", c).path), CheckpointError);
+  CHECK(ReadCheckpoint(path, CheckpointParts::kParamsOnly).step == 7);  // exports do not need it
 }
 
 TEST_CASE("loading names the file of a missing, truncated or corrupt part", "[checkpoint][errors]") {
@@ -149,6 +273,7 @@ TEST_CASE("a tensor of the wrong shape or a parameter the model lacks: the file 
     }
     SECTION("unknown parameter, chunks " + on) {
       c.engine.params["h.9.mlp.c_fc.weight"] = at::zeros({3, 3});
+      c.engine.adam_steps["h.9.mlp.c_fc.weight"] = c.step;  // a well-formed manifest: the model decides
       const std::string path = WriteCheckpoint(TempDir() + "/unknown_" + on, c).path;
       CHECK_THROWS_WITH(Train(Tiny("unknown_dst_" + on, {"chunk.enabled=" + on, "checkpoint.resume=" + path})),
                         Catch::Contains("parameter 'h.9.mlp.c_fc.weight' is not in this model"));

@@ -10,11 +10,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include "trainer/checkpoint.h"
 #include "trainer/config_loader.h"
 #include "trainer/metrics.h"
 #include "trainer/train_loop.h"
+#include "tests/file_size_limit.h"
 #include "tests/temp_dir.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
@@ -30,6 +33,35 @@ TEST_CASE("metrics.jsonl on a full disk: the write throws, naming the file", "[d
   MetricsWriter metrics("/dev/full");
   CHECK_THROWS_WITH(metrics.Write(JsonLine().Add("step", int64_t{1})),
                     Catch::Contains("/dev/full") && Catch::Contains("No space left on device"));
+}
+
+TEST_CASE("metrics.jsonl filling up: the failed line is taken back, whole lines stay", "[disk_full]") {
+  const std::string path = TempDir() + "/filling_metrics.jsonl";
+  fs::remove(path);
+  // Lines of 40-odd bytes against a limit of 1000: one write is cut by the limit.
+  const int status = testing::RunWithFileSizeLimit(1000, [&] {
+    MetricsWriter metrics(path);
+    for (int64_t step = 1; step < 1000; ++step) {
+      try {
+        metrics.Write(JsonLine().Add("step", step).Add("loss", 2.9361234567).Add("note", std::string("abc")));
+      } catch (const std::runtime_error& e) {
+        return std::string(e.what()).find(path) != std::string::npos && step > 1 ? 0 : 2;
+      }
+    }
+    return 3;  // never failed
+  });
+  REQUIRE(status == 0);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(!text.empty());
+  CHECK(text.back() == '\n');  // no cut line at the end
+  CHECK(text.size() < 1000);
+  std::istringstream lines(text);
+  int64_t expected = 1;
+  for (std::string line; std::getline(lines, line); ++expected) {
+    INFO(line);
+    CHECK(line == "{\"step\": " + std::to_string(expected) + ", \"loss\": 2.9361234567, \"note\": \"abc\"}");
+  }
 }
 
 TEST_CASE("a run whose checkpoint does not fit the disk fails; the earlier checkpoint stays valid", "[disk_full]") {

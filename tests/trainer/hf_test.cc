@@ -149,7 +149,7 @@ TEST_CASE("an untied head is exported as lm_head.weight and read back") {
   Config c = FineTune("untied_cfg");
   c.model = shape;
   const std::string out = TempDir() + "/untied_hf";
-  ExportHfFolder(params, c, out, /*replace=*/true);
+  ExportHfFolder(params, c, out, /*replace=*/true, {});
   CHECK(models::LoadSafetensors(out + "/model.safetensors").count("lm_head.weight") == 1);
   CHECK_FALSE(models::ReadHfGpt2Config(out).tie_word_embeddings);
   CheckExportMatches(out, params, shape);

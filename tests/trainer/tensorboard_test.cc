@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/catch.h"
+#include "tests/file_size_limit.h"
 #include "tests/temp_dir.h"
 #include "trainer/config_loader.h"
 #include "trainer/file_io.h"
@@ -120,6 +121,32 @@ TEST_CASE("the writer's events decode back: version first, then the scalars", "[
 
 // Not run by default (hidden tag): the cost of one logged step's record, for
 // docs/benchmarks.md. bazel-bin/tests/trainer/tensorboard_test "[.bench]"
+TEST_CASE("an event file filling up: the failed record is taken back, whole records stay", "[tensorboard]") {
+  const std::string dir = TempDir() + "/tb_filling";
+  fs::remove_all(dir);
+  int64_t written = 0;  // seen only by the child; the parent counts the records it reads
+  const int status = testing::RunWithFileSizeLimit(2000, [&] {
+    TensorBoardWriter writer(dir);
+    for (int64_t step = 1; step < 10000; ++step) {
+      try {
+        writer.WriteScalars(step, {{"train/loss", 2.5}, {"train/lr", 1e-3}, {"perf/tokens_per_s", 5400.0}});
+        ++written;
+      } catch (const std::runtime_error& e) {
+        return std::string(e.what()).find(writer.path()) != std::string::npos && step > 1 ? 0 : 2;
+      }
+    }
+    return 3;  // never failed
+  });
+  REQUIRE(status == 0);
+  const auto files = EventFiles(dir);
+  REQUIRE(files.size() == 1);
+  CHECK(fs::file_size(files[0]) < 2000);
+  const auto events = ReadEvents(files[0]);  // every record whole, both CRCs right
+  REQUIRE(events.size() > 2);
+  CHECK(events.front().file_version() == "brain.Event:2");
+  for (size_t i = 1; i < events.size(); ++i) CHECK(events[i].step() == static_cast<int64_t>(i));
+}
+
 TEST_CASE("cost of WriteScalars", "[.bench]") {
   const std::string dir = TempDir() + "/tb_bench";
   fs::remove_all(dir);

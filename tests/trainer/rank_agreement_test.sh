@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Ranks that disagree, and a rendezvous that never answers, through the real binary on
+# Gloo (issue #26 §1):
+# - ranks started with another learning rate, or another model shape, both stop with
+#   exit 2 before training, naming the key, its values and the ranks (a shape mismatch
+#   once aborted rank 0 inside Gloo; an lr mismatch trained to the end with exit 0);
+# - a rank whose rendezvous port is held by a program that accepts but never answers
+#   stops near distributed.init_timeout_s, and a SIGTERM ends that wait at once.
+set -euo pipefail
+bin="$TEST_SRCDIR/ps_train/trainer/ps_train"
+tmp="$TEST_TMPDIR"
+cat > "$tmp/tiny.yaml" <<'YAML'
+model: {n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, vocab_size: 256}
+data: {format: synthetic, seq_len: 32}
+train: {micro_batch_size: 2, global_batch_size: 4, max_steps: 3}
+run: {threads: 1, device: cpu}
+checkpoint: {at_end: false}
+distributed: {init_timeout_s: 30, timeout_s: 30}
+YAML
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+fail() { echo "FAIL: $*"; for f in "$tmp"/*.log; do echo "== $f"; cat "$f"; done; exit 1; }
+
+# two_ranks NAME SET0 SET1: ranks 0 and 1 with their own --set; fills rc0, rc1.
+two_ranks() {
+  local name=$1 port
+  port=$(free_port)
+  RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/$name" --set "$2" > "$tmp/$name.0.log" 2>&1 &
+  local p0=$!
+  RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/$name" --set "$3" > "$tmp/$name.1.log" 2>&1 &
+  local p1=$!
+  rc0=0; wait $p0 || rc0=$?
+  rc1=0; wait $p1 || rc1=$?
+}
+
+echo "== another learning rate on rank 1"
+two_ranks lr optimizer.lr=0.001 optimizer.lr=0.01
+[ "$rc0" = 2 ] && [ "$rc1" = 2 ] || fail "lr: exit $rc0 / $rc1, expected 2 / 2"
+grep -q "optimizer.lr: 0.001 on rank 0; 0.01 on rank 1" "$tmp/lr.0.log" || fail "lr: rank 0 does not name the key"
+grep -q "optimizer.lr: 0.001 on rank 0; 0.01 on rank 1" "$tmp/lr.1.log" || fail "lr: rank 1 does not name the key"
+[ ! -s "$tmp/lr/metrics.jsonl" ] || fail "lr: a step was trained"
+
+echo "== another model shape on rank 1"
+two_ranks shape model.n_embd=32 model.n_embd=64
+[ "$rc0" = 2 ] && [ "$rc1" = 2 ] || fail "shape: exit $rc0 / $rc1, expected 2 / 2 (134 = abort)"
+grep -q "model.n_embd: 32 on rank 0; 64 on rank 1" "$tmp/shape.0.log" || fail "shape: rank 0 does not name the key"
+
+echo "== the same config: trains"
+two_ranks same optimizer.lr=0.001 optimizer.lr=0.001
+[ "$rc0" = 0 ] && [ "$rc1" = 0 ] || fail "same: exit $rc0 / $rc1"
+
+echo "== a rendezvous port held by a program that never answers"
+silent_port_file="$tmp/silent.port"
+python3 - "$silent_port_file" <<'PY' &
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+held = []
+while True:
+    c, _ = s.accept(); held.append(c)  # accepted, never answered
+PY
+silent=$!
+trap 'kill $silent 2>/dev/null || true' EXIT
+for _ in $(seq 50); do [ -s "$silent_port_file" ] && break; sleep 0.1; done
+port=$(cat "$silent_port_file")
+start=$(date +%s)
+rc=0
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/silent" --set distributed.init_timeout_s=3 \
+  > "$tmp/silent.log" 2>&1 || rc=$?
+took=$(( $(date +%s) - start ))
+[ "$rc" != 0 ] || fail "silent: exit 0"
+[ "$took" -le 20 ] || fail "silent: took $took s with init_timeout_s 3"
+grep -q "rendezvous\|rendezvous store" "$tmp/silent.log" || fail "silent: the error does not name the rendezvous"
+
+echo "== SIGTERM during that wait"
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/silent_term" --set distributed.init_timeout_s=120 \
+  > "$tmp/silent_term.log" 2>&1 &
+waiter=$!
+sleep 2
+start=$(date +%s)
+kill -TERM $waiter
+rc=0; wait $waiter || rc=$?
+took=$(( $(date +%s) - start ))
+[ "$rc" = 143 ] || fail "SIGTERM: exit $rc, expected 143"
+[ "$took" -le 5 ] || fail "SIGTERM: took $took s to stop"
+grep -q "stopped by signal 15" "$tmp/silent_term.log" || fail "SIGTERM: no message"
+echo "PASS"

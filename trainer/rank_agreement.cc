@@ -1,0 +1,63 @@
+#include "trainer/rank_agreement.h"
+
+#include <algorithm>
+#include <set>
+
+#include "comm/exchange.h"
+#include "trainer/config_loader.h"
+#include "trainer/run_folder.h"
+
+namespace ps::trainer {
+namespace {
+
+// Local files: the same data may live at another path on another node.
+const std::vector<std::string> kLocalPathKeys = {"run.output_dir",  "checkpoint.dir", "data.train_path",
+                                                 "data.valid_path", "data.tokenizer", "model.init_from"};
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> ConfigDifferences(const std::vector<std::map<std::string, std::string>>& configs,
+                                           const std::vector<std::string>& ignored) {
+  std::set<std::string> keys;
+  for (const auto& c : configs) {
+    for (const auto& [key, value] : c) keys.insert(key);
+  }
+  std::vector<std::string> lines;
+  for (const auto& key : keys) {
+    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
+    std::map<std::string, std::vector<int>> ranks_of;  // value -> ranks
+    for (size_t r = 0; r < configs.size(); ++r) {
+      const auto it = configs[r].find(key);
+      ranks_of[it == configs[r].end() ? "(absent)" : it->second].push_back(static_cast<int>(r));
+    }
+    if (ranks_of.size() < 2) continue;
+    std::string line = "  " + key + ":";
+    bool first = true;
+    for (const auto& [value, ranks] : ranks_of) {
+      line += (first ? " " : "; ") + value + " on " + RankList(ranks);
+      first = false;
+    }
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+void CheckRanksAgree(comm::Communicator& comm, const Config& config, at::Device device) {
+  const std::vector<std::string> yamls = comm::AllGatherStrings(comm, ConfigToYaml(config), device);
+  std::vector<std::map<std::string, std::string>> configs;
+  for (const auto& yaml : yamls) configs.push_back(FlattenYaml(yaml));
+  const std::vector<std::string> lines = ConfigDifferences(configs, kLocalPathKeys);
+  if (lines.empty()) return;
+  std::string message = "the ranks were started with different configs (rank " + std::to_string(comm.rank()) + " of " +
+                        std::to_string(comm.world_size()) + " sees):";
+  for (const auto& line : lines) message += "\n" + line;
+  throw ConfigError(message + "\nstart every rank with the same config and --set values");
+}
+
+}  // namespace ps::trainer
