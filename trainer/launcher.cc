@@ -100,8 +100,13 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args) {
           first_failure = code;
           failed_rank = r;
         }
-        // A failed rank (not a signal stop, 42) takes the group down.
+        // A failed rank (not a signal stop, 42) takes the group down; said at once, so
+        // the line names the rank that died before the others report what they saw.
         if (code != 0 && code != 42 && !terminating) {
+          std::cerr << "ps_train: error: --nproc " << nproc << ": rank " << r << " "
+                    << (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                            : "exited with status " + std::to_string(code))
+                    << "; stopping the other ranks" << std::endl;
           terminating = true;
           kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(15);
           for (int q = 0; q < nproc; ++q) {
@@ -119,8 +124,8 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (failed_rank >= 0 && first_failure != 42) {
-    std::cerr << "ps_train: error: --nproc " << nproc << ": rank " << failed_rank << " exited with status "
-              << first_failure << "; the group was stopped" << std::endl;
+    std::cerr << "ps_train: error: --nproc " << nproc << ": the group was stopped after rank " << failed_rank
+              << " failed (status " << first_failure << ")" << std::endl;
   }
   return first_failure;
 }

@@ -7,12 +7,14 @@
 // the communicator (Gloo on CPU, NCCL on CUDA) that Train uses; ranks other than 0 log
 // warnings and errors only.
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
 #include <cxxopts.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -166,6 +168,10 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // c10's own warnings (c10d's store logs pages of stack frames once a peer is gone,
+  // which the error ps_train prints already explains) only when TORCH_CPP_LOG_LEVEL
+  // asks for them.
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = c10::GLOG_ERROR;
   try {
     return Run(argc, argv);
   } catch (const ps::trainer::ConfigError& e) {

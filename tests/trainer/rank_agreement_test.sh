@@ -5,7 +5,8 @@
 #   exit 2 before training, naming the key, its values and the ranks (a shape mismatch
 #   once aborted rank 0 inside Gloo; an lr mismatch trained to the end with exit 0);
 # - a rank whose rendezvous port is held by a program that accepts but never answers
-#   stops near distributed.init_timeout_s, and a SIGTERM ends that wait at once.
+#   stops near distributed.init_timeout_s, and a SIGTERM ends that wait at once;
+# - when rank 0 of --nproc 2 is killed, the launcher names it and the group stops at once.
 set -euo pipefail
 bin="$TEST_SRCDIR/ps_train/trainer/ps_train"
 tmp="$TEST_TMPDIR"
@@ -87,4 +88,20 @@ took=$(( $(date +%s) - start ))
 [ "$rc" = 143 ] || fail "SIGTERM: exit $rc, expected 143"
 [ "$took" -le 5 ] || fail "SIGTERM: took $took s to stop"
 grep -q "stopped by signal 15" "$tmp/silent_term.log" || fail "SIGTERM: no message"
+echo "== --nproc 2, rank 0 killed: the survivor names it and the group stops at once, without c10d's log noise"
+"$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/killed" --set train.max_steps=1000000 --nproc 2 \
+  > "$tmp/killed.log" 2>&1 &
+launcher=$!
+for _ in $(seq 100); do grep -q "rank 0\] step 1/" "$tmp/killed.log" 2>/dev/null && break; sleep 0.1; done
+rank0=$(for st in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ < "$st" 2>/dev/null || continue
+         if [ "$ppid" = "$launcher" ]; then echo "$pid"; fi; done | sort -n | head -1)  # the first rank forked
+[ -n "$rank0" ] || fail "killed: no rank process"
+start=$(date +%s)
+kill -KILL "$rank0"
+rc=0; wait $launcher || rc=$?
+took=$(( $(date +%s) - start ))
+[ "$rc" != 0 ] || fail "killed: exit 0"
+[ "$took" -le 20 ] || fail "killed: took $took s"
+grep -q "rank 0 was killed by signal 9; stopping the other ranks" "$tmp/killed.log" || fail "killed: rank 0 not named"
+if grep -q "TCPStore.cpp\|frame #" "$tmp/killed.log"; then fail "killed: c10d's warnings reached the log"; fi
 echo "PASS"
