@@ -6,6 +6,7 @@
 #   once aborted rank 0 inside Gloo; an lr mismatch trained to the end with exit 0);
 # - a rank whose rendezvous port is held by a program that accepts but never answers
 #   stops near distributed.init_timeout_s, and a SIGTERM ends that wait at once;
+# - one version: what --version prints is what a checkpoint records;
 # - when rank 0 of --nproc 2 is killed, the launcher names it and the group stops at once.
 set -euo pipefail
 bin="$TEST_SRCDIR/ps_train/trainer/ps_train"
@@ -47,9 +48,12 @@ two_ranks shape model.n_embd=32 model.n_embd=64
 [ "$rc0" = 2 ] && [ "$rc1" = 2 ] || fail "shape: exit $rc0 / $rc1, expected 2 / 2 (134 = abort)"
 grep -q "model.n_embd: 32 on rank 0; 64 on rank 1" "$tmp/shape.0.log" || fail "shape: rank 0 does not name the key"
 
-echo "== the same config: trains"
-two_ranks same optimizer.lr=0.001 optimizer.lr=0.001
+echo "== the same config: trains; its checkpoint records the version --version prints"
+two_ranks same checkpoint.at_end=true checkpoint.at_end=true
 [ "$rc0" = 0 ] && [ "$rc1" = 0 ] || fail "same: exit $rc0 / $rc1"
+version=$("$bin" --version | cut -d' ' -f1,2)
+recorded=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$tmp/same/checkpoints/step_3/state.json")
+[ "$version" = "$recorded" ] || fail "--version says '$version', the checkpoint '$recorded'"
 
 echo "== a rendezvous port held by a program that never answers"
 silent_port_file="$tmp/silent.port"
