@@ -7,7 +7,11 @@
 namespace ps::data {
 
 enum class DataFormat {
-  kSynthetic,  // uniform random tokens from run.seed (benchmarks, smoke tests)
+  // Not given: inferred from data.train_path by the config loader (and by OpenTokenSource
+  // for a Config built in code); see data/format_inference.h. No path and no format is
+  // an error: random tokens must be asked for (kSynthetic).
+  kAuto,
+  kSynthetic,  // uniform random tokens from run.seed (benchmarks, smoke tests); no paths
   kText,       // any file, byte-level: token = byte value (vocab >= 256)
   kLlmc,       // llm.c shard: 256 x int32 header (magic, version, count), then tokens
   kRawU16,     // headerless uint16 tokens (nanoGPT train.bin)
@@ -20,9 +24,9 @@ enum class DataFormat {
 };
 
 struct DataConfig {
-  DataFormat format = DataFormat::kSynthetic;
-  std::string train_path;   // required unless synthetic
-  std::string valid_path;   // optional; "" = no evaluation data (synthetic: another seed)
+  DataFormat format = DataFormat::kAuto;
+  std::string train_path;   // required unless synthetic (then it must be empty)
+  std::string valid_path;   // optional; "" = no evaluation data (synthetic: another seed; no path)
   int64_t seq_len = 256;    // tokens per sample (targets are shifted by one)
   bool shuffle = true;      // permute samples each epoch (seeded by run.seed and epoch)
   int64_t synthetic_tokens = 1 << 20;  // length of the synthetic stream

@@ -10,12 +10,15 @@
 #include <cstring>
 
 #include "data/data_error.h"
+#include "data/format_inference.h"
 #include "data/megatron_format.h"
+#include "data/regular_file.h"
 
 namespace ps::data {
 
 const char* ToString(DataFormat f) {
   switch (f) {
+    case DataFormat::kAuto: return "auto";
     case DataFormat::kSynthetic: return "synthetic";
     case DataFormat::kText: return "text";
     case DataFormat::kLlmc: return "llmc";
@@ -33,24 +36,18 @@ namespace {
 std::string KeySuffix(const std::string& path_key) { return path_key.empty() ? "" : " (" + path_key + ")"; }
 
 // Read-only memory map of a whole, non-empty regular file; unmapped on destruction.
-// Paths that cannot be token files (missing, a directory, a device, empty) are
+// Paths that cannot be token files (missing, a directory, a FIFO, a device, empty) are
 // DataErrors naming the path and, when given, its config key.
 class MappedFile {
  public:
   MappedFile(const std::string& path, const std::string& path_key) : path_(path) {
     const std::string key = KeySuffix(path_key);
-    int fd = ::open(path.c_str(), O_RDONLY);
-    PS_DATA_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno), key);
+    const int fd = OpenRegularFile(path, path_key);  // never blocks on a FIFO
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
       ::close(fd);
       PS_DATA_CHECK(false, path, ": cannot stat: ", std::strerror(err), key);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      PS_DATA_CHECK(!S_ISDIR(st.st_mode), path, ": is a directory, not a token file", key);
-      PS_DATA_CHECK(false, path, ": is not a regular file", key);
     }
     bytes_ = st.st_size;
     if (bytes_ == 0) {
@@ -212,6 +209,12 @@ std::unique_ptr<TokenSource> OpenMegatron(const std::string& path, const std::st
 std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::string& path,
                                              int64_t vocab_size, uint64_t seed,
                                              int64_t synthetic_tokens, const std::string& path_key) {
+  if (format == DataFormat::kAuto) {
+    const std::string key = path_key.empty() ? std::string("a token file path") : path_key;
+    PS_DATA_CHECK(!path.empty(), key, " is empty and data.format is not given: set a path (its format is inferred) "
+                  "or data.format: synthetic for random tokens");
+    format = InferDataFormat(path, key);
+  }
   if (format == DataFormat::kSynthetic) {
     TORCH_CHECK(synthetic_tokens > 1, "data.synthetic_tokens must be > 1");
     return std::make_unique<SyntheticTokens>(vocab_size, seed, synthetic_tokens);
@@ -233,6 +236,7 @@ std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::strin
       return OpenTokens<uint32_t>(std::move(file), 0, vocab_size);
     case DataFormat::kMegatron:  // opened above (two files)
     case DataFormat::kSynthetic:
+    case DataFormat::kAuto:  // resolved above
       break;
     case DataFormat::kClassification:
       PS_DATA_CHECK(false, path, ": data.format classification holds labelled examples, not a token stream");

@@ -24,7 +24,8 @@ class TokenSource {
 };
 
 // Opens `path` in `format` and checks every token id against `vocab_size`.
-// For kSynthetic `path` is ignored and `seed` picks the stream. `path_key`, the config
+// For kSynthetic `path` is ignored and `seed` picks the stream; kAuto infers the format
+// from `path` (InferDataFormat; an empty path is then an error). `path_key`, the config
 // key the path came from ("data.train_path", "data.valid_path"), is named in the
 // errors about the path itself (missing, a directory, empty); "" names none.
 std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::string& path,

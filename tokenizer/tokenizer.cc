@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,10 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string ReadFile(const std::string& path) {
+  // A FIFO would block the open (and the read) for good; a device is no tokenizer.
+  std::error_code ec;
+  TORCH_CHECK(!fs::exists(path, ec) || fs::is_regular_file(path, ec), path,
+              ": not a regular file (a FIFO, device or folder): cannot be a tokenizer file");
   std::ifstream in(path, std::ios::binary);
   TORCH_CHECK(in.good(), path, ": cannot open the tokenizer file");
   std::ostringstream data;
@@ -303,6 +308,11 @@ std::unique_ptr<Tokenizer> LoadVocabTxt(const std::string& file) {
   std::string line;
   for (int32_t id = 0; std::getline(lines, line); ++id) {
     while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    // One token per line, and WordPiece tokens hold no whitespace: a line that does makes
+    // this prose, not a vocabulary (a plain text file given as the tokenizer).
+    TORCH_CHECK(std::none_of(line.begin(), line.end(), [](char ch) { return std::isspace(static_cast<unsigned char>(ch)); }),
+                file, ":", id + 1, ": '", line.substr(0, 60), "' holds whitespace: not a WordPiece vocab.txt (one token "
+                "per line)");
     config.vocab.emplace_back(line, id);
   }
   TORCH_CHECK(!config.vocab.empty(), file, ": empty vocabulary");

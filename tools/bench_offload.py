@@ -255,7 +255,7 @@ def run_peer(name, args, m):
 
 def ps_command(args, m, out):
     """ps_train's command line for model `m`, its outputs under `out`."""
-    sets = {"data.format": "synthetic", "run.device": args.device, "run.threads": args.threads,
+    sets = {"data.format": "synthetic", "data.train_path": "", "data.valid_path": "", "run.device": args.device, "run.threads": args.threads,
             "precision.dtype": args.dtype, "logging.level": "warn", "logging.log_every": 1, "run.output_dir": out,
             "train.max_steps": args.steps, "train.eval_steps": 1, "checkpoint.at_end": "false",
             "train.micro_batch_size": args.batch_size, "train.global_batch_size": args.batch_size,

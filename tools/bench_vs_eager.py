@@ -130,7 +130,7 @@ def run_eager(m, batch, steps, device="cpu", dtype="fp32"):
 
 def run_ps(exe, m, batch, steps, threads, device="cpu", dtype="fp32", extra=()):
     out = tempfile.mkdtemp(prefix="bench_vs_eager_")
-    sets = {"data.format": "synthetic", "run.device": device, "run.threads": threads,
+    sets = {"data.format": "synthetic", "data.train_path": "", "data.valid_path": "", "run.device": device, "run.threads": threads,
             "precision.dtype": dtype, "logging.level": "warn",
             "run.output_dir": out, "train.max_steps": steps, "train.eval_steps": 1, "checkpoint.at_end": "false",
             "train.micro_batch_size": batch, "train.global_batch_size": batch,

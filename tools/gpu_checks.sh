@@ -50,7 +50,7 @@ BIG=(--config configs/gpt2_1b-offload.yaml --set run.device=cuda --set chunk.dev
      --set chunk.host_budget_bytes=0 --set data.seq_len=1024 --set model.activation_checkpointing=true
      --set train.eval_every=0)
 # The gaming-PC config (8 GiB stated device memory, a hard cap) on synthetic data.
-GPC=(--config configs/gpt2-1.5b-gaming-pc.yaml --set data.format=synthetic --set train.max_steps=4 --set train.eval_every=0)
+GPC=(--config configs/gpt2-1.5b-gaming-pc.yaml --set data.format=synthetic --set data.train_path= --set data.valid_path= --set train.max_steps=4 --set train.eval_every=0)
 
 check() {
   case $1 in
@@ -114,7 +114,7 @@ check() {
       run GPT3_10B 260 "${BIG[@]}" --set model.preset=GPT3_10B --set train.micro_batch_size=1 \
         --set train.global_batch_size=1 --set train.max_steps=3 ;;
     nccl1)  # issue #11 §4: NCCL with one rank, end to end (plain data parallel and ZeRO chunks)
-      local Q=(--config configs/quickstart.yaml --set run.device=cuda --set data.format=synthetic
+      local Q=(--config configs/quickstart.yaml --set run.device=cuda --set data.format=synthetic --set data.train_path= --set data.valid_path=
                --set train.max_steps=20 --set train.eval_every=0)
       run nccl1_plain_ref 60 "${Q[@]}"
       run nccl1_plain 60 "${Q[@]}" --set distributed.force_collectives=true

@@ -13,7 +13,17 @@
 // Threads: the main thread reads documents and writes results in input order; a pool of
 // --threads workers parses JSON, checks UTF-8 and encodes batches of documents.
 //
+// Exit status: 0 done; 1 bad input (a missing file, a bad line, a tokenizer error) or a
+// failure (threads that cannot start); 2 bad options (a value out of range, an input that
+// is also an output); 128 + N when signal N (SIGTERM, SIGINT, SIGHUP) stopped the run:
+// the partial .tmp outputs are removed first.
+//
 // This file parses the options and prints; the work is in tools/prep/ (prepare.h).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -26,8 +36,10 @@
 #include <cxxopts.hpp>
 
 #include "tokenizer/tokenizer.h"
+#include "tools/option_values.h"
 #include "tools/prep/document_reader.h"
 #include "tools/prep/options.h"
+#include "tools/prep/outputs.h"
 #include "tools/prep/prepare.h"
 #include "tools/prep/progress.h"
 
@@ -37,6 +49,40 @@ namespace {
 constexpr int kExitBadInput = 1;
 constexpr int kExitUsage = 2;
 
+// The signal that asked the run to stop (0: none). A process-wide flag because a signal
+// handler can reach nothing else; lock-free, so async-signal-safe. Prepare polls it
+// through Options::stop_signal and unwinds, and its writers remove their .tmp files.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void OnStopSignal(int signal) { g_stop_signal.store(signal); }
+
+void InstallStopHandlers() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) sigaction(signal, &action, nullptr);
+}
+
+// "" when no input (or the tokenizer) is one of the files the run writes (same file by
+// device and inode: hard links and symlinks included), else the error naming both.
+std::string InputAlsoOutput(const Options& opt) {
+  std::vector<std::string> inputs = opt.inputs;
+  inputs.push_back(opt.tokenizer_path);
+  for (const std::string& output : OutputPaths(opt)) {
+    struct stat out {};
+    if (::stat(output.c_str(), &out) != 0) continue;  // not there yet: no input can be it
+    for (const std::string& input : inputs) {
+      struct stat in {};
+      if (::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino) {
+        return "input " + input + " is also the output file " + output +
+               " (writing it would destroy the input); choose another --output-prefix";
+      }
+    }
+  }
+  return "";
+}
 void PrintSummary(const Options& opt, const PrepReport& r) {
   const double secs = r.elapsed_s;
   std::printf("ps_prep: tokenizer %s (%s, vocab %lld, end-of-text %s)\n", opt.tokenizer_path.c_str(),
@@ -98,11 +144,13 @@ int Main(int argc, char** argv) {
     ("jsonl-field", "the JSON string field holding a document's text", cxxopts::value<std::string>()->default_value("text"))
     ("text-split", "documents of a text input: file (the whole file), blank-line (paragraphs) or line",
      cxxopts::value<std::string>()->default_value("file"))
-    ("valid-fraction", "fraction of documents for validation (rounded; at least 1 when > 0)",
-     cxxopts::value<double>()->default_value("0.01"))
-    ("valid-docs", "exactly N validation documents (instead of --valid-fraction)", cxxopts::value<int64_t>())
-    ("seed", "seed of the train/valid split", cxxopts::value<uint64_t>()->default_value("1234"))
-    ("threads", "encoding threads (default: the number of cores)", cxxopts::value<int>())
+    // Numbers are read as text and converted by tools/option_values.h (errors name the option).
+    ("valid-fraction", "fraction of documents for validation, in [0, 1) (rounded; at least 1 when > 0)",
+     cxxopts::value<std::string>()->default_value("0.01"))
+    ("valid-docs", "exactly N validation documents, N >= 0 (instead of --valid-fraction)",
+     cxxopts::value<std::string>())
+    ("seed", "seed of the train/valid split, 0 to 2^64 - 1", cxxopts::value<std::string>()->default_value("1234"))
+    ("threads", "encoding threads, 1 to 1024 (default: the number of cores)", cxxopts::value<std::string>())
     ("on-bad-input", "stop (exit 1 naming file:line) or skip (count and go on)",
      cxxopts::value<std::string>()->default_value("stop"))
     ("no-eot", "do not append the end-of-text token after each document")
@@ -150,21 +198,28 @@ int Main(int argc, char** argv) {
   else if (split == "blank-line") opt.text_split = TextSplit::kBlankLine;
   else if (split == "line") opt.text_split = TextSplit::kLine;
   else return usage("--text-split " + split + ": expected file, blank-line or line");
-  opt.valid_fraction = args["valid-fraction"].as<double>();
-  if (!(opt.valid_fraction >= 0 && opt.valid_fraction < 1)) return usage("--valid-fraction must be in [0, 1)");
-  if (args.count("valid-docs")) {
-    if (args.count("valid-fraction")) return usage("give --valid-fraction or --valid-docs, not both");
-    opt.valid_docs = args["valid-docs"].as<int64_t>();
-    if (opt.valid_docs < 0) return usage("--valid-docs must be >= 0");
+  try {
+    opt.valid_fraction = tools::FloatOption("valid-fraction", args["valid-fraction"].as<std::string>(), "[0, 1)",
+                                            [](double v) { return v >= 0 && v < 1; });
+    if (args.count("valid-docs")) {
+      if (args.count("valid-fraction")) return usage("give --valid-fraction or --valid-docs, not both");
+      opt.valid_docs = tools::IntOption("valid-docs", args["valid-docs"].as<std::string>(), 0, INT64_MAX);
+    }
+    opt.seed = tools::Uint64Option("seed", args["seed"].as<std::string>());
+    opt.threads = args.count("threads")
+                      ? static_cast<int>(tools::IntOption("threads", args["threads"].as<std::string>(), 1, kMaxThreads))
+                      : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMaxThreads);
+  } catch (const tools::OptionError& e) {
+    return usage(e.what());
   }
-  opt.seed = args["seed"].as<uint64_t>();
-  opt.threads = args.count("threads") ? args["threads"].as<int>()
-                                      : std::max(1u, std::thread::hardware_concurrency());
-  if (opt.threads < 1) return usage("--threads must be >= 1");
   const std::string bad = args["on-bad-input"].as<std::string>();
   if (bad != "stop" && bad != "skip") return usage("--on-bad-input " + bad + ": expected stop or skip");
   opt.skip_bad_input = bad == "skip";
   opt.append_eot = !args.count("no-eot");
+  const std::string clash = InputAlsoOutput(opt);
+  if (!clash.empty()) return usage(clash);
+  InstallStopHandlers();
+  opt.stop_signal = &g_stop_signal;
   PrintSummary(opt, Prepare(opt));
   return 0;
 }
@@ -175,6 +230,9 @@ int Main(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return ps::prep::Main(argc, argv);
+  } catch (const ps::prep::Stopped& e) {
+    std::fprintf(stderr, "ps_prep: %s\n", e.what());
+    return 128 + e.signal();  // as a shell reports a process killed by that signal
   } catch (const ps::prep::BadInput& e) {
     std::fprintf(stderr, "ps_prep: %s\n", e.what());
   } catch (const std::exception& e) {

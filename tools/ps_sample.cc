@@ -26,6 +26,7 @@
 #include "models/safetensors.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/checkpoint.h"
+#include "tools/option_values.h"
 #include "trainer/hf_io.h"
 
 namespace {
@@ -72,6 +73,23 @@ ps::models::Gpt BuildModel(const LoadedModel& loaded, at::Device device) {
   return model;
 }
 
+// Bounds of the numeric options, checked before anything is loaded.
+constexpr int64_t kMaxNewTokens = 1000000;
+constexpr int64_t kMaxTopK = 100000000;
+
+// The sampling options; ps::tools::OptionError naming the first option out of its range.
+ps::models::SamplingOptions SamplingOf(const cxxopts::ParseResult& args) {
+  using ps::tools::FloatOption;
+  using ps::tools::IntOption;
+  ps::models::SamplingOptions s;
+  s.max_new_tokens = IntOption("max-new-tokens", args["max-new-tokens"].as<std::string>(), 1, kMaxNewTokens);
+  s.temperature = FloatOption("temperature", args["temperature"].as<std::string>(), "[0, 100]",
+                              [](double v) { return v >= 0 && v <= 100; });
+  s.top_k = IntOption("top-k", args["top-k"].as<std::string>(), 0, kMaxTopK);
+  s.top_p = FloatOption("top-p", args["top-p"].as<std::string>(), "(0, 1]", [](double v) { return v > 0 && v <= 1; });
+  return s;
+}
+
 int Run(int argc, char** argv) {
   cxxopts::Options options("ps_sample", "Continues a prompt with a ps_train checkpoint or an HF GPT-2 folder.");
   options.add_options()
@@ -79,11 +97,14 @@ int Run(int argc, char** argv) {
       ("hf", "an HF GPT-2 folder (config.json, model.safetensors, tokenizer)", cxxopts::value<std::string>())
       ("tokenizer", "tokenizer file or folder (default: the model's)", cxxopts::value<std::string>())
       ("prompt", "text to continue", cxxopts::value<std::string>()->default_value(""))
-      ("max-new-tokens", "tokens to generate", cxxopts::value<int64_t>()->default_value("64"))
-      ("temperature", "0 = greedy", cxxopts::value<double>()->default_value("1.0"))
-      ("top-k", "keep the k most likely tokens; 0 = all", cxxopts::value<int64_t>()->default_value("0"))
-      ("top-p", "nucleus: keep the most likely tokens up to this probability", cxxopts::value<double>()->default_value("1.0"))
-      ("seed", "sampling seed", cxxopts::value<uint64_t>()->default_value("1234"))
+      // Numbers are read as text and converted by tools/option_values.h (errors name the option).
+      ("max-new-tokens", "tokens to generate, 1 to 1000000", cxxopts::value<std::string>()->default_value("64"))
+      ("temperature", "in [0, 100]; 0 = greedy", cxxopts::value<std::string>()->default_value("1.0"))
+      ("top-k", "keep the k most likely tokens, 0 to 100000000; 0 = all",
+       cxxopts::value<std::string>()->default_value("0"))
+      ("top-p", "nucleus, in (0, 1]: keep the most likely tokens up to this probability",
+       cxxopts::value<std::string>()->default_value("1.0"))
+      ("seed", "sampling seed, 0 to 2^64 - 1", cxxopts::value<std::string>()->default_value("1234"))
       ("device", "cpu | cuda | auto", cxxopts::value<std::string>()->default_value("auto"))
       ("ignore-eos", "keep going after the end-of-text token")
       ("dump-logits", "write the prompt's ids and logits to this safetensors file, do not generate",
@@ -98,6 +119,8 @@ int Run(int argc, char** argv) {
     std::cerr << "ps_sample: give exactly one of --checkpoint and --hf\n";
     return 2;
   }
+  ps::models::SamplingOptions sampling = SamplingOf(args);
+  const uint64_t seed = ps::tools::Uint64Option("seed", args["seed"].as<std::string>());
   const std::string device_name = args["device"].as<std::string>();
   if (device_name != "cpu" && device_name != "cuda" && device_name != "auto") {
     std::cerr << "ps_sample: --device must be cpu, cuda or auto, not '" << device_name << "'\n";
@@ -132,13 +155,8 @@ int Run(int argc, char** argv) {
     ps::models::SaveSafetensors(args["dump-logits"].as<std::string>(), {{"ids", ids}, {"logits", logits}});
     return 0;
   }
-  ps::models::SamplingOptions sampling;
-  sampling.temperature = args["temperature"].as<double>();
-  sampling.top_k = args["top-k"].as<int64_t>();
-  sampling.top_p = args["top-p"].as<double>();
-  sampling.max_new_tokens = args["max-new-tokens"].as<int64_t>();
   if (!args.count("ignore-eos") && eot) sampling.stop_token = *eot;
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(args["seed"].as<uint64_t>());
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<int32_t> all(prompt.begin(), prompt.end());
   std::string printed = tokenizer->Decode(all);
   std::cout << printed << std::flush;
@@ -169,6 +187,9 @@ int main(int argc, char** argv) {
   try {
     return Run(argc, argv);
   } catch (const cxxopts::exceptions::exception& e) {
+    std::cerr << "ps_sample: " << e.what() << "\n";
+    return 2;
+  } catch (const ps::tools::OptionError& e) {
     std::cerr << "ps_sample: " << e.what() << "\n";
     return 2;
   } catch (const c10::Error& e) {

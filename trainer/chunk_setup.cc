@@ -215,6 +215,9 @@ void CheckAccumulationSchedule(const Config& c, int world_size) {
 }
 
 RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
+  // The batch must divide over this world's ranks (the loader checked one rank only):
+  // a ConfigError naming global_batch_size, micro_batch_size and the rank count.
+  GradAccumSteps(c.train, world_size);
   CheckAccumulationSchedule(c, world_size);
   RunPlan r;
   r.input.world_size = world_size;

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "data/data_error.h"
+#include "data/format_inference.h"
 #include "models/bert_config.h"
 #include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
@@ -73,6 +76,7 @@ class Loader {
 
   // Returns false when the text holds no keys (empty, only comments, or null).
   bool ApplyDocument(const std::string& text, const std::string& source) {
+    source_ = source;
     std::vector<YAML::Node> documents;
     try {
       documents = YAML::LoadAll(text);
@@ -106,12 +110,7 @@ class Loader {
       throw ConfigError(where + ": expected key=value, e.g. --set optimizer.lr=3e-4");
     }
     const std::string key = arg.substr(0, eq);
-    YAML::Node value;
-    try {
-      value = YAML::Load(arg.substr(eq + 1));
-    } catch (const YAML::ParserException& e) {
-      throw ConfigError(where + ": value is not valid YAML: " + e.msg);
-    }
+    const YAML::Node value = OverrideValue(arg.substr(eq + 1), where);
     if (sections_.count(key)) throw ConfigError(where + ": '" + key + "' is a section, not a key");
     if (!ApplyKey(key, value, where, /*is_override=*/true)) {
       throw ConfigError(where + ": unknown key '" + key + "'" + Suggest(key));
@@ -122,11 +121,45 @@ class Loader {
     ResolvePreset();
     ApplyBertDefaults();
     ResolveInitFrom();
+    ResolveDataFormat();
     Validate();
+    ValidateOutputDirs();
     return config_;
   }
 
  private:
+  // A --set value is exactly one YAML node: a scalar, a [flow list] or a {flow map};
+  // nothing at all (`--set data.valid_path=`) is the empty string. A document marker
+  // ('---', '...') starting a line, a second document, or a null node (`~`) would be
+  // dropped or misread by a plain YAML::Load: errors naming the argument.
+  static YAML::Node OverrideValue(const std::string& text, const std::string& where) {
+    if (text.empty()) return YAML::Node(std::string());
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      const bool marker = (line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0) &&
+                          (line.size() == 3 || line[3] == ' ' || line[3] == '\t');
+      if (marker) {
+        throw ConfigError(where + ": the value holds a YAML document marker ('" + line.substr(0, 3) +
+                          "'); a --set value is one scalar, [list] or {map} (quote it to mean the text)");
+      }
+    }
+    std::vector<YAML::Node> documents;
+    try {
+      documents = YAML::LoadAll(text);
+    } catch (const YAML::ParserException& e) {
+      throw ConfigError(where + ": value is not valid YAML: " + e.msg);
+    }
+    if (documents.size() > 1) {
+      throw ConfigError(where + ": the value is " + std::to_string(documents.size()) +
+                        " YAML documents; a --set value is one scalar, [list] or {map}");
+    }
+    if (documents.empty() || !(documents[0].IsScalar() || documents[0].IsSequence() || documents[0].IsMap())) {
+      throw ConfigError(where + ": the value is YAML null, which no key holds; write key= for an empty string");
+    }
+    return documents[0];
+  }
+
   void Walk(const YAML::Node& map, const std::string& prefix, const std::string& source) {
     std::map<std::string, YAML::Mark> seen;
     for (auto it = map.begin(); it != map.end(); ++it) {
@@ -204,34 +237,63 @@ class Loader {
     throw std::logic_error("config alias targets unknown key " + key);
   }
 
+  // Expands ${NAME} and ${NAME:-default} in `s`. A default may itself hold ${...}
+  // references (expanded only when the default is used): ${A:-${B}/runs}. A '${' without
+  // its '}' or a bad variable name is an error naming `where` (file:line:col or the --set).
   std::string InterpolateString(const std::string& s, const std::string& key, const std::string& where) {
-    std::string out;
     size_t pos = 0;
-    while (true) {
-      const size_t start = s.find("${", pos);
-      if (start == std::string::npos) break;
-      const size_t end = s.find('}', start);
-      if (end == std::string::npos) throw ConfigError(where + ": " + key + ": unterminated '${' in '" + s + "'");
-      out += s.substr(pos, start - pos);
-      std::string name = s.substr(start + 2, end - start - 2);
-      std::optional<std::string> fallback;
-      const size_t dash = name.find(":-");
-      if (dash != std::string::npos) {
-        fallback = name.substr(dash + 2);
-        name = name.substr(0, dash);
-      }
-      auto value = env_(name);
-      if (value && !value->empty()) {
-        out += *value;
-      } else if (fallback) {
-        out += *fallback;
+    Expand(s, pos, /*nested=*/false, /*evaluate=*/false, key, where);  // the syntax first, whatever is set
+    pos = 0;
+    return Expand(s, pos, /*nested=*/false, /*evaluate=*/true, key, where);
+  }
+
+  // Expands `s` from `pos` to its end, or (nested) to the '}' that closes the enclosing
+  // reference, leaving `pos` on it. Without `evaluate` only the structure is checked.
+  std::string Expand(const std::string& s, size_t& pos, bool nested, bool evaluate, const std::string& key,
+                     const std::string& where) {
+    std::string out;
+    while (pos < s.size()) {
+      if (nested && s[pos] == '}') return out;
+      if (s.compare(pos, 2, "${") == 0) {
+        out += Reference(s, pos, evaluate, key, where);
       } else {
-        throw ConfigError(where + ": " + key + ": environment variable " + name +
-                          " is not set (write ${" + name + ":-default} for a default)");
+        out += s[pos++];
       }
-      pos = end + 1;
     }
-    return out + s.substr(pos);
+    if (nested) throw ConfigError(where + ": " + key + ": unterminated '${' in '" + s + "'");
+    return out;
+  }
+
+  // One reference starting at s[pos] == '$'; leaves `pos` after its '}'.
+  std::string Reference(const std::string& s, size_t& pos, bool evaluate, const std::string& key,
+                        const std::string& where) {
+    pos += 2;
+    size_t name_end = pos;
+    while (name_end < s.size() && s[name_end] != '}' && s.compare(name_end, 2, ":-") != 0) ++name_end;
+    if (name_end >= s.size()) throw ConfigError(where + ": " + key + ": unterminated '${' in '" + s + "'");
+    const std::string name = s.substr(pos, name_end - pos);
+    const bool valid_name = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                            std::all_of(name.begin(), name.end(), [](char ch) {
+                              return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+                            });
+    if (!valid_name) {
+      throw ConfigError(where + ": " + key + ": '${" + name + "' in '" + s +
+                        "' is not a variable name (letters, digits and _): write ${NAME} or ${NAME:-default}");
+    }
+    pos = name_end;
+    std::optional<std::string> value = evaluate ? env_(name) : std::nullopt;
+    const bool use_value = value && !value->empty();
+    std::optional<std::string> fallback;
+    if (s[pos] == ':') {
+      pos += 2;
+      fallback = Expand(s, pos, /*nested=*/true, evaluate && !use_value, key, where);
+    }
+    ++pos;  // the closing '}'
+    if (!evaluate) return "";
+    if (use_value) return *value;
+    if (fallback) return *fallback;
+    throw ConfigError(where + ": " + key + ": environment variable " + name + " is not set (write ${" + name +
+                      ":-default} for a default)");
   }
 
   YAML::Node Interpolate(const YAML::Node& node, const std::string& key, const std::string& where) {
@@ -387,6 +449,83 @@ class Loader {
     }
   }
 
+  // data.format: synthetic reads no file, so a path beside it is a contradiction; auto
+  // (not given) is inferred from data.train_path (data/format_inference.h) and must agree
+  // with data.valid_path's; no format and no path is an error: random tokens must be
+  // asked for. Reads the heads of the data files.
+  void ResolveDataFormat() {
+    auto& d = config_.data;
+    if (d.format == data::DataFormat::kSynthetic) {
+      for (const auto& [key, path] : {std::pair<std::string, std::string>{"data.train_path", d.train_path},
+                                      {"data.valid_path", d.valid_path}}) {
+        if (path.empty()) continue;
+        throw ConfigError(At(key) + ": " + key + " '" + path + "' is set but data.format is synthetic (random " +
+                          "tokens; no file is read): remove the path, or set data.format to the file's format " +
+                          "(or leave data.format out to infer it)");
+      }
+      return;
+    }
+    if (d.format != data::DataFormat::kAuto) return;
+    if (d.train_path.empty()) {
+      const std::string where = set_at_.count("data.valid_path") ? At("data.valid_path") : source_;
+      throw ConfigError(where + ": no training data: data.train_path and data.format are not set; set " +
+                        "data.train_path (data.format is inferred from the file), or data.format: synthetic to " +
+                        "train on random tokens");
+    }
+    const auto infer = [&](const std::string& key, const std::string& path) {
+      try {
+        return data::InferDataFormat(path, key);
+      } catch (const data::DataError& e) {
+        throw ConfigError(At(key) + ": " + e.what());
+      }
+    };
+    const data::DataFormat train = infer("data.train_path", d.train_path);
+    if (!d.valid_path.empty()) {
+      const data::DataFormat valid = infer("data.valid_path", d.valid_path);
+      if (valid != train) {
+        throw ConfigError(At("data.valid_path") + ": data.valid_path '" + d.valid_path + "' looks like data.format " +
+                          data::ToString(valid) + " but data.train_path '" + d.train_path + "' like " +
+                          data::ToString(train) + "; set data.format");
+      }
+    }
+    const bool classifier = config_.model_type == models::ModelType::kBert && config_.bert.num_labels > 0;
+    if (train == data::DataFormat::kClassification && !classifier) {
+      throw ConfigError(At("data.train_path") + ": data.train_path '" + d.train_path + "' holds JSON lines or " +
+                        "TSV, not tokens: tokenize it with ps_prep (docs/data.md), or set data.format: text to " +
+                        "train on its bytes (labelled examples are data.format classification, for model.type bert " +
+                        "with model.num_labels)");
+    }
+    d.format = train;
+    set_at_["data.format"] = At("data.train_path") + " (data.format inferred from data.train_path)";
+  }
+
+  // run.output_dir and checkpoint.dir are folders the run creates: an empty output_dir
+  // (e.g. from an unset ${VAR:-}) or a path that is, or lies under, an existing
+  // non-directory is an error here rather than a file-system error later. Reads the
+  // file system (symlinks followed); creates nothing.
+  void ValidateOutputDirs() const {
+    const auto& c = config_;
+    if (c.run.output_dir.empty()) {
+      throw ConfigError(At("run.output_dir") + ": run.output_dir is empty (an unset ${VAR:-}?); name the run's folder");
+    }
+    namespace fs = std::filesystem;
+    for (const auto& [key, dir] : {std::pair<std::string, std::string>{"run.output_dir", c.run.output_dir},
+                                   {"checkpoint.dir", c.checkpoint.dir}}) {
+      if (dir.empty()) continue;
+      for (fs::path p = fs::path(dir); !p.empty(); p = p.parent_path()) {
+        std::error_code ec;
+        const fs::file_status st = fs::status(p, ec);
+        if (fs::exists(st) && !fs::is_directory(st)) {
+          const bool self = p == fs::path(dir);
+          throw ConfigError(At(key) + ": " + key + " '" + dir + "': " +
+                            (self ? std::string("is a file, not a folder")
+                                  : "'" + p.string() + "' is a file, not a folder, so nothing can be created under it"));
+        }
+        if (p == p.parent_path()) break;  // the root
+      }
+    }
+  }
+
   // What model.type: bert needs and refuses.
   void ValidateModelType() const {
     const auto& c = config_;
@@ -497,6 +636,7 @@ class Loader {
   }
 
   const EnvLookup& env_;
+  std::string source_ = "config";  // the file (or source name) of the document, for messages
   std::vector<FieldSpec> fields_;
   std::vector<AliasSpec> aliases_;
   std::set<std::string> sections_;

@@ -2,8 +2,12 @@
 // wrong types, out-of-range values, duplicate keys, missing ${VARS} and keys set
 // twice (alias + native) are ConfigErrors naming the key path and file:line:col
 // (1-based), and so is a second YAML document ('---') in the text. `--set a.b=value`
-// overrides are applied after the file; their values are parsed as YAML scalars or
-// flow sequences (`optimizer.betas=[0.9,0.95]`).
+// overrides are applied after the file; each value is one YAML node (a scalar, a flow
+// sequence `optimizer.betas=[0.9,0.95]` or map); a document marker, several documents
+// or a null value are errors. ${VAR:-default} defaults may nest references.
+// Reads the file system for what the config names: data.format, when not given, is
+// inferred from data.train_path (no format and no path is an error); run.output_dir
+// must be non-empty, and neither it nor checkpoint.dir may be or lie under a file.
 #pragma once
 
 #include <functional>

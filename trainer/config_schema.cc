@@ -257,7 +257,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
       // run
       Text("run.name", PS_ACCESS(run.name), "run name, shown in logs"),
       Text("run.output_dir", PS_ACCESS(run.output_dir),
-           "folder for metrics.jsonl and config.resolved.yaml (created)"),
+           "folder for metrics.jsonl and config.resolved.yaml (created; must not be empty or lie under a file)"),
       Int("run.seed", PS_ACCESS(run.seed), "seed of model init, data order and dropout"),
       Int("run.threads", PS_ACCESS(run.threads), "CPU threads for LibTorch ops; 0 = all cores",
           IntRange(0, kMaxThreads)),
@@ -301,15 +301,17 @@ std::vector<FieldSpec> BuildConfigSchema() {
           IntRange(0, 1 << 20)),
       // data
       Enum<DataFormat>("data.format", PS_ACCESS(data.format),
-                       "synthetic (random tokens), text (bytes of any file), llmc (llm.c shard), raw_u16, raw_u32, "
-                       "megatron (<prefix>.bin/.idx; data.train_path is the prefix), classification (labelled "
-                       "text, .jsonl or .tsv, for model.type bert with model.num_labels)",
-                       {{"synthetic", DataFormat::kSynthetic}, {"text", DataFormat::kText},
+                       "auto (inferred from data.train_path: a .bin/.idx pair = megatron, an llm.c header = llmc, "
+                       ".jsonl/.json/.tsv = classification, UTF-8 text = text, anything else an error; no path is an "
+                       "error), synthetic (random tokens; no paths allowed), text (bytes of any file), llmc (llm.c "
+                       "shard), raw_u16, raw_u32, megatron (<prefix>.bin/.idx; data.train_path is the prefix), "
+                       "classification (labelled text, .jsonl or .tsv, for model.type bert with model.num_labels)",
+                       {{"auto", DataFormat::kAuto}, {"synthetic", DataFormat::kSynthetic}, {"text", DataFormat::kText},
                         {"llmc", DataFormat::kLlmc}, {"raw_u16", DataFormat::kRawU16},
                         {"raw_u32", DataFormat::kRawU32}, {"megatron", DataFormat::kMegatron},
                         {"classification", DataFormat::kClassification}}),
-      Text("data.train_path", PS_ACCESS(data.train_path), "training token file (not for synthetic)"),
-      Text("data.valid_path", PS_ACCESS(data.valid_path), "evaluation token file; empty = no evaluation (synthetic: own stream)"),
+      Text("data.train_path", PS_ACCESS(data.train_path), "training token file (a regular file; none for synthetic)"),
+      Text("data.valid_path", PS_ACCESS(data.valid_path), "evaluation token file (same format as data.train_path); empty = no evaluation (synthetic: own stream, no path)"),
       Int("data.seq_len", PS_ACCESS(data.seq_len), "tokens per sample", IntRange(1, kMaxPositions)),
       Bool("data.shuffle", PS_ACCESS(data.shuffle), "permute samples every epoch (seeded)"),
       Int("data.synthetic_tokens", PS_ACCESS(data.synthetic_tokens), "length of the synthetic token stream",
@@ -481,7 +483,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
             "save when this many minutes passed since the last save; 0 = off", FloatRange(0.0, kInf)),
       Int("checkpoint.keep", PS_ACCESS(checkpoint.keep),
           "newest complete checkpoints kept; older ones are deleted once a newer one is complete", MinInt(1)),
-      Text("checkpoint.dir", PS_ACCESS(checkpoint.dir), "checkpoint folder; empty = <run.output_dir>/checkpoints"),
+      Text("checkpoint.dir", PS_ACCESS(checkpoint.dir), "checkpoint folder (must not be or lie under a file); empty = <run.output_dir>/checkpoints"),
       Bool("checkpoint.at_end", PS_ACCESS(checkpoint.at_end), "save after the last step"),
       Text("checkpoint.resume", PS_ACCESS(checkpoint.resume),
            "auto = from the newest valid checkpoint in checkpoint.dir, if any; never; or a path: a step_N folder, "

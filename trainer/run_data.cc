@@ -1,11 +1,15 @@
 #include "trainer/run_data.h"
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "data/batch_sampler.h"
 #include "data/data_error.h"
+#include "data/format_inference.h"
+#include "data/megatron_format.h"
+#include "data/regular_file.h"
 #include "data/sample_order.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/batch_maker.h"
@@ -64,18 +68,65 @@ class ClassificationBatches final : public BatchSource {
   int64_t consumed_ = 0;
 };
 
+// The files a data path stands for: both files of a Megatron prefix, else the path.
+std::vector<std::string> DataFiles(data::DataFormat format, const std::string& path) {
+  if (format != data::DataFormat::kMegatron) return {path};
+  const data::MegatronPaths paths = data::MegatronPathsOf(path);
+  return {paths.bin_path, paths.idx_path};
+}
+
+// The run's tokenizer (data.tokenizer, else model.init_from's), checked before anything
+// is read or written: it exists, every file of it is a regular file (a FIFO would hang
+// the reader) and LoadTokenizer accepts the content. nullptr when the run has none.
+// DataError naming the key otherwise.
+std::shared_ptr<tokenizer::Tokenizer> CheckedTokenizer(const Config& c) {
+  const std::string source = TokenizerSource(c);
+  if (source.empty()) return nullptr;
+  const std::string key = c.data.tokenizer.empty() ? "model.init_from" : "data.tokenizer";
+  const std::string what = key + " '" + source + "'";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(source, ec)) data::CheckRegularFile(source, key);
+  try {
+    if (std::filesystem::is_directory(source, ec)) {
+      for (const char* name : {"tokenizer.json", "vocab.json", "merges.txt", "vocab.txt"}) {
+        const std::filesystem::path file = std::filesystem::path(source) / name;
+        if (std::filesystem::exists(file, ec)) data::CheckRegularFile(file.string(), key);
+      }
+    }
+    return tokenizer::LoadTokenizer(source);
+  } catch (const c10::Error& e) {
+    PS_DATA_CHECK(false, what, " is not a usable tokenizer (a tokenizer.json, vocab.json + merges.txt, vocab.txt, "
+                  "or a folder holding them): ", e.what_without_backtrace());
+  }
+  return nullptr;  // not reached
+}
+
+// Every data path the run reads is a regular file (after symlinks): a FIFO would block
+// the reader for good. DataError naming the key.
+void CheckDataPaths(const Config& c) {
+  const std::pair<const char*, const std::string*> paths[] = {{"data.train_path", &c.data.train_path},
+                                                               {"data.valid_path", &c.data.valid_path}};
+  for (const auto& [key, path] : paths) {
+    if (path->empty() || c.data.format == data::DataFormat::kSynthetic) continue;
+    // kAuto only in a Config built in code (the loader resolves it); inference reads the
+    // head of regular files only.
+    const data::DataFormat format =
+        c.data.format == data::DataFormat::kAuto ? data::InferDataFormat(*path, key) : c.data.format;
+    for (const std::string& file : DataFiles(format, *path)) data::CheckRegularFile(file, key);
+  }
+}
+
 // Text to ids: the run's tokenizer (data.tokenizer or model.init_from), else bytes.
-TextEncoder MakeEncoder(const Config& c) {
+TextEncoder MakeEncoder(const Config& c, std::shared_ptr<tokenizer::Tokenizer> tok) {
   const std::string source = TokenizerSource(c);
   const int64_t vocab = c.model.vocab_size;
-  if (source.empty()) {
+  if (!tok) {
     return [](const std::string& text) {
       std::vector<int64_t> ids;
       for (unsigned char ch : text) ids.push_back(ch);
       return ids;
     };
   }
-  std::shared_ptr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(source);
   return [tok, vocab, source](const std::string& text) {
     std::vector<int64_t> ids;
     for (int32_t id : tok->Encode(text)) {
@@ -90,8 +141,10 @@ TextEncoder MakeEncoder(const Config& c) {
 
 RunData::RunData(const Config& c, int rank, int world_size) : config_(c) {
   const auto seed = static_cast<uint64_t>(c.run.seed);
+  CheckDataPaths(c);
+  std::shared_ptr<tokenizer::Tokenizer> tok = CheckedTokenizer(c);
   if (c.data.format == data::DataFormat::kClassification) {
-    const TextEncoder encode = MakeEncoder(c);
+    const TextEncoder encode = MakeEncoder(c, tok);
     PS_DATA_CHECK(!c.data.train_path.empty(), "data.train_path is required for data.format classification");
     train_set_ = std::make_unique<ClassificationSet>(ReadClassificationSet(c.data.train_path, c.bert.num_labels, encode));
     if (!c.data.valid_path.empty()) {

@@ -2,6 +2,7 @@
 // the batch sampler: determinism, epoch coverage, rank sharding, exact resume. Bad
 // data is a DataError naming the file (ps_train exits 2 on it).
 #include <ATen/ATen.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,8 @@
 
 #include "data/batch_sampler.h"
 #include "data/data_error.h"
+#include "data/format_inference.h"
+#include "data/regular_file.h"
 #include "data/token_source.h"
 #include "tests/catch.h"
 
@@ -93,7 +96,7 @@ TEST_CASE("paths that cannot be token files are DataErrors naming the path and i
   std::filesystem::create_directories(dir);
   CHECK_THROWS_AS(OpenTokenSource(DataFormat::kText, dir, 256, 0, 0, "data.train_path"), DataError);
   CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, dir, 256, 0, 0, "data.train_path"),
-                    dir + ": is a directory, not a token file (data.train_path)");
+                    dir + ": is a directory, not a regular file (data.train_path)");
   const std::string empty = TempPath("empty.bin");
   std::ofstream(empty, std::ios::trunc).flush();
   for (DataFormat f : {DataFormat::kText, DataFormat::kLlmc, DataFormat::kRawU16, DataFormat::kRawU32}) {
@@ -102,13 +105,63 @@ TEST_CASE("paths that cannot be token files are DataErrors naming the path and i
                       empty + ": is empty (0 bytes, no tokens) (data.valid_path)");
   }
   CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, "/dev/null", 256, 0, 0, "data.train_path"),
-                    "/dev/null: is not a regular file (data.train_path)");
+                    "/dev/null: is a character device, not a regular file (data.train_path)");
   CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, TempPath("nope.txt"), 256, 0, 0, "data.valid_path"),
                     TempPath("nope.txt") + ": cannot open: No such file or directory (data.valid_path)");
   CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, "", 256, 0, 0, "data.train_path"),
                     "data.train_path is required for data.format text");
   // Without a key the message names the path alone.
-  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, dir, 256, 0, 0), dir + ": is a directory, not a token file");
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kText, dir, 256, 0, 0), dir + ": is a directory, not a regular file");
+}
+
+TEST_CASE("a FIFO is refused without blocking, in every format and through a symlink", "[data][errors]") {
+  const std::string fifo = TempPath("tokens.fifo");
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string link = TempPath("tokens_link.bin");
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(fifo, link);
+  for (DataFormat f : {DataFormat::kAuto, DataFormat::kText, DataFormat::kLlmc, DataFormat::kRawU16, DataFormat::kRawU32}) {
+    INFO(ToString(f));
+    // Before: open(2) waited for a writer that never came.
+    CHECK_THROWS_WITH(OpenTokenSource(f, fifo, 256, 0, 0, "data.train_path"),
+                      fifo + ": is a FIFO (named pipe), not a regular file (data.train_path)");
+    CHECK_THROWS_WITH(OpenTokenSource(f, link, 256, 0, 0, "data.valid_path"),
+                      link + ": is a FIFO (named pipe), not a regular file (data.valid_path)");
+  }
+  CHECK_THROWS_AS(CheckRegularFile(fifo, "data.tokenizer"), DataError);
+  CHECK_NOTHROW(CheckRegularFile(TempPath("t.txt"), "data.train_path"));
+}
+
+TEST_CASE("data.format auto is inferred from the file; what cannot be inferred is an error", "[data][infer]") {
+  const std::string text = TempPath("infer_text.txt");
+  std::ofstream(text) << "hello \xc3\xa9t\xc3\xa9";
+  CHECK(InferDataFormat(text, "data.train_path") == DataFormat::kText);
+  CHECK(ReadAll(*OpenTokenSource(DataFormat::kAuto, text, 256, 0, 0, "data.train_path")).size() == 11);
+  const std::string shard = WriteLlmc("infer.bin", kLlmcMagicGpt2, 1, std::vector<uint16_t>{1, 2, 3}, 3);
+  CHECK(InferDataFormat(shard, "data.train_path") == DataFormat::kLlmc);
+  CHECK(ReadAll(*OpenTokenSource(DataFormat::kAuto, shard, 100, 0, 0)) == std::vector<int64_t>{1, 2, 3});
+  std::ofstream(TempPath("pair.bin")) << "x";
+  std::ofstream(TempPath("pair.idx")) << "y";
+  for (const char* p : {"pair", "pair.bin", "pair.idx"}) CHECK(InferDataFormat(TempPath(p), "k") == DataFormat::kMegatron);
+  std::ofstream(TempPath("labels.tsv")) << "a\t1\n";
+  CHECK(InferDataFormat(TempPath("labels.tsv"), "k") == DataFormat::kClassification);
+  // A multi-byte character cut by the 4 KiB window is still text.
+  const std::string cut = TempPath("cut.txt");
+  std::ofstream(cut) << std::string(4095, 'a') << "\xc3\xa9";
+  CHECK(InferDataFormat(cut, "k") == DataFormat::kText);
+  // Headerless ids, binary content, bad UTF-8, an empty path: errors naming the key.
+  const std::string raw = TempPath("raw_ids.bin");
+  std::ofstream(raw, std::ios::binary) << std::string("\x05\x00\x06\x00", 4);
+  CHECK_THROWS_WITH(InferDataFormat(raw, "data.train_path"),
+                    Catch::StartsWith(raw + " (data.train_path): cannot infer data.format: not an llm.c shard") &&
+                        Catch::Contains("set data.format: raw_u16 or raw_u32"));
+  const std::string latin1 = TempPath("latin1.txt");
+  std::ofstream(latin1) << "caf\xe9 au lait";
+  CHECK_THROWS_WITH(InferDataFormat(latin1, "data.valid_path"),
+                    Catch::StartsWith(latin1 + " (data.valid_path): cannot infer data.format: binary content"));
+  CHECK_THROWS_WITH(OpenTokenSource(DataFormat::kAuto, "", 256, 0, 0, "data.train_path"),
+                    Catch::StartsWith("data.train_path is empty and data.format is not given"));
 }
 
 TEST_CASE("bad file contents are DataErrors too", "[data][errors]") {

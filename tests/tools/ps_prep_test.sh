@@ -103,6 +103,54 @@ rc=0
 "$prep" --tokenizer "$tok" --input a.txt --output-prefix out/x --format nope 2> err.txt || rc=$?
 [ "$rc" -eq 2 ] || fail "a bad --format: exit status $rc, expected 2"
 
+# 5b. Option ranges: --threads is bounded (100000 used to abort in thread creation).
+for t in 100000 0 -3; do
+  rc=0
+  "$prep" --tokenizer "$tok" --input a.txt --output-prefix out/threads --threads=$t 2> err.txt > /dev/null || rc=$?
+  [ "$rc" -eq 2 ] && grep -q -- "--threads $t: must be in \[1, 1024\]" err.txt || fail "--threads $t: rc $rc, $(cat err.txt)"
+done
+"$prep" --help | grep -q "encoding threads, 1 to 1024" || fail "--help does not give the --threads range"
+for bad in "--threads=two|--threads two: expected an integer" "--seed=-1|--seed -1: expected an integer" \
+           "--valid-fraction=1|--valid-fraction 1: must be in [0, 1)"; do
+  rc=0
+  "$prep" --tokenizer "$tok" --input a.txt --output-prefix out/x "${bad%%|*}" 2> err.txt > /dev/null || rc=$?
+  [ "$rc" -eq 2 ] && grep -qF -- "${bad#*|}" err.txt || fail "${bad%%|*}: rc $rc, $(cat err.txt)"
+done
+rc=0
+"$prep" --tokenizer "$tok" --input a.txt --output-prefix out/x --valid-docs=-1 2> err.txt > /dev/null || rc=$?
+[ "$rc" -eq 2 ] && grep -q -- "--valid-docs -1: must be >= 0" err.txt || fail "--valid-docs -1: rc $rc, $(cat err.txt)"
+
+# 5c. An input that is also an output (the same file, through a symlink or a hard link)
+#     is refused before anything is written, and left as it was.
+cp a.txt out/clash_train.bin
+ln -sf clash_train.bin out/clash_link.txt
+ln -f out/clash_train.bin hard.txt
+for input in out/clash_train.bin out/clash_link.txt hard.txt; do
+  rc=0
+  "$prep" --tokenizer "$tok" --input "$input" --format llmc --output-prefix out/clash 2> err.txt > /dev/null || rc=$?
+  [ "$rc" -eq 2 ] && grep -q "input $input is also the output file out/clash_train.bin" err.txt ||
+    fail "input = output via $input: rc $rc, $(cat err.txt)"
+  cmp -s a.txt out/clash_train.bin || fail "the input $input was overwritten"
+done
+
+# 5d. SIGTERM while writing: the .tmp files are removed and the exit status is 128 + 15.
+{ yes "The river watches the garden near the old bridge, number 12, and the farmer mends a window." || true; } |
+  head -c 40000000 > big.txt
+"$prep" --tokenizer "$tok" --input big.txt --text-split line --valid-fraction 0 --threads 2 \
+  --output-prefix out/sig > /dev/null 2> sig_err.txt &
+pid=$!
+for _ in $(seq 1 400); do
+  [ -e out/sig_train.bin.tmp ] && break
+  sleep 0.05
+done
+[ -e out/sig_train.bin.tmp ] || fail "ps_prep wrote no .tmp file to interrupt: $(cat sig_err.txt)"
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 143 ] || fail "SIGTERM: exit status $rc, expected 143: $(cat sig_err.txt)"
+grep -q "stopped by signal 15" sig_err.txt || fail "SIGTERM message: $(cat sig_err.txt)"
+ls out/sig_* > /dev/null 2>&1 && fail "SIGTERM left files: $(ls out/sig_*)"
+
 # 6. ps_train reads the megatron output (prefix for train, the .idx path for valid).
 vocab=$(sed -n 's/.*vocab \([0-9]*\).*/\1/p' summary.txt)
 [ -n "$vocab" ] || fail "the summary does not give the vocabulary size"

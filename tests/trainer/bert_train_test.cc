@@ -308,8 +308,12 @@ TEST_CASE("bad classification files are errors naming the file and line", "[bert
 }
 
 TEST_CASE("BERT-only and GPT-only keys are refused where they do not apply", "[bert][config]") {
+  // The data is synthetic unless a case names its own (a config must name its data).
   auto load = [](const std::string& yaml) {
-    return LoadConfigText(yaml, "bad.yaml", {}, [](const std::string&) { return std::optional<std::string>(); });
+    const std::vector<std::string> overrides =
+        yaml.find("data:") == std::string::npos ? std::vector<std::string>{"data.format=synthetic"}
+                                                : std::vector<std::string>{};
+    return LoadConfigText(yaml, "bad.yaml", overrides, [](const std::string&) { return std::optional<std::string>(); });
   };
   CHECK_THROWS_WITH(load("model: {num_labels: 2}\ndata: {format: classification, train_path: x.jsonl}\n"),
                     Catch::Contains("data.format classification trains a sequence classifier"));

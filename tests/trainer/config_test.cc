@@ -1,7 +1,10 @@
 // Config loading: valid files, every class of error with its message and location,
 // --set overrides, ${VAR} interpolation, PatrickStar seed keys, presets, the
 // resolved-YAML round trip, and the README's config reference against the schema.
+#include <sys/stat.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -21,8 +24,16 @@ EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
   };
 }
 
-Config Load(const std::string& yaml, const std::vector<std::string>& overrides = {},
+// Most cases here are about other keys: they train on random tokens unless they name
+// data themselves (a config without data is an error; see the data cases below).
+Config Load(const std::string& yaml, std::vector<std::string> overrides = {},
             std::map<std::string, std::string> env = {}) {
+  bool names_data = false;
+  for (const char* key : {"format", "train_path", "valid_path"}) {
+    names_data |= yaml.find(key) != std::string::npos;
+    for (const std::string& text : overrides) names_data |= text.rfind(std::string("data.") + key, 0) == 0;
+  }
+  if (!names_data) overrides.insert(overrides.begin(), "data.format=synthetic");
   return LoadConfigText(yaml, "test.yaml", overrides, FakeEnv(env));
 }
 
@@ -46,9 +57,11 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-TEST_CASE("empty config text gives the struct defaults", "[config]") {
-  const Config c = Load("");
-  const Config defaults;
+TEST_CASE("empty config text gives the struct defaults, once synthetic data is asked for", "[config]") {
+  const Config c = LoadConfigText("data: {format: synthetic}\n", "test.yaml", {}, FakeEnv({}));
+  Config defaults;
+  CHECK(defaults.data.format == data::DataFormat::kAuto);
+  defaults.data.format = data::DataFormat::kSynthetic;
   CHECK(ConfigToYaml(c) == ConfigToYaml(defaults));
 }
 
@@ -83,12 +96,118 @@ TEST_CASE("a config file without keys, or a directory, is an error naming the pa
   std::filesystem::create_directories(dir);
   CHECK(FileErrorOf(dir) == dir + ": is a directory, not a config file");
   CHECK(FileErrorOf(TempPath("missing.yaml")) == TempPath("missing.yaml") + ": cannot open config file");
-  // One key is enough; an empty mapping says "defaults" on purpose.
+  // One key is enough; an empty mapping says "defaults" on purpose (and then the data is
+  // missing, a different error).
   const std::string one = TempPath("one.yaml");
   std::ofstream(one, std::ios::trunc) << "run:\n  seed: 3\n";
-  CHECK(LoadConfigFile(one, {}, FakeEnv({})).run.seed == 3);
+  CHECK(LoadConfigFile(one, {"data.format=synthetic"}, FakeEnv({})).run.seed == 3);
   std::ofstream(one, std::ios::trunc) << "{}\n";
-  CHECK_NOTHROW(LoadConfigFile(one, {}, FakeEnv({})));
+  CHECK_NOTHROW(LoadConfigFile(one, {"data.format=synthetic"}, FakeEnv({})));
+  CHECK_THROWS_WITH(LoadConfigFile(one, {}, FakeEnv({})), Catch::Contains(one + ": no training data"));
+}
+
+// The ConfigError message of loading `yaml` as is (no synthetic data added).
+std::string RawErrorOf(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    LoadConfigText(yaml, "test.yaml", overrides, FakeEnv({}));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("config loaded but an error was expected:\n" << yaml);
+  return "";
+}
+
+std::string WriteBytes(const std::string& name, const std::string& bytes) {
+  const std::string path = TempPath(name);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return path;
+}
+
+data::DataFormat InferredFormat(const std::string& train, const std::string& valid = "",
+                                const std::string& extra = "") {
+  std::string yaml = "data:\n  train_path: " + train + "\n";
+  if (!valid.empty()) yaml += "  valid_path: " + valid + "\n";
+  return LoadConfigText(yaml + extra, "test.yaml", {}, FakeEnv({})).data.format;
+}
+
+TEST_CASE("data.format left out is inferred from the files, never defaulted to random tokens", "[config][data]") {
+  // No format and no path: an error, not synthetic tokens.
+  CHECK(RawErrorOf("model: {n_layer: 2}\n") ==
+        "test.yaml: no training data: data.train_path and data.format are not set; set data.train_path "
+        "(data.format is inferred from the file), or data.format: synthetic to train on random tokens");
+  // Synthetic with a path: the path would be ignored.
+  CHECK(RawErrorOf("data:\n  format: synthetic\n  train_path: t.txt\n") ==
+        "test.yaml:3:15: data.train_path 't.txt' is set but data.format is synthetic (random tokens; no file is "
+        "read): remove the path, or set data.format to the file's format (or leave data.format out to infer it)");
+  CHECK(RawErrorOf("data: {format: synthetic}\n", {"data.valid_path=v.bin"}).find(
+            "--set data.valid_path=v.bin: data.valid_path 'v.bin' is set but data.format is synthetic") == 0);
+
+  const std::string text = WriteBytes("infer.txt", "Some text, caf\xc3\xa9.\n");
+  std::string llmc(1024 + 4, '\0');
+  const int32_t header[3] = {20240520, 1, 2};
+  std::memcpy(&llmc[0], header, sizeof(header));
+  const std::string shard = WriteBytes("infer_shard.bin", llmc);
+  WriteBytes("infer_mm.bin", "xx");
+  WriteBytes("infer_mm.idx", "yy");
+  CHECK(InferredFormat(text) == data::DataFormat::kText);
+  CHECK(InferredFormat(shard) == data::DataFormat::kLlmc);
+  CHECK(InferredFormat(TempPath("infer_mm")) == data::DataFormat::kMegatron);
+  CHECK(InferredFormat(TempPath("infer_mm.idx"), TempPath("infer_mm")) == data::DataFormat::kMegatron);
+  const std::string labels = WriteBytes("infer.jsonl", "{\"text\": \"a\", \"label\": 1}\n");
+  CHECK(InferredFormat(labels, "", "model: {type: bert, num_labels: 2, vocab_size: 300}\n") ==
+        data::DataFormat::kClassification);
+  // The resolved config says what was inferred.
+  CHECK(ConfigToYaml(LoadConfigText("data: {train_path: " + text + "}\n", "t", {}, FakeEnv({}))).find(
+            "  format: text\n") != std::string::npos);
+
+  // What cannot be inferred is an error naming the key and asking for data.format.
+  CHECK(RawErrorOf("data:\n  train_path: " + labels + "\n") ==
+        "test.yaml:2:15: data.train_path '" + labels + "' holds JSON lines or TSV, not tokens: tokenize it with "
+        "ps_prep (docs/data.md), or set data.format: text to train on its bytes (labelled examples are "
+        "data.format classification, for model.type bert with model.num_labels)");
+  const std::string raw = WriteBytes("infer_raw.bin", std::string("\x01\x00\x02\x00", 4));
+  CHECK(RawErrorOf("data:\n  train_path: " + raw + "\n").find(
+            "test.yaml:2:15: " + raw + " (data.train_path): cannot infer data.format: not an llm.c shard") == 0);
+  const std::string binary = WriteBytes("infer.dat", std::string("\x89PNG\x00\x01", 6));
+  CHECK(RawErrorOf("data:\n  train_path: " + binary + "\n").find("cannot infer data.format: binary content") !=
+        std::string::npos);
+  CHECK(RawErrorOf("data:\n  train_path: " + TempPath("nope.txt") + "\n") ==
+        "test.yaml:2:15: " + TempPath("nope.txt") + ": cannot open: No such file or directory (data.train_path)");
+  CHECK(RawErrorOf("data:\n  train_path: " + text + "\n  valid_path: " + shard + "\n") ==
+        "test.yaml:3:15: data.valid_path '" + shard + "' looks like data.format llmc but data.train_path '" + text +
+        "' like text; set data.format");
+  CHECK(RawErrorOf("data:\n  valid_path: " + text + "\n").find("test.yaml:2:15: no training data") == 0);
+}
+
+TEST_CASE("a FIFO as a data path is refused at load, naming the key, without blocking", "[config][data]") {
+  const std::string fifo = TempPath("train.fifo");
+  std::filesystem::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(RawErrorOf("data:\n  train_path: " + fifo + "\n") ==
+        "test.yaml:2:15: " + fifo + ": is a FIFO (named pipe), not a regular file (data.train_path)");
+  // Through a symlink too.
+  const std::string link = TempPath("train_link.txt");
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(fifo, link);
+  CHECK(RawErrorOf("data:\n  train_path: " + link + "\n").find("is a FIFO (named pipe), not a regular file "
+                                                                  "(data.train_path)") != std::string::npos);
+}
+
+TEST_CASE("output folders: empty run.output_dir, or a file at or above a folder, is an error naming the key",
+          "[config][errors]") {
+  CHECK(ErrorOf("run:\n  output_dir: ${OUT:-}\n") ==
+        "test.yaml:2:15: run.output_dir is empty (an unset ${VAR:-}?); name the run's folder");
+  const std::string file = WriteBytes("a_file", "x");
+  CHECK(ErrorOf("checkpoint:\n  dir: " + file + "\n") ==
+        "test.yaml:2:8: checkpoint.dir '" + file + "': is a file, not a folder");
+  CHECK(ErrorOf("checkpoint:\n  dir: " + file + "/ckpt/deeper\n") ==
+        "test.yaml:2:8: checkpoint.dir '" + file + "/ckpt/deeper': '" + file +
+        "' is a file, not a folder, so nothing can be created under it");
+  CHECK(ErrorOf("", {"run.output_dir=" + file + "/run"}) ==
+        "--set run.output_dir=" + file + "/run: run.output_dir '" + file + "/run': '" + file +
+        "' is a file, not a folder, so nothing can be created under it");
+  CHECK(Load("", {"run.output_dir=" + TempPath("not_yet/run"), "checkpoint.dir=" + TempPath("ck")}).run.output_dir ==
+        TempPath("not_yet/run"));
 }
 
 TEST_CASE("a second YAML document is an error naming its line", "[config][errors]") {
@@ -286,6 +405,38 @@ TEST_CASE("${VAR} interpolation reads the environment", "[config][env]") {
   CHECK(ErrorOf(yaml) ==
         "test.yaml:2:15: run.output_dir: environment variable SCRATCH is not set (write ${SCRATCH:-default} for a default)");
   CHECK(Load("train:\n  max_steps: ${STEPS}\n", {}, {{"STEPS", "12"}}).train.max_steps == 12);
+}
+
+TEST_CASE("a default may hold ${...} references; malformed references name file:line", "[config][env]") {
+  const std::string nested = "run:\n  output_dir: ${A:-${B}/runs}\n";
+  CHECK(Load(nested, {}, {{"B", "/home/me"}}).run.output_dir == "/home/me/runs");
+  CHECK(Load(nested, {}, {{"A", "/a"}}).run.output_dir == "/a");  // an unused default is not expanded
+  CHECK(Load("run:\n  output_dir: ${A:-${B:-${C:-deep}}/x}-${D:-d}\n").run.output_dir == "deep/x-d");
+  CHECK(ErrorOf(nested) ==
+        "test.yaml:2:15: run.output_dir: environment variable B is not set (write ${B:-default} for a default)");
+  // Unterminated: before, the first '}' closed the outer reference: ${PS_HOME/runs}.
+  CHECK(ErrorOf("run:\n  name: x\n  output_dir: ${A:-${B}/runs\n") ==
+        "test.yaml:3:15: run.output_dir: unterminated '${' in '${A:-${B}/runs'");
+  CHECK(ErrorOf("run:\n  output_dir: ${HOME\n") == "test.yaml:2:15: run.output_dir: unterminated '${' in '${HOME'");
+  CHECK(ErrorOf("run:\n  output_dir: ${PS_HOME/runs}\n") ==
+        "test.yaml:2:15: run.output_dir: '${PS_HOME/runs' in '${PS_HOME/runs}' is not a variable name (letters, "
+        "digits and _): write ${NAME} or ${NAME:-default}");
+  CHECK(ErrorOf("", {"run.output_dir=${A:-x"}) == "--set run.output_dir=${A:-x: run.output_dir: unterminated '${' in '${A:-x'");
+}
+
+TEST_CASE("--set values are one YAML node: document markers, several documents and null are errors",
+          "[config][overrides][errors]") {
+  CHECK(ErrorOf("", {"run.name=x\n---\ny"}) ==
+        "--set run.name=x\n---\ny: the value holds a YAML document marker ('---'); a --set value is one scalar, "
+        "[list] or {map} (quote it to mean the text)");
+  CHECK(ErrorOf("", {"run.name=---"}).find("--set run.name=---: the value holds a YAML document marker ('---')") == 0);
+  CHECK(ErrorOf("", {"run.name=x\n...\n"}).find("the value holds a YAML document marker ('...')") != std::string::npos);
+  CHECK(ErrorOf("", {"run.name=~"}) == "--set run.name=~: the value is YAML null, which no key holds; write key= for an empty string");
+  CHECK(ErrorOf("", {"run.name=null"}).find("the value is YAML null") != std::string::npos);
+  // Nothing after '=' is the empty string; a marker inside a quoted scalar is text.
+  CHECK(Load("run:\n  name: a\n", {"run.name="}).run.name.empty());
+  CHECK(Load("", {"run.name='x --- y'"}).run.name == "x --- y");
+  CHECK(Load("", {"run.name=---x"}).run.name == "---x");
 }
 
 TEST_CASE("PatrickStar's seed config maps onto native keys with DeepSpeed semantics", "[config][seed]") {

@@ -1,5 +1,7 @@
 #include "tools/prep/encode_pool.h"
 
+#include <stdexcept>
+#include <system_error>
 #include <utility>
 
 namespace ps::prep {
@@ -8,6 +10,10 @@ EncodedBatch Encoder::EncodeBatch(Batch batch) const {
   EncodedBatch out;
   out.results.reserve(batch.docs.size());
   for (Document& d : batch.docs) {
+    if (opt_.stop_signal != nullptr && opt_.stop_signal->load() != 0) {
+      out.results.emplace_back();  // never written: Prepare stops before using it
+      continue;
+    }
     out.results.push_back(EncodeOne(d));
     d.text = std::string();
   }
@@ -36,10 +42,20 @@ Encoded Encoder::EncodeOne(const Document& d) const {
 }
 
 EncodePool::EncodePool(int num_threads, const Encoder& encoder) : encoder_(encoder) {
-  for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { Work(); });
+  try {
+    for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { Work(); });
+  } catch (const std::system_error& e) {
+    // A joinable std::thread destroyed unjoined calls std::terminate: stop those started.
+    const size_t started = threads_.size();
+    Stop();
+    throw std::runtime_error("cannot start " + std::to_string(num_threads) + " encoding threads (started " +
+                             std::to_string(started) + "): " + e.what() + "; pass a smaller --threads");
+  }
 }
 
-EncodePool::~EncodePool() {
+EncodePool::~EncodePool() { Stop(); }
+
+void EncodePool::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -47,6 +63,7 @@ EncodePool::~EncodePool() {
   }
   cv_.notify_all();
   for (std::thread& t : threads_) t.join();
+  threads_.clear();
 }
 
 std::future<EncodedBatch> EncodePool::Submit(Batch batch) {

@@ -37,7 +37,8 @@ struct EncodedBatch {
 };
 
 // Stateless: any number of threads may call EncodeBatch at once. Keeps references to
-// `opt` and `tok`, which must outlive it.
+// `opt` and `tok`, which must outlive it. Once opt.stop_signal is set, the documents
+// left in a batch are not encoded (the run is being abandoned).
 class Encoder {
  public:
   // `eot`: appended after each document's ids, when set.
@@ -57,6 +58,8 @@ class Encoder {
 // A fixed pool of threads running Encoder::EncodeBatch. Submit from one thread only.
 class EncodePool {
  public:
+  // Throws std::runtime_error naming --threads when the system cannot start
+  // `num_threads` threads (the ones started are stopped first).
   EncodePool(int num_threads, const Encoder& encoder);
   // Queued batches are dropped (their futures report a broken promise); running ones finish.
   ~EncodePool();
@@ -65,6 +68,7 @@ class EncodePool {
 
  private:
   void Work();
+  void Stop();  // drops queued batches, joins the threads
 
   const Encoder& encoder_;
   std::mutex mu_;

@@ -2,6 +2,7 @@
 // the error type for bad input. Plain data, read by every piece of tools/prep/.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <stdexcept>
@@ -28,12 +29,29 @@ struct Options {
   int threads = 1;               // encoding threads
   bool skip_bad_input = false;   // count and skip bad inputs (else stop at the first)
   bool append_eot = true;        // the end-of-text id after each document
+  // Set (to the signal number) by ps_prep's SIGTERM/SIGINT handler; Prepare and the
+  // encoding threads poll it and stop with Stopped. nullptr: never stopped.
+  const std::atomic<int>* stop_signal = nullptr;
 };
+
+// The largest --threads: more encoding threads than this only cost memory and start-up.
+constexpr int kMaxThreads = 1024;
 
 // A user error in the input (or a missing input): printed as is, exit status 1.
 class BadInput : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A run stopped by a signal (Options::stop_signal); no output file is left behind.
+class Stopped : public std::runtime_error {
+ public:
+  explicit Stopped(int signal)
+      : std::runtime_error("stopped by signal " + std::to_string(signal) + "; no output written"), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
 };
 
 // The message of `e`, without the backtrace of a c10::Error.

@@ -109,6 +109,20 @@ int64_t ValidCount(const Options& opt, int64_t num_docs) {
   return std::clamp<int64_t>(k, 1, num_docs - 1);
 }
 
+std::vector<std::string> OutputPaths(const Options& opt) {
+  std::vector<std::string> out;
+  for (const char* split : {"train", "valid"}) {
+    const std::string name = opt.output_prefix + "_" + split;
+    std::vector<std::string> files = {name + ".bin"};
+    if (opt.format == OutputFormat::kMegatron) files.push_back(name + ".idx");
+    for (const std::string& f : files) {
+      out.push_back(f);
+      out.push_back(f + ".tmp");
+    }
+  }
+  return out;
+}
+
 std::unique_ptr<SplitWriter> MakeWriter(const Options& opt, const std::string& split, int64_t vocab_size) {
   const std::string name = opt.output_prefix + "_" + split;
   if (opt.format == OutputFormat::kLlmc) return std::make_unique<LlmcSplitWriter>(name + ".bin", vocab_size);

@@ -52,6 +52,10 @@ class SplitWriter {
   virtual std::string dtype() const = 0;  // of the ids on disk ("uint16", ...)
 };
 
+// Every file a run of `opt` may write, temporary ones included ("<file>.tmp"): an input
+// must be none of them.
+std::vector<std::string> OutputPaths(const Options& opt);
+
 // The writer of split `split` ("train", "valid"): files <output_prefix>_<split>.*, in
 // opt.format, with ids as narrow as `vocab_size` allows.
 std::unique_ptr<SplitWriter> MakeWriter(const Options& opt, const std::string& split, int64_t vocab_size);

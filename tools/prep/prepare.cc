@@ -35,6 +35,13 @@ int64_t InputBytes(const Options& opt) {
   return total_bytes;
 }
 
+// Throws Stopped once a signal asked the run to stop.
+void CheckStop(const Options& opt) {
+  if (opt.stop_signal == nullptr) return;
+  const int signal = opt.stop_signal->load();
+  if (signal != 0) throw Stopped(signal);
+}
+
 SplitReport ReportOf(const SplitWriter& w) {
   SplitReport r;
   if (w.num_documents() > 0) r.files = w.files();
@@ -63,7 +70,10 @@ PrepReport Prepare(const Options& opt) {
   DocumentReader reader(opt);
   report.want_valid = opt.valid_docs > 0 || (opt.valid_docs < 0 && opt.valid_fraction > 0);
   if (report.want_valid) {
-    reader.ForEach([&](Document&& d) { report.counted_docs += d.error.empty(); });
+    reader.ForEach([&](Document&& d) {
+      CheckStop(opt);
+      report.counted_docs += d.error.empty();
+    });
   }
   ValidSplit split(opt, report.counted_docs);
 
@@ -80,6 +90,7 @@ PrepReport Prepare(const Options& opt) {
   const auto take_oldest = [&] {
     EncodedBatch b = in_flight.front().get();
     in_flight.pop_front();
+    CheckStop(opt);  // the batch may be partly encoded
     for (size_t i = 0; i < b.results.size(); ++i) {
       const Encoded& r = b.results[i];
       consumed_bytes += b.docs[i].input_bytes;
@@ -107,6 +118,7 @@ PrepReport Prepare(const Options& opt) {
     while (in_flight.size() > max_in_flight) take_oldest();
   };
   reader.ForEach([&](Document&& d) {
+    CheckStop(opt);
     if (d.error.empty()) d.valid = split.Next();
     batch.text_bytes += static_cast<int64_t>(d.text.size());
     batch.docs.push_back(std::move(d));
@@ -115,6 +127,7 @@ PrepReport Prepare(const Options& opt) {
   if (!batch.docs.empty()) submit();
   while (!in_flight.empty()) take_oldest();
   progress.Done(consumed_bytes, report.tokens);
+  CheckStop(opt);
 
   if (train->num_documents() == 0) throw BadInput("no documents to write (all inputs empty or skipped)");
   train->Finish();

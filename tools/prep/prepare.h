@@ -36,7 +36,8 @@ struct PrepReport {
 };
 
 // Runs `opt`. Throws BadInput for a user error (a missing input, a bad line unless
-// skipped, nothing to write); then no output file is in place.
+// skipped, nothing to write), Stopped when opt.stop_signal is set before the outputs
+// are complete; either way no output file (temporary ones included) is left behind.
 PrepReport Prepare(const Options& opt);
 
 }  // namespace ps::prep

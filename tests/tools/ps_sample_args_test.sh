@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# ps_sample's numeric options are range-checked before anything is loaded: each bad
+# value exits 2 naming the option (--max-new-tokens -1 used to exit 0 having done nothing).
+set -euo pipefail
+sample="$TEST_SRCDIR/ps_train/tools/ps_sample"
+cd "$TEST_TMPDIR"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Each case: an option=value and the text its error must hold. --hf names a folder that
+# does not exist: reaching it would be exit 1, not 2.
+cases=(
+  "--max-new-tokens=-1|--max-new-tokens -1: must be in [1, 1000000]"
+  "--max-new-tokens=0|--max-new-tokens 0: must be in [1, 1000000]"
+  "--max-new-tokens=1000001|--max-new-tokens 1000001: must be in [1, 1000000]"
+  "--temperature=-0.5|--temperature -0.5: must be in [0, 100]"
+  "--top-k=-2|--top-k -2: must be in [0, 100000000]"
+  "--max-new-tokens=abc|--max-new-tokens abc: expected an integer"
+  "--temperature=warm|--temperature warm: expected a number in [0, 100]"
+  "--top-p=0|--top-p 0: must be in (0, 1]"
+  "--top-p=1.5|--top-p 1.5: must be in (0, 1]"
+)
+for c in "${cases[@]}"; do
+  arg=${c%%|*}
+  want=${c#*|}
+  rc=0
+  "$sample" --hf no_such_folder "$arg" > out.txt 2> err.txt || rc=$?
+  [ "$rc" -eq 2 ] || fail "$arg: exit status $rc, expected 2: $(cat err.txt)"
+  grep -qF -- "$want" err.txt || fail "$arg: message '$(cat err.txt)' lacks '$want'"
+done
+rc=0
+"$sample" --hf no_such_folder --seed=-1 > out.txt 2> err.txt || rc=$?
+[ "$rc" -eq 2 ] && grep -qF -- "--seed -1: expected an integer" err.txt || fail "--seed=-1: rc $rc, $(cat err.txt)"
+# In range, the options pass and the missing folder is the error (exit 1).
+rc=0
+"$sample" --hf no_such_folder --max-new-tokens=5 --temperature=0 --top-k=3 --top-p=0.9 > out.txt 2> err.txt || rc=$?
+[ "$rc" -eq 1 ] || fail "valid options: exit status $rc, expected 1 (missing folder): $(cat err.txt)"
+"$sample" --help | grep -q "1 to 1000000" || fail "--help does not give the --max-new-tokens range"
+echo "ps_sample args test passed"
