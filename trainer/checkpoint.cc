@@ -15,6 +15,7 @@
 #include <set>
 
 #include "trainer/file_io.h"
+#include "trainer/run_folder.h"
 
 namespace ps::trainer {
 namespace {
@@ -144,6 +145,7 @@ CheckpointWriteReport CommitCheckpoint(const std::string& dir, const CheckpointC
                                     {"consumed_at_start", c.samples.consumed_at_start},
                                     {"global_batch_size", c.samples.global_batch_size}}},
                                   {"run_name", c.run_name},
+                                  {"run_output_dir", c.run_output_dir},
                                   {"fingerprint", c.fingerprint},
                                   {"config", c.config_yaml},
                                   {"saved_by_ranks", world},
@@ -163,7 +165,19 @@ CheckpointWriteReport CommitCheckpoint(const std::string& dir, const CheckpointC
     // A folder of this step already (a run resumed from an earlier step saves it again;
     // it may be the corrupt one resume skipped): moved aside only now that the new one
     // is complete, and deleted after the new one is in place.
-    if (fs::exists(final_path)) {
+    if (fs::exists(fs::symlink_status(final_path))) {
+      bool ours = false;
+      try {
+        const RunIdentity writer{c.run_name, c.run_output_dir, c.fingerprint};
+        ours = WrittenBy(ReadCheckpoint(final_path.string(), CheckpointParts::kManifestOnly), final_path.string(), writer,
+                         false);
+      } catch (const std::exception&) {
+        // Does not verify: not provably this run's.
+      }
+      if (!ours) {
+        throw std::runtime_error(final_path.string() + " exists and is not a checkpoint of this run (another run's, or "
+                                 "one that does not verify): it is not replaced; move it away");
+      }
       fs::remove_all(old, ignored);
       fs::rename(final_path, old);
     }
@@ -283,7 +297,8 @@ nlohmann::json ParseManifest(const std::string& folder, const std::string& state
   int64_t named_step = 0;
   const std::string name = fs::path(folder).lexically_normal().filename().string();
   const std::string base = name.empty() ? fs::path(folder).lexically_normal().parent_path().filename().string() : name;
-  if (base.rfind("step_", 0) == 0 && (!CanonicalStepName(base, &named_step) || named_step != c.step)) {
+  static const std::regex kStepDigits("step_[0-9]+");
+  if (std::regex_match(base, kStepDigits) && (!CanonicalStepName(base, &named_step) || named_step != c.step)) {
     Bad(state_path + ": field 'step' is " + std::to_string(c.step) + " but the folder is named " + base +
         " (a checkpoint folder's name is its step)");
   }
@@ -303,6 +318,7 @@ nlohmann::json ParseManifest(const std::string& folder, const std::string& state
   if (!c.fingerprint.is_object()) Bad(state_path + ": field 'fingerprint' is not an object");
   if (format >= 2) {
     c.run_name = StringField(state, "run_name", state_path);
+    c.run_output_dir = StringField(state, "run_output_dir", state_path);
     const auto samples = state.find("samples");
     if (samples == state.end() || !samples->is_object()) Bad(state_path + ": field 'samples' is missing");
     const std::string where = state_path + " samples";
@@ -333,9 +349,8 @@ nlohmann::json ParseManifest(const std::string& folder, const std::string& state
     if (!seq_len->is_number_integer() || seq_len->get<int64_t>() < 1) Bad(state_path + ": fingerprint data.seq_len is invalid");
     const int64_t len = seq_len->get<int64_t>();
     if (c.consumed_samples > kMax / len || c.tokens_seen != c.consumed_samples * len) {
-      Bad(state_path + ": field 'tokens_seen' is " + std::to_string(c.tokens_seen) + ", but " +
-          std::to_string(c.consumed_samples) + " samples of " + std::to_string(len) + " tokens are " +
-          std::to_string(c.consumed_samples * len));
+      Bad(state_path + ": field 'tokens_seen' is " + std::to_string(c.tokens_seen) + ", but it must be " +
+          std::to_string(c.consumed_samples) + " samples x " + std::to_string(len) + " tokens");
     }
   }
   // Per-parameter update counts: none beyond the step; all that updated agree; without
@@ -495,12 +510,17 @@ std::vector<std::string> StrayCheckpointFolders(const std::string& dir) {
   return out;
 }
 
-bool SameRun(const CheckpointContents& manifest, const std::string& name, const nlohmann::json& fingerprint) {
-  return manifest.run_name == name && manifest.fingerprint == fingerprint;
+bool WrittenBy(const CheckpointContents& manifest, const std::string& path, const RunIdentity& run,
+               bool same_fingerprint) {
+  if (manifest.run_name != run.name) return false;
+  if (same_fingerprint && manifest.fingerprint != run.fingerprint) return false;
+  if (FolderIsWithin(path, run.output_dir)) return true;
+  return !manifest.run_output_dir.empty() && FolderIsWithin(manifest.run_output_dir, run.output_dir) &&
+         FolderIsWithin(run.output_dir, manifest.run_output_dir);
 }
 
 std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep, const std::string& written,
-                                          const std::string& run_name, const nlohmann::json& fingerprint) {
+                                          const RunIdentity& run) {
   std::vector<std::string> deleted;
   std::error_code ec;
   // Leftovers of interrupted saves first: a .old_step_N whose new step_N never landed is
@@ -523,7 +543,7 @@ std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep, 
   std::vector<std::string> own;
   for (const auto& path : ListCheckpoints(dir)) {
     try {
-      if (SameRun(ReadCheckpoint(path, CheckpointParts::kManifestOnly), run_name, fingerprint)) own.push_back(path);
+      if (WrittenBy(ReadCheckpoint(path, CheckpointParts::kManifestOnly), path, run, true)) own.push_back(path);
     } catch (const std::exception&) {
       // Its manifest fails: not provably this run's, so never deleted.
     }

@@ -29,7 +29,7 @@
 
 namespace ps::trainer {
 
-// 2: manifest.sha256, run_name and samples in state.json. Format 1 is still read (its
+// 2: manifest.sha256, run_name, run_output_dir and samples in state.json. Format 1 is still read (its
 // manifest unhashed: range checks only, the run's name taken from its config).
 constexpr int kCheckpointFormatVersion = 2;
 
@@ -57,13 +57,23 @@ struct CheckpointContents {
   EngineState engine;
   models::TensorMap rng;         // SaveRngStates
   SampleSchedule samples;
-  // Which run wrote it: run.name and what must match on resume (model shape, dtype,
-  // vocabulary, sequence length). A run resumes only its own checkpoints unless
-  // checkpoint.resume names one; it prunes only its own.
+  // Which run wrote it (RunIdentity): run.name, its run.output_dir (absolute; "" in
+  // format 1) and what must match on resume (model shape, dtype, vocabulary, sequence
+  // length). A run resumes only its own checkpoints unless checkpoint.resume names one;
+  // it prunes and replaces only its own.
   std::string run_name;
+  std::string run_output_dir;
   nlohmann::json fingerprint = nlohmann::json::object();
   std::string config_yaml;       // the resolved config of the saving run
   std::string version;           // ps_train version that wrote it
+};
+
+// A run, as checkpoints name it: run.name, run.output_dir (absolute, canonical) and the
+// fingerprint.
+struct RunIdentity {
+  std::string name;
+  std::string output_dir;
+  nlohmann::json fingerprint = nlohmann::json::object();
 };
 
 struct CheckpointWriteReport {
@@ -121,17 +131,22 @@ std::vector<std::string> ListCheckpoints(const std::string& dir);
 // read, never deleted; reported so the user knows they are ignored.
 std::vector<std::string> StrayCheckpointFolders(const std::string& dir);
 
-// Whether the checkpoint whose (verified) manifest says `run_name` and `fingerprint`
-// was written by the run `name` / `fingerprint`.
-bool SameRun(const CheckpointContents& manifest, const std::string& name, const nlohmann::json& fingerprint);
+// Whether the checkpoint at `path`, whose manifest (verified) is `manifest`, was written
+// by `run`: the same run.name, and the checkpoint lies in run's output folder
+// (checkpoints move with their run) or its manifest names run's output folder (a
+// checkpoint.dir elsewhere, which other runs may share: two runs of the default name
+// "run" in different folders are different runs). `same_fingerprint`: the fingerprints
+// must match too (pruning; a resume reports a different fingerprint itself).
+bool WrittenBy(const CheckpointContents& manifest, const std::string& path, const RunIdentity& run,
+               bool same_fingerprint);
 
 // Deletes all but the newest `keep` (by the step in their names) of the checkpoints of
-// `dir` this run wrote (their manifests verify and name this run: `run_name`,
-// `fingerprint`), never `written` (the one just saved), and the leftovers of interrupted
-// saves (a complete .old_step_N whose replacement never landed is put back as step_N).
+// `dir` that `run` wrote (WrittenBy, fingerprint included; their manifests verify),
+// never `written` (the one just saved), and the leftovers of interrupted saves (a
+// complete .old_step_N whose replacement never landed is put back as step_N).
 // Checkpoints of other runs, or whose manifest fails, are never deleted. Returns the
 // folders deleted; throws std::runtime_error naming a checkpoint that cannot be deleted.
 std::vector<std::string> PruneCheckpoints(const std::string& dir, int64_t keep, const std::string& written,
-                                          const std::string& run_name, const nlohmann::json& fingerprint);
+                                          const RunIdentity& run);
 
 }  // namespace ps::trainer

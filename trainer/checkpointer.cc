@@ -64,12 +64,11 @@ bool HostHasRoomFor(int64_t bytes) { return static_cast<double>(bytes) * 1.25 < 
 
 }  // namespace
 
-Checkpointer::Checkpointer(const CheckpointConfig& config, std::string dir, std::string run_name,
-                           nlohmann::json fingerprint, comm::Communicator* comm, at::Device device)
+Checkpointer::Checkpointer(const CheckpointConfig& config, std::string dir, RunIdentity run,
+                           comm::Communicator* comm, at::Device device)
     : config_(config),
       dir_(std::move(dir)),
-      run_name_(std::move(run_name)),
-      fingerprint_(std::move(fingerprint)),
+      run_(std::move(run)),
       last_save_time_(Clock::now()),
       comm_(comm),
       device_(device) {}
@@ -99,7 +98,7 @@ void Checkpointer::Finish(SaveRecord record) {
   const std::string written = record.path;
   finished_.push_back(std::move(record));
   try {  // the checkpoint is complete: failing to delete an old one must not stop the run
-    for (const auto& gone : PruneCheckpoints(dir_, config_.keep, written, run_name_, fingerprint_)) spdlog::info("checkpoint deleted: {}", gone);
+    for (const auto& gone : PruneCheckpoints(dir_, config_.keep, written, run_)) spdlog::info("checkpoint deleted: {}", gone);
   } catch (const std::exception& e) {
     spdlog::warn("checkpoint.keep: {}", e.what());
   }
@@ -294,7 +293,7 @@ std::string WhatOf(const std::exception& e) {
 }  // namespace
 
 std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
-                                                       const std::string& run_name, std::string* path,
+                                                       const RunIdentity& run, std::string* path,
                                                        std::vector<std::string>* unusable) {
   unusable->clear();
   if (config.resume == "never") return std::nullopt;
@@ -307,9 +306,9 @@ std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& c
     if (!folder_of_checkpoints) {
       *path = config.resume;
       CheckpointContents c = ReadCheckpoint(config.resume);
-      if (c.run_name != run_name) {
-        spdlog::warn("checkpoint.resume {}: written by run '{}', continued as run '{}' (named explicitly)", *path,
-                     c.run_name, run_name);
+      if (!WrittenBy(c, *path, run, false)) {
+        spdlog::warn("checkpoint.resume {}: written by run '{}' in {}, continued as run '{}' in {} (named explicitly)",
+                     *path, c.run_name, c.run_output_dir.empty() ? "?" : c.run_output_dir, run.name, run.output_dir);
       }
       return c;
     }
@@ -331,9 +330,10 @@ std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& c
       unusable->push_back(candidate);
       continue;
     }
-    if (c.run_name != run_name) {
-      throw ConfigError(candidate + " was written by another run ('" + c.run_name + "'; this is run '" + run_name +
-                        "'): runs do not share a checkpoint.dir. Use a checkpoint.dir of this run's own, or "
+    if (!WrittenBy(c, candidate, run, false)) {
+      throw ConfigError(candidate + " was written by another run ('" + c.run_name + "' in " +
+                        (c.run_output_dir.empty() ? "?" : c.run_output_dir) + "; this is run '" + run.name + "' in " +
+                        run.output_dir + "): runs do not share a checkpoint.dir. Use a checkpoint.dir of this run's own, or "
                         "set checkpoint.resume: " + candidate + " to continue from it on purpose");
     }
     *path = candidate;

@@ -37,11 +37,11 @@ struct SaveRecord {
 
 class Checkpointer {
  public:
-  // `dir`: the resolved checkpoint folder. `run_name`, `fingerprint`: this run, whose
-  // checkpoints alone checkpoint.keep prunes. `comm` (not owned; null: one writer, rank
-  // 0 alone calls Save): sharded saves over its ranks, small agreements on `device`.
-  Checkpointer(const CheckpointConfig& config, std::string dir, std::string run_name, nlohmann::json fingerprint,
-               comm::Communicator* comm = nullptr, at::Device device = at::kCPU);
+  // `dir`: the resolved checkpoint folder. `run`: this run, whose checkpoints alone
+  // checkpoint.keep prunes. `comm` (not owned; null: one writer, rank 0 alone calls
+  // Save): sharded saves over its ranks, small agreements on `device`.
+  Checkpointer(const CheckpointConfig& config, std::string dir, RunIdentity run, comm::Communicator* comm = nullptr,
+               at::Device device = at::kCPU);
   // Waits for a save in flight (its error is logged, not thrown). Sharded: only joins
   // the writer (no collective: the other ranks may be gone); the save is not committed.
   ~Checkpointer();
@@ -71,8 +71,7 @@ class Checkpointer {
 
   CheckpointConfig config_;
   std::string dir_;
-  std::string run_name_;
-  nlohmann::json fingerprint_;
+  RunIdentity run_;
   std::chrono::steady_clock::time_point last_save_time_;
   std::thread writer_;
   std::exception_ptr writer_error_;
@@ -88,17 +87,17 @@ class Checkpointer {
   std::string in_flight_error_;
 };
 
-// The checkpoint a run resumes from, for the run named `run_name`:
+// The checkpoint the run `run` resumes from:
 // checkpoint.resume = never -> none; the path of a step_N folder -> that checkpoint
 // (any error is thrown); auto -> the newest complete one in `dir` that verifies,
 // reporting (and skipping) ones that fail, none if there is none; the path of a folder
 // of checkpoints -> as auto, in that folder, but an error when none verifies. Under auto
-// a checkpoint that verifies but was written by another run (another run.name) is a
-// ConfigError: runs sharing a checkpoint.dir do not take each other's
+// a checkpoint that verifies but was not written by this run (WrittenBy: another
+// run.name, or another run's output folder) is a ConfigError: runs sharing a checkpoint.dir do not take each other's
 // state unless checkpoint.resume names it (then the log says so). `unusable`: the
 // checkpoints that failed verification.
 std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
-                                                       const std::string& run_name, std::string* path,
+                                                       const RunIdentity& run, std::string* path,
                                                        std::vector<std::string>* unusable);
 
 }  // namespace ps::trainer

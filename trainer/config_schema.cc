@@ -255,7 +255,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
             if (v != 1) throw std::invalid_argument("only schema_version 1 exists, got " + std::to_string(v));
           }),
       // run
-      Text("run.name", PS_ACCESS(run.name), "run name, shown in logs"),
+      Text("run.name", PS_ACCESS(run.name),
+           "run name, shown in logs; with run.output_dir it names the run that owns a checkpoint (resume: auto, "
+           "checkpoint.keep and run.overwrite touch only its own)"),
       Text("run.output_dir", PS_ACCESS(run.output_dir),
            "folder for metrics.jsonl and config.resolved.yaml (created; must not be empty or lie under a file)"),
       Int("run.seed", PS_ACCESS(run.seed), "seed of model init, data order and dropout"),
@@ -482,7 +484,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Float("checkpoint.every_minutes", PS_ACCESS(checkpoint.every_minutes),
             "save when this many minutes passed since the last save; 0 = off", FloatRange(0.0, kInf)),
       Int("checkpoint.keep", PS_ACCESS(checkpoint.keep),
-          "newest complete checkpoints kept; older ones are deleted once a newer one is complete", MinInt(1)),
+          "newest complete checkpoints of this run kept; its older ones are deleted once a newer one is complete "
+          "(other runs' checkpoints never are)", MinInt(1)),
       Text("checkpoint.dir", PS_ACCESS(checkpoint.dir), "checkpoint folder (must not be or lie under a file); empty = <run.output_dir>/checkpoints"),
       Bool("checkpoint.at_end", PS_ACCESS(checkpoint.at_end), "save after the last step"),
       Text("checkpoint.resume", PS_ACCESS(checkpoint.resume),

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 #include <stdexcept>
 
 #include "models/hf_bert.h"
@@ -156,6 +157,22 @@ void SwapIn(const fs::path& fresh, const fs::path& out) {
   fs::remove_all(aside);
 }
 
+// Whether `folder` holds only files an export writes (config.json, weights, the
+// tokenizer's files): an export of a ps_train from before the marker existed.
+bool OnlyExportFiles(const fs::path& folder) {
+  static const std::regex kShard("model-[0-9]{5}-of-[0-9]{5}\\.safetensors");
+  std::error_code ec;
+  bool any = false;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool known = name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" ||
+                       IsTokenizerFileName(name) || std::regex_match(name, kShard);
+    if (!known || !entry.is_regular_file(ec)) return false;
+    any = true;
+  }
+  return any && !ec;
+}
+
 bool HoldsCheckpoints(const fs::path& folder) {
   std::error_code ec;
   return fs::exists(folder / "state.json", ec) || !ListCheckpoints(folder.string()).empty();
@@ -185,7 +202,7 @@ void CheckExportDestination(const std::string& out_dir, bool replace, const std:
   if (HoldsCheckpoints(out)) {
     throw ConfigError(what + " " + out_dir + ": holds checkpoints; an export never replaces them");
   }
-  if (!fs::exists(out / kExportMarkerFile, ec)) {
+  if (!fs::exists(out / kExportMarkerFile, ec) && !OnlyExportFiles(out)) {
     throw ConfigError(what + " " + out_dir + ": exists and was not written by a ps_train export (no " +
                       kExportMarkerFile + " in it); it may hold your files, so it is not replaced (move it away or "
                       "choose another folder)");
@@ -238,13 +255,20 @@ HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& con
 
 Config ConfigOfCheckpoint(const std::string& config_yaml, const std::string& checkpoint_path) {
   std::string init_from;
+  std::vector<std::string> overrides = {"model.init_from=\"\""};
   try {
     const YAML::Node root = YAML::Load(config_yaml);
     if (root["model"] && root["model"]["init_from"]) init_from = root["model"]["init_from"].as<std::string>();
+    // Builds before data.format had to be asked for wrote synthetic runs with their
+    // (unread) paths; the paths mean nothing to an export or a sample.
+    if (root["data"] && root["data"]["format"] && root["data"]["format"].as<std::string>() == "synthetic") {
+      overrides.push_back("data.train_path=\"\"");
+      overrides.push_back("data.valid_path=\"\"");
+    }
   } catch (const YAML::Exception& e) {
     TORCH_CHECK(false, checkpoint_path, ": the saved config is not valid YAML: ", e.what());
   }
-  Config c = LoadConfigText(config_yaml, checkpoint_path + "/state.json config", {"model.init_from=\"\""},
+  Config c = LoadConfigText(config_yaml, checkpoint_path + "/state.json config", overrides,
                             [](const std::string&) { return std::optional<std::string>(); });
   c.model.init_from = init_from;
   return c;

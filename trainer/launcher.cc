@@ -81,9 +81,10 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args) {
   std::vector<bool> running(nproc, true);
   int live = nproc, first_failure = 0, failed_rank = -1;
   std::chrono::steady_clock::time_point kill_at{};
-  bool terminating = false;
+  bool terminating = false, forwarded = false;
   while (live > 0) {
     if (const int sig = g_forward_signal.exchange(0)) {
+      forwarded = true;  // the ranks stop because of it: their statuses are not failures to report
       for (int r = 0; r < nproc; ++r) {
         if (running[r]) kill(pids[r], sig);
       }
@@ -102,11 +103,14 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args) {
         }
         // A failed rank (not a signal stop, 42) takes the group down; said at once, so
         // the line names the rank that died before the others report what they saw.
+        // After a signal the launcher passed on, ranks ending by it are not news.
         if (code != 0 && code != 42 && !terminating) {
-          std::cerr << "ps_train: error: --nproc " << nproc << ": rank " << r << " "
-                    << (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
-                                            : "exited with status " + std::to_string(code))
-                    << "; stopping the other ranks" << std::endl;
+          if (!forwarded) {
+            std::cerr << "ps_train: error: --nproc " << nproc << ": rank " << r << " "
+                      << (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                              : "exited with status " + std::to_string(code))
+                      << "; stopping the other ranks" << std::endl;
+          }
           terminating = true;
           kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(15);
           for (int q = 0; q < nproc; ++q) {
@@ -123,7 +127,7 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (failed_rank >= 0 && first_failure != 42) {
+  if (failed_rank >= 0 && first_failure != 42 && !forwarded) {
     std::cerr << "ps_train: error: --nproc " << nproc << ": the group was stopped after rank " << failed_rank
               << " failed (status " << first_failure << ")" << std::endl;
   }

@@ -154,7 +154,8 @@ int Run(int argc, char** argv) {
       const ps::trainer::WaitDeadline deadline(
           rank_env.Describe() + ": rendezvous at " + rank_env.master_addr + ":" + std::to_string(rank_env.master_port) +
               " (distributed.init_timeout_s " + std::to_string(config.distributed.init_timeout_s) + ")",
-          std::chrono::seconds(config.distributed.init_timeout_s + 5), &signals.requested());
+          // Up to three waits of init_timeout_s each: the store, the NCCL id, NCCL's own init.
+          std::chrono::seconds(3 * config.distributed.init_timeout_s + 5), &signals.requested());
       communicator = ps::comm::CreateCommunicator(rank_env, config.distributed,
                                                   cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
     }

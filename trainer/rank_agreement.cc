@@ -10,9 +10,11 @@
 namespace ps::trainer {
 namespace {
 
-// Local files: the same data may live at another path on another node.
-const std::vector<std::string> kLocalPathKeys = {"run.output_dir",  "checkpoint.dir", "data.train_path",
-                                                 "data.valid_path", "data.tokenizer", "model.init_from"};
+// Per node: the same files may live at another path on another node, and nodes may
+// have other core counts.
+const std::vector<std::string> kPerNodeKeys = {"run.output_dir",  "checkpoint.dir", "checkpoint.resume",
+                                               "data.train_path", "data.valid_path", "data.tokenizer",
+                                               "model.init_from", "run.threads"};
 
 std::string RankList(const std::vector<int>& ranks) {
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
@@ -52,7 +54,7 @@ void CheckRanksAgree(comm::Communicator& comm, const Config& config, at::Device 
   const std::vector<std::string> yamls = comm::AllGatherStrings(comm, ConfigToYaml(config), device);
   std::vector<std::map<std::string, std::string>> configs;
   for (const auto& yaml : yamls) configs.push_back(FlattenYaml(yaml));
-  const std::vector<std::string> lines = ConfigDifferences(configs, kLocalPathKeys);
+  const std::vector<std::string> lines = ConfigDifferences(configs, kPerNodeKeys);
   if (lines.empty()) return;
   std::string message = "the ranks were started with different configs (rank " + std::to_string(comm.rank()) + " of " +
                         std::to_string(comm.world_size()) + " sees):";

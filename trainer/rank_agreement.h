@@ -2,8 +2,8 @@
 // (comm/exchange.h) and compared key by key, before any collective whose size depends
 // on the config (a rank with another model shape would otherwise make Gloo abort on a
 // size mismatch inside its I/O thread, and a rank with another learning rate or seed
-// would train to the end unnoticed). Keys that name local files (paths may differ from
-// node to node) are not compared. Collective: every rank calls it once, first.
+// would train to the end unnoticed). Keys that may differ from node to node (paths of
+// local files, run.threads) are not compared. Collective: every rank calls it once, first.
 #pragma once
 
 #include <c10/core/Device.h>

@@ -47,6 +47,12 @@ nlohmann::json RunFingerprint(const Config& c) {
           {"data.seq_len", c.data.seq_len}};
 }
 
+RunIdentity IdentityOf(const Config& c) {
+  std::error_code ec;
+  const fs::path out = fs::weakly_canonical(fs::absolute(c.run.output_dir, ec), ec);
+  return {c.run.name, out.string(), RunFingerprint(c)};
+}
+
 void CheckFingerprint(const nlohmann::json& saved, const nlohmann::json& now, const std::string& checkpoint) {
   std::string diffs;
   for (auto it = now.begin(); it != now.end(); ++it) {
@@ -80,8 +86,10 @@ void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml
 
 bool FolderIsWithin(const std::string& inner, const std::string& outer) {
   std::error_code ec;
-  const fs::path in = fs::weakly_canonical(fs::absolute(inner), ec);
-  const fs::path out = fs::weakly_canonical(fs::absolute(outer), ec);
+  // "" is the current folder (the parent of a bare relative name).
+  const auto full = [&ec](const std::string& p) { return fs::weakly_canonical(fs::absolute(p.empty() ? "." : p, ec), ec); };
+  const fs::path in = full(inner);
+  const fs::path out = full(outer);
   auto o = out.begin(), i = in.begin();
   for (; o != out.end() && i != in.end(); ++o, ++i) {
     if (o->empty()) break;  // a trailing separator of `outer`
@@ -99,10 +107,11 @@ void SetAsideNewerCheckpoints(const std::string& dir, int64_t step, bool resume_
                               const std::vector<std::string>& unusable) {
   if (resume_auto) {
     for (const auto& path : unusable) {
-      const std::string name = fs::path(path).filename().string();
-      fs::rename(path, path + ".unusable");
-      spdlog::warn("{}: fails verification (see above); renamed to {}.unusable (kept for inspection, never read)", path,
-                   name);
+      std::string aside = path + ".unusable";
+      for (int n = 2; fs::exists(fs::symlink_status(aside)); ++n) aside = path + ".unusable." + std::to_string(n);
+      fs::rename(path, aside);
+      spdlog::warn("{}: fails verification (see above); renamed to {} (kept for inspection, never read)", path,
+                   fs::path(aside).filename().string());
     }
     return;
   }
@@ -142,6 +151,23 @@ bool ClaimOutputDir(const Config& c, bool resuming, int unusable) {
     throw ConfigError("run.output_dir " + out.string() + " holds another run (" + what + ") that this run does not resume" +
                       (c.checkpoint.resume == "never" ? " (checkpoint.resume: never)" : "") +
                       "; choose another run.output_dir, or set run.overwrite: true to replace it");
+  }
+  // Only this run's checkpoints go; any other one stops the run before anything is deleted.
+  const RunIdentity me = IdentityOf(c);
+  std::string foreign;
+  for (const auto& dir : checkpoints) {
+    bool ours = FolderIsWithin(dir, out.string());
+    try {
+      ours = ours || WrittenBy(ReadCheckpoint(dir, CheckpointParts::kManifestOnly), dir, me, false);
+    } catch (const std::exception&) {
+      // Does not verify: ours only by where it lies.
+    }
+    if (!ours) foreign += "\n  " + dir;
+  }
+  if (!foreign.empty()) {
+    throw ConfigError("run.overwrite: " + ckpt_dir + " holds checkpoints this run did not write (another run's, or "
+                      "ones that do not verify), which it does not delete:" + foreign +
+                      "\nuse a checkpoint.dir of this run's own");
   }
   spdlog::warn("run.overwrite: deleting the earlier run's files in {}", out.string());
   for (const char* name : {"metrics.jsonl", "config.resolved.yaml", "chunk_timeline.json"}) fs::remove(out / name, ec);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/checkpoint.h"
 #include "trainer/config.h"
 
 namespace ps::trainer {
@@ -18,6 +19,10 @@ std::string CheckpointDir(const Config& config);
 // What must be equal for a checkpoint to resume this config: the model shape,
 // vocabulary, precision and sequence length.
 nlohmann::json RunFingerprint(const Config& config);
+
+// This run as its checkpoints name it: run.name, run.output_dir (absolute, canonical),
+// RunFingerprint.
+RunIdentity IdentityOf(const Config& config);
 
 // Throws ConfigError naming `checkpoint` and every fingerprint key that differs.
 void CheckFingerprint(const nlohmann::json& saved, const nlohmann::json& now, const std::string& checkpoint);
@@ -34,7 +39,10 @@ void LogConfigChanges(const std::string& saved_yaml, const std::string& now_yaml
 // own checkpoint.dir (`resuming_here`):
 // - the same run (config.resolved.yaml equal to this config: an attempt killed before
 //   its first checkpoint) restarts from step 0, appending to its metrics;
-// - with run.overwrite, the files are deleted;
+// - with run.overwrite, the files are deleted: metrics, and the checkpoints this run
+//   wrote (WrittenBy, any fingerprint; in a checkpoint.dir inside the output folder,
+//   all of them). A checkpoint.dir elsewhere that holds checkpoints of other runs (or
+//   ones that do not verify) is a ConfigError, and nothing is deleted;
 // - otherwise it is another run: throws ConfigError saying what to do (`unusable`:
 //   checkpoints that failed verification, named as such in the message).
 // Returns whether metrics.jsonl is continued (appended to) rather than started anew.
@@ -49,7 +57,8 @@ bool CheckpointIsIn(const std::string& path, const std::string& dir);
 
 // Before this run saves into `dir`, resuming `step` (0 when starting afresh): under
 // checkpoint.resume: auto, the checkpoints that failed verification (`unusable`, all
-// newer than the resumed one) are renamed step_N.unusable (kept, never read or pruned),
+// newer than the resumed one) are renamed step_N.unusable (step_N.unusable.2, ... when
+// taken; kept, never read or pruned),
 // so this run's saves of those steps replace nothing. After an explicit resume path,
 // checkpoints in `dir` newer than `step` are a later timeline: throws ConfigError.
 void SetAsideNewerCheckpoints(const std::string& dir, int64_t step, bool resume_auto,

@@ -137,7 +137,9 @@ CheckpointContents Contents(const TrainingEngine& engine, const Config& c, int64
   CheckpointContents out;
   out.step = step;
   out.samples = samples;
-  out.run_name = c.run.name;
+  const RunIdentity run = IdentityOf(c);
+  out.run_name = run.name;
+  out.run_output_dir = run.output_dir;
   out.min_scale_skips = min_scale_skips;
   out.consumed_samples = consumed;
   out.tokens_seen = tokens;
@@ -165,8 +167,8 @@ void WriteSaveRecords(Checkpointer& checkpointer, MetricsWriter* metrics) {
 // The checkpoint to resume (if any) and the output folder, resolved before anything is
 // written; then config.resolved.yaml, metrics.jsonl and the TensorBoard file opened.
 struct RunStart {
-  // One owner per folder (rank 0): run.output_dir, and checkpoint.dir when it lies
-  // outside it; held until the run ends.
+  // One owner per folder (rank 0): run.output_dir and checkpoint.dir (each its own lock,
+  // also when one lies in the other); held until the run ends.
   std::unique_ptr<FolderLock> output_lock, checkpoint_lock;
   std::optional<CheckpointContents> resume;
   std::string resume_path;
@@ -197,11 +199,12 @@ RunStart StartRun(const Config& c, bool writer) {
   }
   if (writer) {  // before anything in the folders is read: a second start stops here
     s.output_lock = std::make_unique<FolderLock>(c.run.output_dir, "run.output_dir");
-    if (!FolderIsWithin(ckpt_dir, c.run.output_dir)) s.checkpoint_lock = std::make_unique<FolderLock>(ckpt_dir, "checkpoint.dir");
+    // Its own lock even inside the output folder: another run may name it as its checkpoint.dir.
+    s.checkpoint_lock = std::make_unique<FolderLock>(ckpt_dir, "checkpoint.dir");
   }
   std::vector<std::string> unusable;
   if (!c.run.overwrite || explicit_path) {
-    s.resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, c.run.name, &s.resume_path, &unusable);
+    s.resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, IdentityOf(c), &s.resume_path, &unusable);
   }
   if (s.resume) CheckFingerprint(s.resume->fingerprint, RunFingerprint(c), s.resume_path);
   if (!writer) return s;
@@ -577,7 +580,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   }
   const optim::LrSchedule schedule(c.optimizer.lr, c.lr_schedule, c.train.max_steps);
   // ZeRO: every rank writes its share of each checkpoint (sharded saves).
-  Checkpointer checkpointer(c.checkpoint, CheckpointDir(c), c.run.name, RunFingerprint(c),
+  Checkpointer checkpointer(c.checkpoint, CheckpointDir(c), IdentityOf(c),
                             engine->collective_save() ? options.comm : nullptr, device);
   TrainResult result;
   result.final_eval_loss = std::numeric_limits<double>::quiet_NaN();

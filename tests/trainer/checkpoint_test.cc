@@ -114,7 +114,7 @@ TEST_CASE("pruning keeps the newest, never the one just written, and cleans inte
   }
   fs::create_directories(dir + "/.tmp_step_11");                  // a save killed mid-way
   fs::rename(dir + "/step_3", dir + "/.old_step_3");              // killed between the two renames
-  const auto deleted = PruneCheckpoints(dir, 1, dir + "/step_5", "x", c.fingerprint);  // step_5 just written
+  const auto deleted = PruneCheckpoints(dir, 1, dir + "/step_5", {"x", dir, c.fingerprint});  // step_5 just written
   CHECK(std::find(deleted.begin(), deleted.end(), dir + "/.tmp_step_11") != deleted.end());
   const auto kept = ListCheckpoints(dir);
   // step_9 (newest) and step_5 (just written) stay; step_3 came back from .old_ and was
@@ -136,11 +136,36 @@ TEST_CASE("pruning deletes only this run's verified checkpoints, by the step in 
   }
   EditManifest(dir + "/step_1", [](nlohmann::json& s) { s["step"] = 5; });  // a forged manifest: unverified
   EditManifest(dir + "/step_3", [](nlohmann::json& s) { s["tokens_seen"] = -1; }, /*rehash=*/false);
-  const auto deleted = PruneCheckpoints(dir, 1, dir + "/step_5", "x", c.fingerprint);
+  const auto deleted = PruneCheckpoints(dir, 1, dir + "/step_5", {"x", dir, c.fingerprint});
   CHECK(deleted == std::vector<std::string>{dir + "/step_4"});  // the only older one of run x that verifies
   CHECK(ListCheckpoints(dir) == std::vector<std::string>{dir + "/step_5", dir + "/step_3", dir + "/step_2", dir + "/step_1"});
   // Another fingerprint is another run, too.
-  CHECK(PruneCheckpoints(dir, 1, "", "x", {{"model.n_embd", 8}}).empty());
+  CHECK(PruneCheckpoints(dir, 1, "", {"x", dir, {{"model.n_embd", 8}}}).empty());
+  // Checkpoints of run x elsewhere, naming another output folder: another run x.
+  CHECK(PruneCheckpoints(dir, 1, "", {"x", TempDir() + "/elsewhere", c.fingerprint}).empty());
+}
+
+TEST_CASE("a save never replaces a step_N that is not this run's", "[checkpoint][keep]") {
+  const std::string dir = TempDir() + "/replace";
+  CheckpointContents mine = Sample();
+  mine.run_output_dir = dir;
+  WriteCheckpoint(dir, mine);
+  const std::string saved = ReadText(dir + "/step_7/state.json");
+  CheckpointContents other = Sample();
+  other.run_name = "y";
+  CHECK_THROWS_WITH(WriteCheckpoint(dir, other), Catch::Contains(dir + "/step_7 exists and is not a checkpoint of this run"));
+  CHECK(ReadText(dir + "/step_7/state.json") == saved);
+  CHECK_NOTHROW(WriteCheckpoint(dir, mine));  // its own: replaced
+  // A folder of that name that is not a checkpoint at all (no state.json) stays too.
+  fs::create_directories(dir + "/step_9");
+  std::ofstream(dir + "/step_9/notes.txt") << "mine";
+  mine.step = 9;
+  mine.consumed_samples = 72;
+  mine.tokens_seen = 72 * 32;
+  mine.engine.adam_steps = {{"wte.weight", 9}, {"h.0.mlp.c_fc.weight", 9}};
+  CHECK_THROWS(WriteCheckpoint(dir, mine));
+  CHECK(ReadText(dir + "/step_9/notes.txt") == "mine");
+  CHECK_FALSE(fs::exists(dir + "/.tmp_step_9"));
 }
 
 TEST_CASE("the manifest is verified: its hash, its name, and every field against the others", "[checkpoint][manifest]") {
@@ -171,7 +196,7 @@ TEST_CASE("the manifest is verified: its hash, its name, and every field against
     fails([](nlohmann::json& s) { s["consumed_samples"] = -8; }, "field 'consumed_samples' is -8");
     fails([](nlohmann::json& s) { s["consumed_samples"] = 4; }, "field 'consumed_samples' is 4, but the schedule");
     fails([](nlohmann::json& s) { s["tokens_seen"] = -1; }, "field 'tokens_seen' is -1");
-    fails([](nlohmann::json& s) { s["tokens_seen"] = 1000; }, "field 'tokens_seen' is 1000, but 56 samples of 32");
+    fails([](nlohmann::json& s) { s["tokens_seen"] = 1000; }, "field 'tokens_seen' is 1000, but it must be 56 samples x 32");
     fails([](nlohmann::json& s) { s["min_scale_skips"] = 9; }, "field 'min_scale_skips' is 9");
     fails([](nlohmann::json& s) { s.erase("adam_steps"); }, "adam_steps");
     fails([](nlohmann::json& s) { s["adam_steps"]["wte.weight"] = 1; }, "adam_steps disagree");
@@ -200,8 +225,10 @@ TEST_CASE("the manifest is verified: its hash, its name, and every field against
     CHECK_THROWS_WITH(ReadCheckpoint(dir + "/step_07"), Catch::Contains("but the folder is named step_07"));
     CHECK_THROWS_WITH(ReadCheckpoint(dir + "/step_999999999999999999"),
                       Catch::Contains("field 'step' is 7 but the folder is named step_999999999999999999"));
-    fs::copy(path, dir + "/best", fs::copy_options::recursive);  // another name: read as named explicitly
-    CHECK(ReadCheckpoint(dir + "/best").step == 7);
+    for (const char* other : {"best", "step_7.unusable", "step_7_final"}) {  // other names: read as named explicitly
+      fs::copy(path, dir + "/" + other, fs::copy_options::recursive);
+      CHECK(ReadCheckpoint(dir + "/" + other).step == 7);
+    }
   }
 }
 
@@ -217,6 +244,7 @@ TEST_CASE("a random generator state is a checkpoint error, not an internal asser
 
 TEST_CASE("loading names the file of a missing, truncated or corrupt part", "[checkpoint][errors]") {
   const std::string dir = TempDir() + "/broken";
+  fs::remove_all(dir);  // each section breaks it anew (a save would not replace a broken one)
   const std::string path = WriteCheckpoint(dir, Sample()).path;
   SECTION("missing state.json: not complete, and not listed") {
     fs::remove(path + "/state.json");

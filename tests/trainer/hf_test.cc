@@ -195,5 +195,14 @@ TEST_CASE("bad HF folders are errors naming the file and the tensor") {
   CHECK_THROWS_WITH(models::MapHfGpt2Weights(bert, shape), Catch::Contains("neither model.safetensors"));
 }
 
+TEST_CASE("a saved synthetic config with stale data paths still loads for an export or a sample") {
+  const Config c = ConfigOfCheckpoint(
+      "model: {n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, vocab_size: 256}\n"
+      "data: {format: synthetic, seq_len: 16, train_path: /nowhere/train.bin, valid_path: /nowhere/valid.bin}\n",
+      "old/step_4");
+  CHECK(c.data.train_path.empty());
+  CHECK(c.model.n_embd == 32);
+}
+
 }  // namespace
 }  // namespace ps::trainer

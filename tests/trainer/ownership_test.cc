@@ -101,6 +101,13 @@ TEST_CASE("a checkpoint.dir outside the run folder is locked too", "[ownership][
   CHECK_THROWS_WITH(Train(c), Catch::Contains("checkpoint.dir " + shared + " is in use by another ps_train"));
 }
 
+TEST_CASE("a run locks its checkpoint.dir also inside its output folder (another run may name it)",
+          "[ownership][lock]") {
+  const Config c = Tiny("locked_inner");
+  FolderLock held(c.run.output_dir + "/checkpoints", "checkpoint.dir");  // as a run with this checkpoint.dir would
+  CHECK_THROWS_WITH(Train(c), Catch::Contains("checkpoint.dir " + c.run.output_dir + "/checkpoints is in use"));
+}
+
 TEST_CASE("a holder killed with SIGKILL leaves no stale lock", "[ownership][lock]") {
   const std::string dir = TempDir() + "/killed_holder";
   int ready[2];
@@ -131,7 +138,8 @@ TEST_CASE("two runs sharing a checkpoint.dir: the second takes nothing and delet
   const Config b = Tiny("share_b", {"run.name=b", "checkpoint.dir=" + shared, "optimizer.lr=1e-2", "train.max_steps=8",
                                     "checkpoint.keep=1"});
   CHECK_THROWS_AS(Train(b), ConfigError);
-  CHECK_THROWS_WITH(Train(b), Catch::Contains(shared + "/step_4 was written by another run ('a'; this is run 'b')") &&
+  CHECK_THROWS_WITH(Train(b), Catch::Contains(shared + "/step_4 was written by another run ('a' in ") &&
+                                  Catch::Contains("this is run 'b' in") &&
                                   Catch::Contains("checkpoint.resume: " + shared + "/step_4"));
   CHECK(Snapshot(shared) == before);
   CHECK_FALSE(fs::exists(b.run.output_dir + "/metrics.jsonl"));
@@ -148,6 +156,33 @@ TEST_CASE("two runs sharing a checkpoint.dir: the second takes nothing and delet
   CHECK(ReadCheckpoint(shared + "/step_2").run_name == "a");
   CHECK(ReadCheckpoint(shared + "/step_4").run_name == "a");
   CHECK(ReadCheckpoint(shared + "/step_8").run_name == "b");
+}
+
+TEST_CASE("two runs of the default name in different folders are different runs", "[ownership][shared_dir]") {
+  const std::string shared = TempDir() + "/shared_default_names";
+  Train(Tiny("default_a", {"checkpoint.dir=" + shared}));
+  const auto before = Snapshot(shared);
+  const Config b = Tiny("default_b", {"checkpoint.dir=" + shared, "optimizer.lr=1e-2", "train.max_steps=8",
+                                      "checkpoint.keep=1"});
+  CHECK_THROWS_WITH(Train(b), Catch::Contains("was written by another run ('run' in " +
+                                                    fs::weakly_canonical(TempDir() + "/default_a").string()));
+  CHECK(Snapshot(shared) == before);
+}
+
+TEST_CASE("run.overwrite deletes only this run's checkpoints: another run's in its checkpoint.dir stop it",
+          "[ownership][shared_dir]") {
+  const std::string shared = TempDir() + "/shared_overwrite";
+  Train(Tiny("overwrite_a", {"run.name=a", "checkpoint.dir=" + shared}));
+  const auto before = Snapshot(shared);
+  const Config b = Tiny("overwrite_b", {"run.name=b", "checkpoint.dir=" + shared, "run.overwrite=true"});
+  CHECK_THROWS_WITH(Train(b), Catch::Contains("run.overwrite: " + shared + " holds checkpoints this run did not write") &&
+                                  Catch::Contains(shared + "/step_4"));
+  CHECK(Snapshot(shared) == before);
+  // Its own earlier checkpoints (in its own folder) it does delete.
+  const Config again = Tiny("overwrite_a", {"run.name=a", "checkpoint.dir=" + shared, "run.overwrite=true",
+                                            "train.max_steps=2"});
+  Train(again);
+  CHECK(ListCheckpoints(shared) == std::vector<std::string>{shared + "/step_2"});
 }
 
 TEST_CASE("an edited manifest in the newest checkpoint: resume falls back and no valid checkpoint changes",
@@ -230,6 +265,18 @@ TEST_CASE("ps_export's path never replaces checkpoints, the run folder or the ch
   CHECK_THROWS_WITH(ExportCheckpoint(ckpts, out, /*replace=*/false), Catch::Contains("exists already"));
   CHECK_NOTHROW(ExportCheckpoint(ckpts + "/step_2", out, /*replace=*/true));
   CHECK(fs::exists(out + "/model.safetensors"));
+  // A bare relative name (ps_export --checkpoint step_4, run in the checkpoints folder).
+  const fs::path cwd = fs::current_path();
+  fs::current_path(ckpts);
+  CHECK_NOTHROW(ExportCheckpoint("step_4", out, /*replace=*/true));
+  CHECK_THROWS_WITH(ExportCheckpoint("step_4", "hf", /*replace=*/true), Catch::Contains("lies in"));
+  fs::current_path(cwd);
+  // An export of a ps_train from before the marker (only export files in it) is replaced.
+  fs::remove(out + "/" + kExportMarkerFile);
+  CHECK_NOTHROW(ExportCheckpoint(ckpts, out, /*replace=*/true));
+  std::ofstream(out + "/notes.txt") << "mine";
+  fs::remove(out + "/" + kExportMarkerFile);
+  CHECK_THROWS_WITH(ExportCheckpoint(ckpts, out, /*replace=*/true), Catch::Contains("was not written by a ps_train export"));
 }
 
 }  // namespace

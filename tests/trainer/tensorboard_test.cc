@@ -119,8 +119,6 @@ TEST_CASE("the writer's events decode back: version first, then the scalars", "[
   CHECK(EventFiles(dir).size() == 2);
 }
 
-// Not run by default (hidden tag): the cost of one logged step's record, for
-// docs/benchmarks.md. bazel-bin/tests/trainer/tensorboard_test "[.bench]"
 TEST_CASE("an event file filling up: the failed record is taken back, whole records stay", "[tensorboard]") {
   const std::string dir = TempDir() + "/tb_filling";
   fs::remove_all(dir);
@@ -147,6 +145,8 @@ TEST_CASE("an event file filling up: the failed record is taken back, whole reco
   for (size_t i = 1; i < events.size(); ++i) CHECK(events[i].step() == static_cast<int64_t>(i));
 }
 
+// Not run by default (hidden tag): the cost of one logged step's record, for
+// docs/benchmarks.md. bazel-bin/tests/trainer/tensorboard_test "[.bench]"
 TEST_CASE("cost of WriteScalars", "[.bench]") {
   const std::string dir = TempDir() + "/tb_bench";
   fs::remove_all(dir);
