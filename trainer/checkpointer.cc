@@ -330,7 +330,11 @@ std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& c
       unusable->push_back(candidate);
       continue;
     }
-    if (!WrittenBy(c, candidate, run, false)) {
+    if (!WrittenBy(c, candidate, run, false) && explicit_path) {  // its folder named in checkpoint.resume
+      spdlog::warn("checkpoint.resume {}: its newest valid checkpoint {} was written by run '{}' in {}, continued as "
+                   "run '{}' in {} (named explicitly)", config.resume, candidate, c.run_name,
+                   c.run_output_dir.empty() ? "?" : c.run_output_dir, run.name, run.output_dir);
+    } else if (!WrittenBy(c, candidate, run, false)) {
       throw ConfigError(candidate + " was written by another run ('" + c.run_name + "' in " +
                         (c.run_output_dir.empty() ? "?" : c.run_output_dir) + "; this is run '" + run.name + "' in " +
                         run.output_dir + "): runs do not share a checkpoint.dir. Use a checkpoint.dir of this run's own, or "

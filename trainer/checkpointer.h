@@ -93,7 +93,8 @@ class Checkpointer {
 // reporting (and skipping) ones that fail, none if there is none; the path of a folder
 // of checkpoints -> as auto, in that folder, but an error when none verifies. Under auto
 // a checkpoint that verifies but was not written by this run (WrittenBy: another
-// run.name, or another run's output folder) is a ConfigError: runs sharing a checkpoint.dir do not take each other's
+// run.name, or another run's output folder) is a ConfigError (a folder named in
+// checkpoint.resume: a warning): runs sharing a checkpoint.dir do not take each other's
 // state unless checkpoint.resume names it (then the log says so). `unusable`: the
 // checkpoints that failed verification.
 std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
