@@ -51,7 +51,8 @@ PlacementInput PlacementInputOf(const PlanInput& in) {
   p.host_param_bytes = MulBytes(16, in.host_param_numel);
   p.margin_use_ratio = in.margin_use_ratio;
   p.host_scratch_chunks = in.host_scratch_chunks;
-  p.host_backup_chunks = in.host_backup_chunks;
+  p.speculation_slots = in.speculation_slots;
+  p.backup_bytes_per_element = in.backup_bytes_per_element;
   p.world_size = in.world_size;
   p.rank = in.rank;
   p.zero = in.zero;

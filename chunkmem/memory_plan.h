@@ -37,7 +37,8 @@ struct PlanInput {
   int64_t warmup_share_bytes = 0;        // traced budget: chunk bytes during warm-up (PlacementInput)
   double margin_use_ratio = 0.0;         // device margin share for optimizer state; 0 = all on the host
   int64_t host_scratch_chunks = 0;       // the gradient path's host buffers (PlacementInput)
-  int64_t host_backup_chunks = 0;        // the optimizer's speculation backups (PlacementInput)
+  int64_t speculation_slots = 0;         // the optimizer's speculation backups (PlacementInput)
+  int64_t backup_bytes_per_element = 0;  // bytes per element of one slot (PlacementInput)
   int64_t host_budget_bytes = 0;
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (see RuntimeOptions)
   bool block_major_grads = false;        // the vertical schedule's staging slots (PlacementInput)

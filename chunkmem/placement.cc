@@ -134,7 +134,10 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
   if (in.warmup_share_bytes > 0) {
     p.warmup_device_bytes = p.device_optimizer_bytes + std::min(in.warmup_share_bytes, compute_room);
   }
-  p.host_scratch_bytes = Add(Mul(in.host_scratch_chunks, largest_grad), Mul(in.host_backup_chunks, largest_fp32));
+  p.speculation_slots = std::min<int64_t>(in.speculation_slots, p.owned_chunks - p.device_optimizer_chunks);
+  // Backups counted in fp32 chunks of the largest chunk, rounded up.
+  const int64_t backup_chunks = (Mul(p.speculation_slots, in.backup_bytes_per_element) + 3) / 4;
+  p.host_scratch_bytes = Add(Mul(in.host_scratch_chunks, largest_grad), Mul(backup_chunks, largest_fp32));
   p.host_chunk_bytes = Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes);
   p.host_bytes = Add(p.host_chunk_bytes, in.host_param_bytes);
 

@@ -55,9 +55,12 @@ struct PlacementInput {
   // fp32 grad-chunk-sized buffers the gradient path borrows on the host at once
   // (landing buffers of gradient flushes; ChunkRuntime::HostGradScratchChunks).
   int64_t host_scratch_chunks = 0;
-  // Host buffers of the optimizer's speculation backups (optimizer.speculation_slots),
-  // in the same unit: fp32 chunks of the largest chunk's capacity.
-  int64_t host_backup_chunks = 0;
+  // The optimizer's speculation backups (optimizer.speculation_slots): slots asked for,
+  // and each slot's bytes per element of the largest chunk (fp32 master, m, v, plus the
+  // compute chunk when it is not the master). Only chunks updated on the host speculate,
+  // so at most one slot per such owned chunk is reserved (Placement::speculation_slots).
+  int64_t speculation_slots = 0;
+  int64_t backup_bytes_per_element = 0;
   // Share of the device margin given to optimizer state (chunk.margin_use_ratio);
   // 0 = every chunk's optimizer state on the host (optimizer.hybrid_adam: false).
   double margin_use_ratio = 0.0;
@@ -87,7 +90,10 @@ struct Placement {
   int64_t compute_bytes = 0;              // all compute chunks
   int64_t grad_bytes = 0;                 // all fp32 grad chunks (host)
   int64_t host_optimizer_bytes = 0;       // optimizer state of the other chunks (host)
-  int64_t host_scratch_bytes = 0;         // the gradient path's host buffers, at most
+  int64_t host_scratch_bytes = 0;         // the gradient path's host buffers and the speculation slots, at most
+  // Speculation slots reserved on the host: min(slots asked for, owned chunks whose
+  // optimizer state is on the host). The optimizer borrows exactly these.
+  int64_t speculation_slots = 0;
   // Most chunk bytes the device holds: the pinned state plus compute chunks up to the room.
   int64_t device_bytes = 0;
   // Traced budget: chunk bytes allowed on the device during warm-up (pinned state plus

@@ -181,9 +181,9 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   }
   // Initial values written in their slots, one parameter per task: each depends on the
   // parameter alone (models/param_init.h), so the order and the threads do not matter.
-  // The master chunks are on the host or, placed there at start-up, on the simulated
-  // device (host memory too). TODO(issue #9 §4, GPU): write device-placed masters with
-  // the device's generator instead of a host buffer and a copy.
+  // Masters on the host (or the simulated device, host memory too) are written in
+  // place; a master on a CUDA device through one host buffer per task, reused for its
+  // parameters (its pages are touched once per task, not once per parameter).
   const auto zero_start = Clock::now();
   startup_seconds_.allocate_s = std::chrono::duration<double>(zero_start - allocate_start).count();
   at::parallel_for(0, static_cast<int64_t>(zeroing.size()), 1, [&](int64_t begin, int64_t end) {
@@ -207,9 +207,14 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   const auto values_start = Clock::now();
   startup_seconds_.zero_s = std::chrono::duration<double>(values_start - zero_start).count();
   at::parallel_for(0, static_cast<int64_t>(fill.size()), 1, [&](int64_t begin, int64_t end) {
+    at::Tensor staging;  // host fp32, grown to the largest device-placed master of the task
     for (int64_t i = begin; i < end; ++i) {
       Slots& f = fill[i];
-      at::Tensor values = f.master.device().is_cpu() ? f.master : at::empty(f.master.sizes(), at::kFloat);
+      at::Tensor values = f.master;
+      if (!f.master.device().is_cpu()) {
+        if (!staging.defined() || staging.numel() < f.master.numel()) staging = at::empty({f.master.numel()}, at::kFloat);
+        values = staging.narrow(0, 0, f.master.numel()).view(f.master.sizes());
+      }
       if (!options_.initial_values(f.index, values)) values.zero_();
       if (!values.is_same(f.master)) f.master.copy_(values);
       if (separate_master) f.compute.copy_(values);

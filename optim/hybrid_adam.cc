@@ -57,9 +57,12 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
     largest_chunk_numel_ = std::max(largest_chunk_numel_, spec.capacity_numel);
   }
   // Speculation slots, at start-up (before any chunk moves, so the host reservation is
-  // not fragmented), each the size of the largest chunk; the plan reserves them
-  // (host_backup_chunks) and the store counts them.
-  slots_.resize(std::max(0, options.speculation_slots));
+  // not fragmented), each the size of the largest chunk; at most one per owned chunk
+  // updated on the host (the others never speculate), as the plan reserves them
+  // (chunkmem::Placement::speculation_slots); the store counts them.
+  int host_updated = 0;
+  for (int c = 0; c < runtime.layout().num_chunks(); ++c) host_updated += runtime.owned(c) && !on_device_[c] ? 1 : 0;
+  slots_.resize(std::max(0, std::min(options.speculation_slots, host_updated)));
   slot_used_.assign(slots_.size(), false);
   for (Backup& slot : slots_) {
     slot.master = runtime.BorrowHost(largest_chunk_numel_, at::kFloat);
@@ -147,8 +150,6 @@ void HybridAdam::set_host_param_steps(const std::string& name, int64_t steps) {
   }
   TORCH_CHECK(false, "HybridAdam: no host parameter '", name, "'");
 }
-
-void HybridAdam::RestorePlacement() {}  // the placement is the runtime's, fixed at start-up
 
 void HybridAdam::ClearHostGrads() {
   for (auto& hp : host_params_) hp.param.mutable_grad() = at::Tensor();

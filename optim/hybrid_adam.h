@@ -115,7 +115,6 @@ class HybridAdam {
   // Chunks whose optimizer state lives (and updates) on the device (the runtime's
   // start-up placement).
   const std::vector<int>& device_chunks() const { return device_chunks_; }
-  bool placement_decided() const { return true; }
   CpuIsa cpu_isa() const { return kernels_.isa; }
 
   // Checkpoints (between steps). Updates applied to runtime parameter `index` so far.
@@ -129,9 +128,6 @@ class HybridAdam {
   };
   std::vector<HostParamState> host_param_states() const;
   void set_host_param_steps(const std::string& name, int64_t steps);
-  // After the runtime's warm-up was restored. A no-op: the placement is fixed at
-  // start-up from the layout and the budgets, so a resumed run has the saving run's.
-  void RestorePlacement();
 
  private:
   double SumSquares();

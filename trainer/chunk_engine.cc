@@ -383,7 +383,6 @@ void ChunkEngine::Load(const EngineState& state) {
     const std::string saved_key = state.extra.value("warmup_key", std::string());
     if (saved_key == WarmupKey()) {
       rt.RestoreWarmup(WarmupFromJson(state.extra.at("warmup")));
-      chunks_.adam->RestorePlacement();
     } else {
       spdlog::warn("the checkpoint's chunk warm-up trace is for another setup ({}; now {}): this run traces its own "
                    "warm-up; its losses match the saving run's to kernel rounding, not bitwise",

@@ -264,9 +264,10 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   input.block_major_grads = VerticalAccumulation(c.train, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   // Speculation backups: fp32 master, m, v (+ the compute chunk when it is not the
-  // master) per slot, counted in fp32 chunks of the largest chunk.
+  // master) per slot.
   const int64_t backup_bytes_per_element = 12 + (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
-  input.host_backup_chunks = (c.optimizer.speculation_slots * backup_bytes_per_element + 3) / 4;
+  input.speculation_slots = c.optimizer.speculation_slots;
+  input.backup_bytes_per_element = backup_bytes_per_element;
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
   input.non_model_bytes = r.activation_bytes;
   const int64_t kept = MicroBatchesKept(c, world_size);

@@ -95,6 +95,25 @@ TEST_CASE("optimizer state goes to the device margin from start-up, in layout or
   CHECK(again.host_bytes == all.host_bytes);
 }
 
+TEST_CASE("speculation slots are reserved only for chunks updated on the host", "[plan][placement]") {
+  // bf16: a slot is master, m, v and a compute copy of the largest chunk (1024): 14 bytes
+  // per element, counted in fp32 chunks of 4096 bytes, rounded up.
+  PlanInput in = Small(2, 30000, 1000000);
+  in.margin_use_ratio = 0.8;
+  in.speculation_slots = 12;
+  in.backup_bytes_per_element = 14;
+  const auto one = PlanMemory(in);  // chunk 0's state on the device: 3 chunks on the host
+  CHECK(one.placement.speculation_slots == 3);
+  CHECK(one.host_bytes == 8192 + 4 * 4096 + 3 * 12288 + (3 * 14 + 3) / 4 * 4096);
+  in.speculation_slots = 2;
+  CHECK(PlanMemory(in).placement.speculation_slots == 2);
+  in.speculation_slots = 12;
+  in.device_budget_bytes = 100000;  // every chunk's state on the device: no slot
+  const auto all = PlanMemory(in);
+  CHECK(all.placement.speculation_slots == 0);
+  CHECK(all.host_bytes == 8192 + 4 * 4096);
+}
+
 TEST_CASE("traced budget: the warm-up share comes on top of the pinned state, within the room", "[plan][placement]") {
   PlanInput in = Small(2, 30000, 1000000);
   in.device_capacity_bytes = 100000;  // the traced capacity; 30000 is what the activations leave
