@@ -9,7 +9,8 @@ of docs/architecture.md ("Size targets": no file over 400 lines, no function ove
 
 The baseline is a ratchet: an entry allows one file or function to stay at most its
 recorded size; anything new over a target, or an allowed one that grows, fails --check.
-Declarative tables (the config schema) are exempt by name below.
+Declarative tables (the config schema: one entry per config key) are exempt by name below,
+from both targets.
 
 Functions are found with a brace scanner, not a C++ parser: comments, string and
 character literals are skipped; a `{` at namespace or class scope whose statement has a
@@ -24,7 +25,7 @@ import sys
 FOLDERS = ["chunkmem", "optim", "trainer", "models", "data", "tokenizer", "comm", "tools"]
 FILE_LIMIT_LINES = 400
 FUNCTION_LIMIT_LINES = 60
-EXEMPT_FUNCTIONS = {"trainer/config_schema.cc"}  # declarative tables
+EXEMPT = {"trainer/config_schema.cc"}  # declarative tables
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINE = os.path.join(ROOT, "tools", "code_size_baseline.txt")
 
@@ -108,9 +109,9 @@ def measure(root):
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, root)
                 text = open(path, encoding="utf-8", errors="replace").read()
-                files[rel] = text.count("\n")
-                if rel in EXEMPT_FUNCTIONS:
+                if rel in EXEMPT:
                     continue
+                files[rel] = text.count("\n")
                 for fname, line, length in functions(text):
                     funcs[f"{rel}:{fname}@{line}"] = length
     return files, funcs
