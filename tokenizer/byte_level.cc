@@ -127,21 +127,28 @@ RegexSplitter::RegexSplitter(const std::string& pattern) {
 RegexSplitter::~RegexSplitter() = default;
 
 void RegexSplitter::Split(std::string_view text, std::vector<std::string_view>* pieces) const {
-  UErrorCode status = U_ZERO_ERROR;
-  UText* utext = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
-  std::unique_ptr<icu::RegexMatcher> matcher(pattern_->matcher(status));
-  TORCH_CHECK(U_SUCCESS(status), "tokenizer: ICU regex matcher: ", u_errorName(status));
-  matcher->reset(utext);
+  std::vector<std::pair<size_t, size_t>> matches;
+  FindAll(text, &matches);
   size_t done = 0;
-  while (matcher->find(status) && U_SUCCESS(status)) {
-    const auto start = static_cast<size_t>(matcher->start64(status));
-    const auto end = static_cast<size_t>(matcher->end64(status));
+  for (const auto& [start, end] : matches) {
     if (end == start) continue;
     if (start > done) pieces->push_back(text.substr(done, start - done));
     pieces->push_back(text.substr(start, end - start));
     done = end;
   }
   if (done < text.size()) pieces->push_back(text.substr(done));
+}
+
+void RegexSplitter::FindAll(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) const {
+  UErrorCode status = U_ZERO_ERROR;
+  UText* utext = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
+  std::unique_ptr<icu::RegexMatcher> matcher(pattern_->matcher(status));
+  TORCH_CHECK(U_SUCCESS(status), "tokenizer: ICU regex matcher: ", u_errorName(status));
+  matcher->reset(utext);
+  while (matcher->find(status) && U_SUCCESS(status)) {
+    matches->emplace_back(static_cast<size_t>(matcher->start64(status)),
+                          static_cast<size_t>(matcher->end64(status)));
+  }
   matcher.reset();
   utext_close(utext);
   TORCH_CHECK(U_SUCCESS(status), "tokenizer: ICU regex search: ", u_errorName(status));

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 U_NAMESPACE_BEGIN
@@ -32,6 +33,9 @@ class RegexSplitter {
   explicit RegexSplitter(const std::string& pattern);  // TORCH_CHECK names a bad pattern
   ~RegexSplitter();
   void Split(std::string_view text, std::vector<std::string_view>* pieces) const;
+  // Appends the [start, end) byte ranges of the matches in `text` (valid UTF-8), left to
+  // right, empty matches included (HF's Split and Replace build on them).
+  void FindAll(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) const;
 
  private:
   std::unique_ptr<icu::RegexPattern> pattern_;
