@@ -7,7 +7,10 @@
 //
 // Documents: each line of a .jsonl/.ndjson input (its --jsonl-field string); a text input
 // is one document, or one per paragraph (--text-split blank-line) or line (line). Each
-// document's ids are followed by the tokenizer's end-of-text id. A seeded, exact-size
+// document is encoded as HF's tokenizer(text) does (with the BOS/EOS of the tokenizer's
+// post-processor or tokenizer_config.json: Llama's BOS), its ids followed by the
+// tokenizer's end-of-text id unless they end with it. --print-ids adds no special tokens
+// (HF's add_special_tokens=False). A seeded, exact-size
 // random subset of the documents (in input order) forms the validation split.
 //
 // Threads: the main thread reads documents and writes results in input order; a pool of
