@@ -3,7 +3,7 @@
 
 Trains small BPE tokenizers with HF `tokenizers` (no download) on the corpus of
 gen_tokenizer_fixtures.py, configured as each family's tokenizer.json is:
-  llama3/         byte-level BPE, ignore_merges, Llama 3's Split regex (digits in groups of
+  llama3/         byte-level BPE, ignore_merges (and whole words without merges), Llama 3's Split regex (digits in groups of
                   1-3), BOS by TemplateProcessing, tokenizer_config.json (eos_token)
   qwen2/          NFC, Qwen2's Split regex (single digits), byte-level BPE; an added token
                   with normalized=true
@@ -68,6 +68,17 @@ def spm_bpe(vocab_size=700):
     return Tokenizer.from_str(json.dumps(j))
 
 
+def with_whole_words(tok, words):
+    """Adds `words` to the model vocabulary with no merge making them, as Llama 3's vocabulary
+    has tokens that only ignore_merges reaches."""
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    for w in words:
+        if w not in vocab:
+            vocab[w] = max(vocab.values()) + 1
+    return Tokenizer.from_str(json.dumps(j))
+
+
 def llama2_decoder():
     return decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
                               decoders.Strip(" ", 1, 0)])
@@ -85,6 +96,7 @@ def make_all():
         pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), 700,
         ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"], ignore_merges=True)
+    llama = with_whole_words(llama, ["\u0120jumps", "\u0120lazy", "\u0120document", "\u0120Hello"])
     llama.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=False),
                                                 template(llama, "<|begin_of_text|>")])
     out["llama3"] = (llama, {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}, "<|end_of_text|>")
