@@ -8,13 +8,16 @@
 namespace ps::tokenizer {
 namespace {
 
-// `<0xNN>` -> NN, or -1.
+// `<0xNN>` -> NN (hex digits of either case, as HF's ByteFallback), or -1.
 int ByteFallbackByte(const std::string& token) {
   if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
   int value = 0;
   for (int i = 3; i < 5; ++i) {
     const char c = token[i];
-    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                             : -1;  // Rust's from_str_radix(16)
     if (digit < 0) return -1;
     value = value * 16 + digit;
   }

@@ -103,6 +103,12 @@ void SplitByMatches(Piece text, const std::vector<std::pair<size_t, size_t>>& ma
 PreTokenizer::PreTokenizer(std::vector<PreTokenizerStep> steps) : steps_(std::move(steps)) {
   for (const PreTokenizerStep& s : steps_) {
     regexes_.push_back(s.regex ? std::make_unique<RegexSplitter>(*s.regex) : nullptr);
+    const bool isolated = s.kind == PreTokenizerStep::Kind::kSplit && s.regex &&
+                          s.behavior == SplitBehavior::kIsolated && !s.invert;
+    llama3_digits_.push_back(!isolated                    ? 0
+                             : *s.regex == kLlama3Pattern ? 3
+                             : *s.regex == kQwen2Pattern  ? 1
+                                                          : 0);
   }
 }
 PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
@@ -124,6 +130,12 @@ void PreTokenizer::RunStep(size_t step, Piece piece, std::vector<Piece>* out,
   std::vector<std::pair<size_t, size_t>> matches;
   switch (s.kind) {
     case PreTokenizerStep::Kind::kSplit:
+      if (llama3_digits_[step] > 0) {
+        std::vector<std::string_view> views;
+        SplitLlama3(piece.text, llama3_digits_[step], &views);
+        for (size_t i = 0; i < views.size(); ++i) out->push_back({views[i], piece.at_start && i == 0});
+        return;
+      }
       if (regexes_[step]) {
         regexes_[step]->FindAll(piece.text, &matches);
       } else {

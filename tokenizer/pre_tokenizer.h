@@ -62,6 +62,9 @@ class PreTokenizer {
 
   std::vector<PreTokenizerStep> steps_;
   std::vector<std::unique_ptr<RegexSplitter>> regexes_;  // [steps] null where no regex
+  // [steps] Isolated splits by the Llama 3 (3) or Qwen2 (1) pattern run SplitLlama3 with
+  // these digit groups; 0 elsewhere.
+  std::vector<int> llama3_digits_;
 };
 
 // HF's split of `text` by `matches` (sorted, non-overlapping [start, end) byte ranges)

@@ -7,9 +7,12 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ps::tokenizer {
@@ -121,6 +124,42 @@ TEST_CASE("Split behaviours, Digits, add_prefix_space and normalizers match HF",
     }
   }
   CHECK(n >= 10);
+}
+
+TEST_CASE("the Llama 3 and Qwen2 scanners split as the ICU regex does", "[tokenizer]") {
+  for (const auto& [pattern, digits] : {std::pair{kLlama3Pattern, 3}, std::pair{kQwen2Pattern, 1}}) {
+    const RegexSplitter regex(pattern);
+    auto same = [&](const std::string& text) {
+      std::vector<std::string_view> fast, reference;
+      SplitLlama3(text, digits, &fast);
+      regex.Split(text, &reference);
+      INFO(digits << " " << json(text).dump());
+      REQUIRE(fast == reference);
+    };
+    for (const std::string name : {"llama3", "qwen2"}) {
+      for (const json& c : Golden().at(name).at("encode")) same(c.at("text"));
+    }
+    const std::vector<std::string> alphabet = {
+        " ", "  ", "\t", "\n", "\r", "\r\n", "\u00a0", "\u3000", "\u0085", "\v", "a", "Z", "é", "e\u0301",
+        "東", "1", "23", "٣", "²", "Ⅻ", "'", "'s", "'S", "'re", "'LL", "'\u017f", "!", "-", "😀", "_", "\u200b", "x'"};
+    std::mt19937 rng(11);
+    for (int i = 0; i < 4000; ++i) {
+      std::string text;
+      const int n = rng() % 14;
+      for (int k = 0; k < n; ++k) text += alphabet[rng() % alphabet.size()];
+      same(text);
+    }
+  }
+}
+
+TEST_CASE("ByteFallback decodes runs of byte tokens, one U+FFFD per byte of an invalid run", "[tokenizer]") {
+  DecoderStep fallback;
+  fallback.kind = DecoderStep::Kind::kByteFallback;
+  const Decoder decoder({fallback});
+  // Hex digits of either case (Rust's from_str_radix), a valid run is its UTF-8.
+  CHECK(decoder.Decode({"<0x41>", "<0xc3>", "<0xA9>", "b"}) == "A\u00e9b");
+  CHECK(decoder.Decode({"<0xC3>", "x", "<0xE6>", "<0x9D>"}) == "\uFFFDx\uFFFD\uFFFD");
+  CHECK(decoder.Decode({"<0x4G>", "<0x41"}) == "<0x4G><0x41");
 }
 
 TEST_CASE("unsupported pipeline components are errors naming the file and field", "[tokenizer]") {
