@@ -8,6 +8,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
@@ -149,6 +150,33 @@ TEST_CASE("the Llama 3 and Qwen2 scanners split as the ICU regex does", "[tokeni
       for (int k = 0; k < n; ++k) text += alphabet[rng() % alphabet.size()];
       same(text);
     }
+  }
+}
+
+TEST_CASE("a pipeline tokenizer encodes from many threads as from one", "[tokenizer]") {
+  for (const std::string name : {"qwen2", "spm_legacy", "spm_metaspace"}) {
+    auto tok = LoadTokenizer(kData + name);
+    std::vector<std::string> texts;
+    std::vector<std::vector<int32_t>> expected;
+    for (const json& c : Golden().at(name).at("encode")) {
+      texts.push_back(c.at("text"));
+      expected.push_back(c.at("ids").get<std::vector<int32_t>>());
+    }
+    constexpr int kThreads = 6;
+    std::vector<int> mismatches(kThreads, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int round = 0; round < 10; ++round) {
+          for (size_t i = 0; i < texts.size(); ++i) {
+            const size_t k = (i + t * 7 + round) % texts.size();
+            mismatches[t] += tok->Encode(texts[k]) != expected[k];
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) CHECK(mismatches[t] == 0);
   }
 }
 
