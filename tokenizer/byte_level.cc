@@ -116,6 +116,73 @@ void SplitGpt2(std::string_view text, std::vector<std::string_view>* pieces) {
   }
 }
 
+namespace {
+
+// (?i:'s|'t|'re|'ve|'m|'ll|'d) at `pos`: its length, or 0. Case folding makes U+017F
+// (long s) an 's' too.
+size_t CaselessContractionBytes(std::string_view text, size_t pos) {
+  if (text[pos] != '\'' || pos + 1 >= text.size()) return 0;
+  const char a = static_cast<char>(text[pos + 1] | 0x20);
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+  if (text.compare(pos + 1, 2, "\xC5\xBF") == 0) return 3;  // U+017F
+  if (pos + 2 >= text.size()) return 0;
+  const char b = static_cast<char>(text[pos + 2] | 0x20);
+  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+  return 0;
+}
+
+// End of the match of the Llama 3 pattern's whitespace alternatives at `pos` (a space).
+size_t WhitespaceMatchEnd(std::string_view text, size_t pos) {
+  const size_t run_end = RunEnd(text, pos, kSpace);
+  // \s*[\r\n]+: up to the last \r or \n of the run.
+  for (size_t p = run_end; p > pos; --p) {
+    if (text[p - 1] == '\r' || text[p - 1] == '\n') return p;
+  }
+  // \s+(?!\S), else \s+ (as in SplitGpt2).
+  if (run_end == text.size()) return run_end;
+  size_t last = run_end - 1;
+  while ((static_cast<uint8_t>(text[last]) & 0xC0) == 0x80) --last;
+  return last > pos ? last : run_end;
+}
+
+}  // namespace
+
+void SplitLlama3(std::string_view text, int max_digits, std::vector<std::string_view>* pieces) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = CaselessContractionBytes(text, pos);
+    if (end > 0) {
+      end += pos;
+    } else {
+      size_t next = pos;
+      const char32_t c = NextCodePoint(text, &next);
+      const CharClass cls = ClassOf(c);
+      size_t after = next;
+      const CharClass next_cls = next < text.size() ? ClassOf(NextCodePoint(text, &after)) : kOther;
+      if (cls == kLetter) {  // \p{L}+
+        end = RunEnd(text, next, kLetter);
+      } else if (cls != kNumber && c != '\r' && c != '\n' && next < text.size() && next_cls == kLetter) {
+        end = RunEnd(text, after, kLetter);  // [^\r\n\p{L}\p{N}]\p{L}+
+      } else if (cls == kNumber) {  // \p{N}{1,max_digits}
+        end = next;
+        for (int n = 1; n < max_digits && end < text.size(); ++n) {
+          size_t p = end;
+          if (ClassOf(NextCodePoint(text, &p)) != kNumber) break;
+          end = p;
+        }
+      } else if (cls == kOther || (c == ' ' && next < text.size() && next_cls == kOther)) {
+        // " ?[^\s\p{L}\p{N}]+[\r\n]*"
+        end = RunEnd(text, cls == kOther ? next : after, kOther);
+        while (end < text.size() && (text[end] == '\r' || text[end] == '\n')) ++end;
+      } else {
+        end = WhitespaceMatchEnd(text, pos);
+      }
+    }
+    pieces->push_back(text.substr(pos, end - pos));
+    pos = end;
+  }
+}
+
 RegexSplitter::RegexSplitter(const std::string& pattern) {
   UErrorCode status = U_ZERO_ERROR;
   UParseError parse_error;
@@ -127,21 +194,28 @@ RegexSplitter::RegexSplitter(const std::string& pattern) {
 RegexSplitter::~RegexSplitter() = default;
 
 void RegexSplitter::Split(std::string_view text, std::vector<std::string_view>* pieces) const {
-  UErrorCode status = U_ZERO_ERROR;
-  UText* utext = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
-  std::unique_ptr<icu::RegexMatcher> matcher(pattern_->matcher(status));
-  TORCH_CHECK(U_SUCCESS(status), "tokenizer: ICU regex matcher: ", u_errorName(status));
-  matcher->reset(utext);
+  std::vector<std::pair<size_t, size_t>> matches;
+  FindAll(text, &matches);
   size_t done = 0;
-  while (matcher->find(status) && U_SUCCESS(status)) {
-    const auto start = static_cast<size_t>(matcher->start64(status));
-    const auto end = static_cast<size_t>(matcher->end64(status));
+  for (const auto& [start, end] : matches) {
     if (end == start) continue;
     if (start > done) pieces->push_back(text.substr(done, start - done));
     pieces->push_back(text.substr(start, end - start));
     done = end;
   }
   if (done < text.size()) pieces->push_back(text.substr(done));
+}
+
+void RegexSplitter::FindAll(std::string_view text, std::vector<std::pair<size_t, size_t>>* matches) const {
+  UErrorCode status = U_ZERO_ERROR;
+  UText* utext = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
+  std::unique_ptr<icu::RegexMatcher> matcher(pattern_->matcher(status));
+  TORCH_CHECK(U_SUCCESS(status), "tokenizer: ICU regex matcher: ", u_errorName(status));
+  matcher->reset(utext);
+  while (matcher->find(status) && U_SUCCESS(status)) {
+    matches->emplace_back(static_cast<size_t>(matcher->start64(status)),
+                          static_cast<size_t>(matcher->end64(status)));
+  }
   matcher.reset();
   utext_close(utext);
   TORCH_CHECK(U_SUCCESS(status), "tokenizer: ICU regex search: ", u_errorName(status));

@@ -12,6 +12,8 @@
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/byte_level_bpe.h"
+#include "tokenizer/pipeline_json.h"
+#include "tokenizer/vocabulary.h"
 #include "tokenizer/wordpiece.h"
 
 namespace ps::tokenizer {
@@ -20,6 +22,8 @@ const char* ToString(TokenizerKind kind) {
   switch (kind) {
     case TokenizerKind::kByteLevelBpe:
       return "byte_level_bpe";
+    case TokenizerKind::kBpe:
+      return "bpe";
     case TokenizerKind::kWordPiece:
       return "wordpiece";
   }
@@ -127,49 +131,40 @@ void AddSpecialToken(const std::vector<std::pair<std::string, int32_t>>& vocab, 
   }
 }
 
-// ByteLevel pre-tokenizer options, from a ByteLevel object or a Sequence of Split and
-// ByteLevel.
-void ParseBpePreTokenizer(const json& pre, const std::string& file, ByteLevelBpeConfig* config) {
-  const std::string type = TypeOf(pre);
-  auto byte_level = [&](const json& b) {
-    config->add_prefix_space = Get<bool>(b, "add_prefix_space", false, file);
-    config->use_regex = Get<bool>(b, "use_regex", true, file);
+// A token of tokenizer_config.json: a string or an object with "content".
+std::optional<std::string> ConfigToken(const json& config, const char* key) {
+  const auto it = config.find(key);
+  if (it == config.end()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+    return (*it)["content"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+// tokenizer_config.json next to tokenizer.json: eos_token, and add_bos_token /
+// add_eos_token, which (as transformers' Llama tokenizers) replace the post-processor's
+// special tokens before / after the text when present.
+void ReadTokenizerConfig(const fs::path& dir, ByteLevelBpeConfig* config) {
+  const fs::path side = dir / "tokenizer_config.json";
+  if (!fs::is_regular_file(side)) return;
+  const std::string file = side.string();
+  const json c = ParseJson(file);
+  TORCH_CHECK(c.is_object(), file, ": not a JSON object");
+  config->eos_token = ConfigToken(c, "eos_token");
+  Vocabulary vocab(config->vocab, config->added_tokens, {file});
+  auto side_ids = [&](const char* flag, const char* token_key, std::vector<int32_t>* ids) {
+    if (!c.contains(flag) || c[flag].is_null()) return;
+    ids->clear();
+    if (!Get<bool>(c, flag, false, file)) return;
+    const std::optional<std::string> token = ConfigToken(c, token_key);
+    TORCH_CHECK(token, file, ": ", flag, " is true but ", token_key, " is not set");
+    const std::optional<int32_t> id = vocab.TokenToId(*token);
+    TORCH_CHECK(id, file, ": ", token_key, " '", *token, "' is not in the vocabulary");
+    ids->push_back(*id);
   };
-  if (type == "ByteLevel") {
-    byte_level(pre);
-    return;
-  }
-  if (type == "Sequence") {
-    const json& list = pre.contains("pretokenizers") ? pre["pretokenizers"] : json::array();
-    bool seen_byte_level = false;
-    for (const json& p : list) {
-      const std::string t = TypeOf(p);
-      if (t == "ByteLevel" && !seen_byte_level) {
-        byte_level(p);
-        seen_byte_level = true;
-      } else if (t == "Split" && !seen_byte_level && !config->split_pattern) {
-        const json pattern = p.value("pattern", json::object());
-        TORCH_CHECK(pattern.contains("Regex") || pattern.contains("String"), file,
-                    ": Split pre-tokenizer without a pattern");
-        TORCH_CHECK(
-            Get<std::string>(p, "behavior", "", file) == "Isolated" && !Get<bool>(p, "invert", false, file),
-            file, ": unsupported Split pre-tokenizer (only behavior Isolated, invert false)");
-        if (pattern.contains("Regex")) {
-          config->split_pattern = pattern["Regex"].get<std::string>();
-        } else {
-          // A literal string: escaped for ICU with \Q...\E.
-          config->split_pattern = "\\Q" + pattern["String"].get<std::string>() + "\\E";
-        }
-      } else {
-        TORCH_CHECK(false, file, ": unsupported pre_tokenizer '", t,
-                    "' in the Sequence (supported for BPE: Split then ByteLevel)");
-      }
-    }
-    TORCH_CHECK(seen_byte_level, file, ": a BPE pre_tokenizer Sequence without ByteLevel");
-    return;
-  }
-  TORCH_CHECK(false, file, ": unsupported pre_tokenizer '", type.empty() ? "null" : type,
-              "' for a BPE model (supported: ByteLevel, or a Sequence of Split and ByteLevel)");
+  side_ids("add_bos_token", "bos_token", &config->prefix_ids);
+  side_ids("add_eos_token", "eos_token", &config->suffix_ids);
 }
 
 std::unique_ptr<Tokenizer> LoadBpeJson(const json& j, const std::string& file, const fs::path& dir) {
@@ -177,19 +172,21 @@ std::unique_ptr<Tokenizer> LoadBpeJson(const json& j, const std::string& file, c
   ByteLevelBpeConfig config;
   config.source_files = {file};
   AddSideFiles(dir, &config.source_files);
-  const std::string normalizer = TypeOf(j.value("normalizer", json()));
-  TORCH_CHECK(normalizer.empty(), file, ": unsupported normalizer '", normalizer,
-              "' for a byte-level BPE model (supported: none)");
-  ParseBpePreTokenizer(j.value("pre_tokenizer", json()), file, &config);
-  const std::string decoder = TypeOf(j.value("decoder", json()));
-  TORCH_CHECK(decoder.empty() || decoder == "ByteLevel", file, ": unsupported decoder '", decoder,
-              "' (supported: ByteLevel)");
-  config.byte_level_decoder = decoder == "ByteLevel";
+  config.normalizer = ParseNormalizerJson(j.value("normalizer", json()), file);
+  PreTokenizerJson pre = ParsePreTokenizerJson(j.value("pre_tokenizer", json()), file);
+  config.pre_tokenizer = std::move(pre.steps);
+  config.byte_level = pre.byte_level;
+  config.add_prefix_space = pre.add_prefix_space;
+  config.use_regex = pre.use_regex;
+  config.decoder = ParseDecoderJson(j.value("decoder", json()), file);
+  const PostProcessorJson post = ParsePostProcessorJson(j.value("post_processor", json()), file);
+  config.prefix_ids = post.prefix_ids;
+  config.suffix_ids = post.suffix_ids;
   TORCH_CHECK(Get<double>(model, "dropout", 0.0, file) == 0.0, file, ": BPE dropout is not supported");
   TORCH_CHECK(Get<std::string>(model, "continuing_subword_prefix", "", file).empty() &&
                   Get<std::string>(model, "end_of_word_suffix", "", file).empty(),
               file, ": BPE continuing_subword_prefix / end_of_word_suffix are not supported");
-  TORCH_CHECK(!Get<bool>(model, "byte_fallback", false, file), file, ": BPE byte_fallback is not supported");
+  config.byte_fallback = Get<bool>(model, "byte_fallback", false, file);
   config.ignore_merges = Get<bool>(model, "ignore_merges", false, file);
   config.fuse_unk = Get<bool>(model, "fuse_unk", false, file);
   if (model.contains("unk_token") && !model["unk_token"].is_null()) {
@@ -217,6 +214,7 @@ std::unique_ptr<Tokenizer> LoadBpeJson(const json& j, const std::string& file, c
     }
   }
   config.added_tokens = ParseAddedTokens(j, file);
+  ReadTokenizerConfig(dir, &config);
   return MakeByteLevelBpe(std::move(config));
 }
 
@@ -282,6 +280,7 @@ std::unique_ptr<Tokenizer> LoadVocabMerges(const std::string& vocab_file, const 
               ": missing (BPE needs merges.txt next to vocab.json)");
   ByteLevelBpeConfig config;
   config.source_files = {vocab_file, merges_file};
+  config.decoder = {DecoderStep{}};  // ByteLevel, as transformers' GPT2Tokenizer
   AddSideFiles(fs::path(vocab_file).parent_path(), &config.source_files);
   config.vocab = ParseVocab(ParseJson(vocab_file), vocab_file);
   std::istringstream lines(ReadFile(merges_file));

@@ -1,12 +1,15 @@
-// Tokenizer: text <-> token ids, as HF `tokenizers` does for the two families this
-// project trains: byte-level BPE (GPT-2) and WordPiece (BERT). An immutable object
+// Tokenizer: text <-> token ids, as HF `tokenizers` does for the families this project
+// trains: byte-level BPE (GPT-2, Llama 3, Qwen2/3, SmolLM2), SentencePiece-style BPE
+// (Llama 2, Mistral, TinyLlama) and WordPiece (BERT). An immutable object
 // once loaded: every const method may be called from many threads at once (ps_prep
 // encodes documents in parallel with one Tokenizer).
 //
 // Encode() runs normalisation, pre-tokenisation and the model, and keeps the special
 // tokens written in the text whole (`<|endoftext|>`, `[SEP]`, ...), as HF's
-// `encode(text, add_special_tokens=False)`; it adds none of its own (no [CLS]/[SEP]
-// post-processing; callers that want them add them by id).
+// `encode(text, add_special_tokens=False)`; it adds none of its own.
+// EncodeWithSpecialTokens() adds those of a BPE tokenizer.json's TemplateProcessing
+// post-processor (Llama 3's BOS), or of tokenizer_config.json's add_bos_token /
+// add_eos_token, as HF's `encode(text)` (WordPiece: none).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +21,7 @@
 
 namespace ps::tokenizer {
 
-enum class TokenizerKind { kByteLevelBpe, kWordPiece };
+enum class TokenizerKind { kByteLevelBpe, kBpe, kWordPiece };
 const char* ToString(TokenizerKind kind);
 
 class Tokenizer {
@@ -29,6 +32,8 @@ class Tokenizer {
 
   // Ids of `text` (UTF-8). Invalid UTF-8 is an error (c10::Error) naming the byte offset.
   virtual std::vector<int32_t> Encode(std::string_view text) const = 0;
+  // Encode() within the post-processor's special tokens (BOS, EOS).
+  virtual std::vector<int32_t> EncodeWithSpecialTokens(std::string_view text) const { return Encode(text); }
 
   // Text of `ids` as HF's `decode(ids, skip_special_tokens=False)` gives it (BPE: the
   // bytes joined back, invalid UTF-8 sequences replaced by U+FFFD; WordPiece: tokens
@@ -43,8 +48,9 @@ class Tokenizer {
   // The token string of an id as stored in the vocabulary ("Ġthe", "##ing").
   virtual std::string IdToToken(int32_t id) const = 0;
 
-  // The token that separates documents in a token stream: `<|endoftext|>` for GPT-2,
-  // `[SEP]` for BERT; nullopt when the vocabulary has none.
+  // The token that separates documents in a token stream: tokenizer_config.json's
+  // eos_token when it names one, else `<|endoftext|>`, `<|end_of_text|>` or `</s>` (BPE),
+  // `[SEP]` (BERT); nullopt when the vocabulary has none.
   virtual std::optional<int32_t> end_of_text_id() const = 0;
 
   // The files it was read from (tokenizer.json, or vocab.json + merges.txt, or vocab.txt,
@@ -53,8 +59,8 @@ class Tokenizer {
   virtual std::vector<std::string> source_files() const = 0;
 };
 
-// Loads a tokenizer from `path`: an HF tokenizer.json (model type BPE with a ByteLevel
-// pre-tokenizer, or WordPiece), a vocab.json / merges.txt / vocab.txt file, or a folder
+// Loads a tokenizer from `path`: an HF tokenizer.json (model type BPE with the pipeline
+// components of docs/tokenizers.md, or WordPiece), a vocab.json / merges.txt / vocab.txt file, or a folder
 // holding them (tokenizer.json preferred). Errors name the file and what is wrong.
 std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path);
 

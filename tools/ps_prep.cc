@@ -7,15 +7,18 @@
 //
 // Documents: each line of a .jsonl/.ndjson input (its --jsonl-field string); a text input
 // is one document, or one per paragraph (--text-split blank-line) or line (line). Each
-// document's ids are followed by the tokenizer's end-of-text id. A seeded, exact-size
+// document is encoded as HF's tokenizer(text) does (with the BOS/EOS of the tokenizer's
+// post-processor or tokenizer_config.json: Llama's BOS), its ids followed by the
+// tokenizer's end-of-text id unless they end with it. --print-ids adds no special tokens
+// (HF's add_special_tokens=False). A seeded, exact-size
 // random subset of the documents (in input order) forms the validation split.
 //
 // Threads: the main thread reads documents and writes results in input order; a pool of
 // --threads workers parses JSON, checks UTF-8 and encodes batches of documents.
 //
-// Exit status: 0 done; 1 bad input (a missing file, a bad line, a tokenizer error) or a
-// failure (threads that cannot start); 2 bad options (a value out of range, an input that
-// is also an output); 128 + N when signal N (SIGTERM, SIGINT, SIGHUP) stopped the run:
+// Exit status: 0 done; 1 bad input (a missing file, a bad line, text the tokenizer
+// rejects) or a failure (threads that cannot start); 2 bad options (a value out of range,
+// an input that is also an output, a tokenizer that cannot be loaded); 128 + N when signal N (SIGTERM, SIGINT, SIGHUP) stopped the run:
 // the partial .tmp outputs are removed first.
 //
 // This file parses the options and prints; the work is in tools/prep/ (prepare.h).
@@ -114,8 +117,7 @@ void PrintSummary(const Options& opt, const PrepReport& r) {
 }
 
 // --print-ids: one line of space-separated ids per line of stdin (its newline not encoded).
-int PrintIds(const std::string& tokenizer_path) {
-  auto tok = tokenizer::LoadTokenizer(tokenizer_path);
+int PrintIds(const tokenizer::Tokenizer* tok) {
   std::string line, out;
   int64_t line_no = 0;
   while (std::getline(std::cin, line)) {
@@ -182,7 +184,16 @@ int Main(int argc, char** argv) {
   };
   if (!args.count("tokenizer")) return usage("--tokenizer is required");
   opt.tokenizer_path = args["tokenizer"].as<std::string>();
-  if (args.count("print-ids")) return PrintIds(opt.tokenizer_path);
+  // An unusable tokenizer (a missing file, an unsupported model or pipeline component) is a
+  // bad option: exit 2 naming the file and field, before anything is read or written.
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  try {
+    tok = tokenizer::LoadTokenizer(opt.tokenizer_path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ps_prep: --tokenizer: %s\n", ErrorText(e).c_str());
+    return kExitUsage;
+  }
+  if (args.count("print-ids")) return PrintIds(tok.get());
 
   if (!args.count("input")) return usage("--input is required");
   if (!args.count("output-prefix")) return usage("--output-prefix is required");
@@ -220,7 +231,7 @@ int Main(int argc, char** argv) {
   if (!clash.empty()) return usage(clash);
   InstallStopHandlers();
   opt.stop_signal = &g_stop_signal;
-  PrintSummary(opt, Prepare(opt));
+  PrintSummary(opt, Prepare(opt, *tok));
   return 0;
 }
 

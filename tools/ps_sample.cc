@@ -140,7 +140,8 @@ int Run(int argc, char** argv) {
   ps::models::Gpt model = BuildModel(loaded, device);
 
   std::vector<int64_t> prompt;
-  for (int32_t id : tokenizer->Encode(args["prompt"].as<std::string>())) prompt.push_back(id);
+  // As HF's tokenizer(prompt): with the post-processor's BOS (Llama), none for GPT-2.
+  for (int32_t id : tokenizer->EncodeWithSpecialTokens(args["prompt"].as<std::string>())) prompt.push_back(id);
   const auto eot = tokenizer->end_of_text_id();
   if (prompt.empty()) {
     TORCH_CHECK(eot.has_value(), "an empty prompt needs an end-of-text token to start from; give --prompt");

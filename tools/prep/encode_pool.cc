@@ -32,12 +32,14 @@ Encoded Encoder::EncodeOne(const Document& d) const {
     return out;
   }
   try {
-    out.ids = tok_.Encode(text);
+    // The post-processor's special tokens (Llama's BOS) as HF's tokenizer(text) adds them.
+    out.ids = tok_.EncodeWithSpecialTokens(text);
   } catch (const std::exception& e) {
     out.error = DocumentLocation(d, opt_) + ": " + ErrorText(e);
     return out;
   }
-  if (eot_) out.ids.push_back(*eot_);
+  // The separator, unless the post-processor ended the document with it (add_eos_token).
+  if (eot_ && (out.ids.empty() || out.ids.back() != *eot_)) out.ids.push_back(*eot_);
   return out;
 }
 

@@ -53,8 +53,8 @@ SplitReport ReportOf(const SplitWriter& w) {
 
 }  // namespace
 
-PrepReport Prepare(const Options& opt) {
-  auto tok = tokenizer::LoadTokenizer(opt.tokenizer_path);
+PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& loaded) {
+  const tokenizer::Tokenizer* tok = &loaded;
   PrepReport report;
   report.tokenizer_kind = tok->kind();
   report.vocab_size = tok->vocab_size();

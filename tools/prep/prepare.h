@@ -35,9 +35,10 @@ struct PrepReport {
   SplitReport train, valid;
 };
 
-// Runs `opt`. Throws BadInput for a user error (a missing input, a bad line unless
+// Runs `opt` with `tok` (loaded from opt.tokenizer_path by the caller, so that an
+// unusable tokenizer is reported before anything is read or written). Throws BadInput for a user error (a missing input, a bad line unless
 // skipped, nothing to write), Stopped when opt.stop_signal is set before the outputs
 // are complete; either way no output file (temporary ones included) is left behind.
-PrepReport Prepare(const Options& opt);
+PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& tok);
 
 }  // namespace ps::prep
