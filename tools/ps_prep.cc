@@ -116,6 +116,31 @@ void PrintSummary(const Options& opt, const PrepReport& r) {
   }
 }
 
+// The tokenizer of --tokenizer, or null after printing why it cannot be loaded (a missing
+// file, an unsupported model or pipeline component: named with its file and field).
+std::unique_ptr<tokenizer::Tokenizer> LoadTokenizerOrExplain(const std::string& path) {
+  try {
+    return tokenizer::LoadTokenizer(path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ps_prep: --tokenizer: %s\n", ErrorText(e).c_str());
+    return nullptr;
+  }
+}
+
+// --format and --text-split into `opt`: "" or what is wrong.
+std::string ParseChoices(const cxxopts::ParseResult& args, Options& opt) {
+  const std::string format = args["format"].as<std::string>();
+  if (format == "megatron") opt.format = OutputFormat::kMegatron;
+  else if (format == "llmc") opt.format = OutputFormat::kLlmc;
+  else return "--format " + format + ": expected megatron or llmc";
+  const std::string split = args["text-split"].as<std::string>();
+  if (split == "file") opt.text_split = TextSplit::kFile;
+  else if (split == "blank-line") opt.text_split = TextSplit::kBlankLine;
+  else if (split == "line") opt.text_split = TextSplit::kLine;
+  else return "--text-split " + split + ": expected file, blank-line or line";
+  return "";
+}
+
 // --print-ids: one line of space-separated ids per line of stdin (its newline not encoded).
 int PrintIds(const tokenizer::Tokenizer* tok) {
   std::string line, out;
@@ -184,31 +209,18 @@ int Main(int argc, char** argv) {
   };
   if (!args.count("tokenizer")) return usage("--tokenizer is required");
   opt.tokenizer_path = args["tokenizer"].as<std::string>();
-  // An unusable tokenizer (a missing file, an unsupported model or pipeline component) is a
-  // bad option: exit 2 naming the file and field, before anything is read or written.
-  std::unique_ptr<tokenizer::Tokenizer> tok;
-  try {
-    tok = tokenizer::LoadTokenizer(opt.tokenizer_path);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ps_prep: --tokenizer: %s\n", ErrorText(e).c_str());
-    return kExitUsage;
-  }
+  // An unusable tokenizer is a bad option: exit 2 before anything is read or written.
+  const std::unique_ptr<tokenizer::Tokenizer> tok = LoadTokenizerOrExplain(opt.tokenizer_path);
+  if (tok == nullptr) return kExitUsage;
   if (args.count("print-ids")) return PrintIds(tok.get());
 
   if (!args.count("input")) return usage("--input is required");
   if (!args.count("output-prefix")) return usage("--output-prefix is required");
   opt.inputs = args["input"].as<std::vector<std::string>>();
   opt.output_prefix = args["output-prefix"].as<std::string>();
-  const std::string format = args["format"].as<std::string>();
-  if (format == "megatron") opt.format = OutputFormat::kMegatron;
-  else if (format == "llmc") opt.format = OutputFormat::kLlmc;
-  else return usage("--format " + format + ": expected megatron or llmc");
   opt.jsonl_field = args["jsonl-field"].as<std::string>();
-  const std::string split = args["text-split"].as<std::string>();
-  if (split == "file") opt.text_split = TextSplit::kFile;
-  else if (split == "blank-line") opt.text_split = TextSplit::kBlankLine;
-  else if (split == "line") opt.text_split = TextSplit::kLine;
-  else return usage("--text-split " + split + ": expected file, blank-line or line");
+  const std::string choice_error = ParseChoices(args, opt);
+  if (!choice_error.empty()) return usage(choice_error);
   try {
     opt.valid_fraction = tools::FloatOption("valid-fraction", args["valid-fraction"].as<std::string>(), "[0, 1)",
                                             [](double v) { return v >= 0 && v < 1; });

@@ -139,8 +139,7 @@ int Run(int argc, char** argv) {
               tokenizer->vocab_size(), " ids, more than the model's vocab_size ", loaded.config.vocab_size);
   ps::models::Gpt model = BuildModel(loaded, device);
 
-  std::vector<int64_t> prompt;
-  // As HF's tokenizer(prompt): with the post-processor's BOS (Llama), none for GPT-2.
+  std::vector<int64_t> prompt;  // as HF's tokenizer(prompt): Llama's BOS, none for GPT-2
   for (int32_t id : tokenizer->EncodeWithSpecialTokens(args["prompt"].as<std::string>())) prompt.push_back(id);
   const auto eot = tokenizer->end_of_text_id();
   if (prompt.empty()) {
