@@ -2,7 +2,8 @@
 // weights), Qwen2 (q/k/v biases, MQA, fp16 weights), Qwen3 (q/k norms, sharded) and
 // Mistral (sliding window, linear rope) (fixtures: tools/gen_llama_fixture.py); parameter
 // shapes and published counts; activation checkpointing and LossMany against plain
-// forward/backward; hooks; HF config.json errors.
+// forward/backward; hooks; the TrainableModel the engines hold and its per-name init;
+// HF config.json errors.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -13,6 +14,7 @@
 #include "models/hf_llama.h"
 #include "models/llama.h"
 #include "models/safetensors.h"
+#include "models/trainable.h"
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
 
@@ -244,6 +246,47 @@ TEST_CASE("HF weights: a missing shard and a misshapen tensor are errors naming 
                                                           Catch::Contains("has shape"));
   fs::remove(folder + "/model-00002-of-00003.safetensors");
   CHECK_THROWS_WITH(MapHfLlamaWeights(folder, config), Catch::Contains("model-00002-of-00003.safetensors"));
+}
+
+}  // namespace ps::models
+
+namespace ps::models {
+
+TEST_CASE("TrainableModel: Llama's loss, LossMany and per-name init as the engines see them", "[llama][init]") {
+  LlamaConfig c = Tiny();
+  c.activation_checkpointing = true;
+  at::manual_seed(5);
+  Llama model(c);
+  Llama same = model;  // the holder shares the module
+  auto trainable = MakeTrainableLlama(model);
+  CHECK(trainable->num_blocks() == 4);
+  CHECK(trainable->BlockParameters().size() == model->BlockParameters().size());
+  Batch batch;
+  batch.input_ids = at::randint(0, 50, {2, 9}, at::kLong);
+  batch.labels = at::randint(0, 50, {2, 9}, at::kLong);
+  trainable->module().eval();
+  at::NoGradGuard no_grad;
+  const double loss = trainable->Loss(batch).loss.item<double>();
+  CHECK(loss == same->Loss(batch.input_ids, batch.labels).item<double>());
+  CHECK(trainable->LossMany({batch, batch})[1].loss.item<double>() == Approx(loss).epsilon(1e-6));
+  // Init: norms 1, biases 0, weights N(0, init_std); a function of seed and name only.
+  for (const auto& p : trainable->BlockParameters()) {
+    INFO(p.name);
+    at::Tensor a = at::empty(p.tensor.sizes(), at::kFloat), b = at::empty(p.tensor.sizes(), at::kFloat);
+    trainable->InitParameter(p.name, a, 42);
+    trainable->InitParameter(p.name, b, 42);
+    CHECK(at::equal(a, b));
+    if (p.name.find("norm.weight") != std::string::npos) {
+      CHECK(at::equal(a, at::ones_like(a)));
+    } else if (p.name.find(".bias") != std::string::npos) {
+      CHECK(at::equal(a, at::zeros_like(a)));
+    } else {
+      CHECK(a.std().item<double>() == Approx(c.init_std).epsilon(0.2));
+      at::Tensor other = at::empty(p.tensor.sizes(), at::kFloat);
+      trainable->InitParameter(p.name, other, 43);
+      CHECK(!at::equal(a, other));
+    }
+  }
 }
 
 }  // namespace ps::models
