@@ -26,6 +26,8 @@ class ModelOf : public TrainableModel {
   void InitParameter(const std::string& name, at::Tensor values, uint64_t seed) const override {
     if constexpr (std::is_same_v<Holder, Gpt>) {
       InitGptParameter(model_->config(), name, std::move(values), seed);
+    } else if constexpr (std::is_same_v<Holder, Llama>) {
+      InitLlamaParameter(model_->config(), name, std::move(values), seed);
     } else {
       InitBertParameter(model_->config(), name, std::move(values), seed);
     }
@@ -35,11 +37,13 @@ class ModelOf : public TrainableModel {
   Holder model_;
 };
 
-class TrainableGpt final : public ModelOf<Gpt> {
+// Next-token prediction: GPT and Llama.
+template <typename Holder>
+class TrainableDecoder final : public ModelOf<Holder> {
  public:
-  using ModelOf::ModelOf;
+  using ModelOf<Holder>::ModelOf;
   LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
-    return {model_->Loss(batch.input_ids, batch.labels, hooks), {}, {}};
+    return {this->model_->Loss(batch.input_ids, batch.labels, hooks), {}, {}};
   }
   std::vector<LossOutput> LossMany(const std::vector<Batch>& batches, LayerHooks* hooks) override {
     std::vector<at::Tensor> idx, targets;
@@ -48,7 +52,7 @@ class TrainableGpt final : public ModelOf<Gpt> {
       targets.push_back(b.labels);
     }
     std::vector<LossOutput> out;
-    for (at::Tensor& loss : model_->LossMany(idx, targets, hooks)) out.push_back({std::move(loss), {}, {}});
+    for (at::Tensor& loss : this->model_->LossMany(idx, targets, hooks)) out.push_back({std::move(loss), {}, {}});
     return out;
   }
 };
@@ -79,7 +83,7 @@ class TrainableBert final : public ModelOf<Bert> {
 }  // namespace
 
 std::vector<LossOutput> TrainableModel::LossMany(const std::vector<Batch>& /*batches*/, LayerHooks* /*hooks*/) {
-  TORCH_CHECK(false, "this model has no block-major forward (train.accumulation_schedule: vertical is GPT only)");
+  TORCH_CHECK(false, "this model has no block-major forward (train.accumulation_schedule: vertical is GPT and Llama only)");
   return {};
 }
 
@@ -88,7 +92,12 @@ Batch Batch::To(at::Device device) const {
           MoveIfDefined(attention_mask, device)};
 }
 
-std::unique_ptr<TrainableModel> MakeTrainableGpt(Gpt model) { return std::make_unique<TrainableGpt>(std::move(model)); }
+std::unique_ptr<TrainableModel> MakeTrainableGpt(Gpt model) {
+  return std::make_unique<TrainableDecoder<Gpt>>(std::move(model));
+}
+std::unique_ptr<TrainableModel> MakeTrainableLlama(Llama model) {
+  return std::make_unique<TrainableDecoder<Llama>>(std::move(model));
+}
 std::unique_ptr<TrainableModel> MakeTrainableBertMlm(Bert model) {
   return std::make_unique<TrainableBert>(std::move(model), /*classifier=*/false);
 }

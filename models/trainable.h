@@ -1,5 +1,5 @@
 // TrainableModel: what the training engines need of a model, whatever its architecture
-// and task (GPT next-token prediction, BERT masked LM, BERT sequence classification):
+// and task (GPT or Llama next-token prediction, BERT masked LM, BERT sequence classification):
 // the loss of a batch through the layer hooks, its parameters by block, and the switches
 // the chunk runtime sets. The engines hold one of these and never name GPT or BERT.
 //
@@ -17,6 +17,7 @@
 #include "models/bert.h"
 #include "models/gpt.h"
 #include "models/layer_hooks.h"
+#include "models/llama.h"
 
 namespace ps::models {
 
@@ -67,6 +68,8 @@ class TrainableModel {
 
 // The models may be built initialised or not (kUninitialised; the engines fill them).
 std::unique_ptr<TrainableModel> MakeTrainableGpt(Gpt model);
+// A Llama-family decoder (next-token prediction, as GPT; LossMany included).
+std::unique_ptr<TrainableModel> MakeTrainableLlama(Llama model);
 // BERT with its MLM head (labels: -100 where nothing is predicted).
 std::unique_ptr<TrainableModel> MakeTrainableBertMlm(Bert model);
 // BERT with its sequence-classification head (config.num_labels > 0; labels [B]).

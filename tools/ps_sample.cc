@@ -51,6 +51,8 @@ LoadedModel FromCheckpoint(const std::string& path) {
   const std::string folder = ps::trainer::ResolveCheckpointFolder(path);
   auto contents = ps::trainer::ReadCheckpoint(folder, ps::trainer::CheckpointParts::kParamsOnly);
   const ps::trainer::Config config = ps::trainer::ConfigOfCheckpoint(contents.config_yaml, folder);
+  TORCH_CHECK(config.model_type == ps::models::ModelType::kGpt, folder,
+              ": not a GPT checkpoint (model.type is not gpt); ps_sample samples GPT models only");
   LoadedModel m;
   m.config = config.model;
   m.config.dropout = 0.0;

@@ -52,7 +52,7 @@ BatchMaker::BatchMaker(const Config& config) : config_(config) {
 
 models::Batch BatchMaker::Make(const at::Tensor& windows, int64_t first_sample) const {
   const int64_t T = config_.data.seq_len;
-  if (config_.model_type == models::ModelType::kGpt) {
+  if (config_.model_type != models::ModelType::kBert) {  // GPT and Llama: next-token targets
     return {windows.narrow(1, 0, T), windows.narrow(1, 1, T), {}, {}};
   }
   data::BertBatch b = data::MakeMlmBatch(windows, T, first_sample, static_cast<uint64_t>(config_.run.seed),

@@ -30,11 +30,11 @@ void LogSetup(const ChunkSetup& s, const Config& c) {
   if (c.chunk.cpu_embedding) {
     std::string names;
     for (const auto& n : s.host_param_names) names += (names.empty() ? "" : ", ") + n;
-    const bool gpt = c.model_type == models::ModelType::kGpt;
+    const bool gpt = c.model_type != models::ModelType::kBert;  // GPT and Llama: next-token decoders
     const bool tied = gpt ? c.model.tie_word_embeddings : c.bert.num_labels == 0;
     spdlog::info("chunk.cpu_embedding: {} on the host in fp32, updated by the CPU Adam kernels{}", names,
                  !tied ? ""
-                 : gpt ? " (wte is tied to the LM head on the device, so it stays in chunks)"
+                 : gpt ? " (the token embedding is tied to the LM head on the device, so it stays in chunks)"
                        : " (the word embedding is tied to the MLM decoder on the device, so it stays in chunks)");
   }
   if (s.probe) {

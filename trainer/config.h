@@ -77,8 +77,9 @@ struct Config {
   int64_t schema_version = 1;
   RunConfig run;
   models::ModelType model_type = models::ModelType::kGpt;  // model.type
-  models::GptConfig model;  // the shape keys (model.*), shared by GPT and BERT
-  models::BertKeys bert;    // model.* keys of BERT only
+  models::GptConfig model;  // the shape keys (model.*), shared by GPT, BERT and Llama
+  models::BertKeys bert;    // model.* keys of BERT (intermediate_size: BERT and Llama)
+  models::LlamaKeys llama;  // model.* keys of Llama only
   data::DataConfig data;
   TrainConfig train;
   optim::OptimizerConfig optimizer;

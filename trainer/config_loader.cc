@@ -19,7 +19,9 @@
 #include "models/bert_config.h"
 #include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
+#include "models/hf_llama.h"
 #include "trainer/config_schema.h"
+#include "trainer/llama_keys.h"
 
 namespace ps::trainer {
 namespace {
@@ -57,6 +59,26 @@ class DocumentStarts : public YAML::EventHandler {
   void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
   void OnMapEnd() override {}
 };
+
+// The shape checks of the model a config describes, and its parameter count (both
+// throw c10::Error naming the key at fault; the count must fit int64).
+void ValidateShape(const Config& c) {
+  if (c.model_type != models::ModelType::kLlama) {
+    models::GptParameterCount(c.model);
+    return;
+  }
+  const models::LlamaConfig llama = LlamaConfigOf(c);
+  models::ValidateLlamaConfig(llama);
+  models::LlamaParameterCount(llama);
+}
+
+// The activation estimate of `tokens` tokens in fp32, `kept` micro-batches at once.
+int64_t EstimateActivations(const Config& c, int64_t tokens, int64_t kept) {
+  if (c.model_type == models::ModelType::kLlama) {
+    return models::EstimateLlamaActivationBytes(LlamaConfigOf(c), tokens, /*element_bytes=*/4, kept);
+  }
+  return models::EstimateActivationBytes(c.model, tokens, /*element_bytes=*/4, kept);
+}
 
 // Applies a YAML document and overrides to a Config, tracking where each key was set.
 class Loader {
@@ -118,9 +140,13 @@ class Loader {
   }
 
   Config Finish() {
-    ResolvePreset();
-    ApplyBertDefaults();
-    ResolveInitFrom();
+    if (config_.model_type == models::ModelType::kLlama) {
+      ResolveLlama();
+    } else {
+      ResolvePreset();
+      ApplyBertDefaults();
+      ResolveInitFrom();
+    }
     ResolveDataFormat();
     Validate();
     ValidateOutputDirs();
@@ -449,6 +475,40 @@ class Loader {
     }
   }
 
+  // model.type llama: model.preset fills the keys left unset (those set must agree), then
+  // model.init_from's config.json fills the rest (set or preset keys must agree). An
+  // unsupported config.json (another architecture, a rope type such as yarn, ...) is a
+  // ConfigError naming the file, the field and the value.
+  void ResolveLlama() {
+    const auto& m = config_.model;
+    auto is_set = [&](const std::string& key) { return set_at_.count(key) > 0; };
+    if (!m.preset.empty()) {
+      const auto preset = models::FindLlamaPreset(m.preset);
+      if (!preset) {
+        throw ConfigError(At("model.preset") + ": model.preset: unknown preset '" + m.preset +
+                          "' for model.type llama; known: " + LlamaPresetNames());
+      }
+      FillLlamaKeys(preset->config, config_, is_set, [&](const std::string& key, const std::string& ours,
+                                                         const std::string& theirs) {
+        throw ConfigError(At(key) + ": " + key + " " + ours + " disagrees with model.preset '" + m.preset +
+                          "' (set at " + At("model.preset") + "), whose value is " + theirs + "; drop one of the two");
+      });
+    }
+    if (m.init_from.empty()) return;
+    models::LlamaConfig hf;
+    try {
+      hf = models::ReadHfLlamaConfig(m.init_from);
+    } catch (const c10::Error& e) {
+      throw ConfigError(At("model.init_from") + ": model.init_from: " + e.what_without_backtrace());
+    }
+    auto given = [&](const std::string& key) { return is_set(key) || !m.preset.empty(); };
+    FillLlamaKeys(hf, config_, given, [&](const std::string& key, const std::string& ours, const std::string& theirs) {
+      const std::string by = is_set(key) ? At(key) : At("model.preset") + " (model.preset '" + m.preset + "')";
+      throw ConfigError(by + ": " + key + " " + ours + " disagrees with model.init_from '" + m.init_from +
+                        "', whose config.json says " + theirs + "; drop the key or use another folder");
+    });
+  }
+
   // data.format: synthetic reads no file, so a path beside it is a contradiction; auto
   // (not given) is inferred from data.train_path (data/format_inference.h) and must agree
   // with data.valid_path's; no format and no path is an error: random tokens must be
@@ -539,10 +599,18 @@ class Loader {
                         " fine-tunes a classifier, which reads labelled examples: set data.format: classification");
     }
     // A key at its default is no contradiction (config.resolved.yaml lists every key).
-    if (c.model_type == models::ModelType::kGpt) {
+    const bool llama = c.model_type == models::ModelType::kLlama;
+    for (const std::string& key : llama ? std::vector<std::string>{} : ChangedLlamaKeys(c)) {
+      throw ConfigError(At(key) + ": " + key + " is a Llama key; set model.type: llama, or drop it");
+    }
+    if (llama && c.checkpoint.export_hf) {
+      throw ConfigError(At("checkpoint.export_hf") + ": checkpoint.export_hf writes HF GPT-2 and BERT folders; the "
+                        "Llama export is not implemented yet: set it to false (checkpoints keep the weights)");
+    }
+    if (c.model_type != models::ModelType::kBert) {
       const models::BertKeys defaults;
       const std::pair<const char*, bool> bert_keys[] = {
-          {"model.intermediate_size", c.bert.intermediate_size != defaults.intermediate_size},
+          {"model.intermediate_size", !llama && c.bert.intermediate_size != defaults.intermediate_size},
           {"model.type_vocab_size", c.bert.type_vocab_size != defaults.type_vocab_size},
           {"model.num_labels", c.bert.num_labels != defaults.num_labels}};
       for (const auto& [key, changed] : bert_keys) {
@@ -573,9 +641,9 @@ class Loader {
   void ValidateAccumulationSchedule() const {
     const auto& c = config_;
     if (c.train.accumulation_schedule != AccumulationSchedule::kVertical) return;
-    if (c.model_type != models::ModelType::kGpt) {
+    if (c.model_type == models::ModelType::kBert) {
       throw ConfigError(At("train.accumulation_schedule") +
-                        ": train.accumulation_schedule: vertical is built for GPT only; use horizontal with BERT");
+                        ": train.accumulation_schedule: vertical is built for GPT and Llama; use horizontal with BERT");
     }
     if (!c.model.activation_checkpointing) {
       throw ConfigError(At("train.accumulation_schedule") +
@@ -589,7 +657,8 @@ class Loader {
     ValidateModelType();
     ValidateAccumulationSchedule();
     const auto& c = config_;
-    if (c.model.n_embd % c.model.n_head != 0) {
+    // Llama: its own shape checks (model.head_dim may set the head width).
+    if (c.model_type != models::ModelType::kLlama && c.model.n_embd % c.model.n_head != 0) {
       throw ConfigError(At("model.n_head") + ": model.n_embd " + std::to_string(c.model.n_embd) +
                         " is not divisible by model.n_head " + std::to_string(c.model.n_head));
     }
@@ -602,7 +671,7 @@ class Loader {
                         data::ToString(c.data.format));
     }
     if (c.data.format == data::DataFormat::kText && c.model.vocab_size < 256 &&
-        c.model_type == models::ModelType::kGpt) {
+        c.model_type != models::ModelType::kBert) {
       throw ConfigError(At("model.vocab_size") + ": model.vocab_size " + std::to_string(c.model.vocab_size) +
                         " is below 256, the byte values of data.format text");
     }
@@ -610,7 +679,7 @@ class Loader {
     // chunk runtime count elements and bytes in it); models/ checks the arithmetic
     // and names the shape.
     try {
-      models::GptParameterCount(c.model);
+      ValidateShape(c);
     } catch (const c10::Error& e) {
       throw ConfigError(At("model.n_embd") + ": " + e.what_without_backtrace());
     }
@@ -619,7 +688,7 @@ class Loader {
       const bool vertical = c.train.accumulation_schedule == AccumulationSchedule::kVertical &&
                             c.train.global_batch_size % c.train.micro_batch_size == 0;
       const int64_t kept = vertical ? c.train.global_batch_size / c.train.micro_batch_size : 1;
-      models::EstimateActivationBytes(c.model, c.train.micro_batch_size * c.data.seq_len, /*element_bytes=*/4, kept);
+      EstimateActivations(c, c.train.micro_batch_size * c.data.seq_len, kept);
     } catch (const c10::Error& e) {
       throw ConfigError(At("train.micro_batch_size") + ": train.micro_batch_size " +
                         std::to_string(c.train.micro_batch_size) + " x data.seq_len " +

@@ -271,16 +271,21 @@ std::vector<FieldSpec> BuildConfigSchema() {
            "deleted first; false = an output_dir holding another run is an error unless this run resumes it"),
       // model
       Enum<models::ModelType>("model.type", PS_ACCESS(model_type),
-                              "gpt (next-token prediction) or bert (masked LM, or sequence classification with "
-                              "model.num_labels)",
-                              {{"gpt", models::ModelType::kGpt}, {"bert", models::ModelType::kBert}}),
+                              "gpt (next-token prediction), bert (masked LM, or sequence classification with "
+                              "model.num_labels) or llama (a Llama-family decoder: Llama 2/3.x, Qwen2/2.5, Qwen3, "
+                              "Mistral, SmolLM2, TinyLlama; next-token prediction)",
+                              {{"gpt", models::ModelType::kGpt}, {"bert", models::ModelType::kBert},
+                               {"llama", models::ModelType::kLlama}}),
       Text("model.preset", PS_ACCESS(model.preset),
            "named size (gpt: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, GPT2small, GPT2_1B, ... GPT_175B; bert: "
-           "bert-base, bert-large, Bert, Bertlarge); fills the shape keys this config leaves unset; shape keys set "
-           "as well must equal the preset's"),
+           "bert-base, bert-large, Bert, Bertlarge; llama: llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-0.5b, "
+           "qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, mistral-7b-v0.3, smollm2-135m, "
+           "smollm2-360m, smollm2-1.7b, tinyllama-1.1b); fills the shape keys this config leaves unset; shape keys set as well must equal "
+           "the preset's"),
       Text("model.init_from", PS_ACCESS(model.init_from),
-           "local HF folder (GPT-2, or BERT with model.type bert: config.json + model.safetensors or a sharded "
-           "index) whose weights start the run; its config.json fills the shape keys left unset; empty = random init"),
+           "local HF folder (GPT-2; BERT with model.type bert; LlamaForCausalLM, Qwen2ForCausalLM, "
+           "Qwen3ForCausalLM or MistralForCausalLM with model.type llama: config.json + model.safetensors or a "
+           "sharded index; bf16/fp16 weights become fp32 masters) whose weights start the run; its config.json fills the shape keys left unset; empty = random init"),
       Int("model.n_layer", PS_ACCESS(model.n_layer), "transformer blocks", IntRange(1, kMaxLayers)),
       Int("model.n_head", PS_ACCESS(model.n_head), "attention heads (divides n_embd)", IntRange(1, kMaxHeads)),
       Int("model.n_embd", PS_ACCESS(model.n_embd), "hidden width", IntRange(1, kMaxEmbd)),
@@ -288,19 +293,54 @@ std::vector<FieldSpec> BuildConfigSchema() {
           IntRange(1, kMaxPositions)),
       Int("model.vocab_size", PS_ACCESS(model.vocab_size), "vocabulary size; token ids must be below it",
           IntRange(1, kMaxVocab)),
-      Float("model.dropout", PS_ACCESS(model.dropout), "dropout probability", FloatRange(0.0, 0.99)),
-      Float("model.layer_norm_eps", PS_ACCESS(model.layer_norm_eps), "LayerNorm epsilon", FloatRange(0.0, 1.0, true)),
+      Float("model.dropout", PS_ACCESS(model.dropout), "dropout probability (llama: attention dropout only)",
+            FloatRange(0.0, 0.99)),
+      Float("model.layer_norm_eps", PS_ACCESS(model.layer_norm_eps), "LayerNorm epsilon (llama: RMSNorm epsilon, HF rms_norm_eps)",
+            FloatRange(0.0, 1.0, true)),
       Float("model.init_std", PS_ACCESS(model.init_std), "std of the N(0, std) init", FloatRange(0.0, 10.0, true)),
       Bool("model.tie_word_embeddings", PS_ACCESS(model.tie_word_embeddings), "LM head shares the token embedding"),
       Bool("model.activation_checkpointing", PS_ACCESS(model.activation_checkpointing),
            "recompute each block's activations in backward instead of storing them"),
       Int("model.intermediate_size", PS_ACCESS(bert.intermediate_size),
-          "bert only: MLP width; 0 = 4 x n_embd", IntRange(0, int64_t{1} << 24)),
+          "bert and llama: MLP width (llama: the SwiGLU width); 0 = 4 x n_embd", IntRange(0, int64_t{1} << 24)),
       Int("model.type_vocab_size", PS_ACCESS(bert.type_vocab_size), "bert only: segment ids (token types)",
           IntRange(1, 1024)),
       Int("model.num_labels", PS_ACCESS(bert.num_labels),
           "bert only: > 0 fine-tunes a sequence classifier with this many labels; 0 = masked-LM pre-training",
           IntRange(0, 1 << 20)),
+      Int("model.num_key_value_heads", PS_ACCESS(llama.num_key_value_heads),
+          "llama only: key/value heads (grouped-query attention); 0 = n_head; must divide n_head (1 = multi-query)",
+          IntRange(0, kMaxHeads)),
+      Int("model.head_dim", PS_ACCESS(llama.head_dim),
+          "llama only: width of one attention head; 0 = n_embd / n_head (then n_head must divide n_embd)",
+          IntRange(0, kMaxEmbd)),
+      Float("model.rope_theta", PS_ACCESS(llama.rope_theta), "llama only: rotary embedding base",
+            FloatRange(0.0, kInf, true)),
+      Enum<models::RopeScalingType>("model.rope_scaling.type", PS_ACCESS(llama.rope_scaling.type),
+                                    "llama only: long-context rescaling of the rotary frequencies (HF rope_type): "
+                                    "none; linear (every frequency / factor); llama3 (Llama 3.1's, by wavelength)",
+                                    {{"none", models::RopeScalingType::kNone},
+                                     {"linear", models::RopeScalingType::kLinear},
+                                     {"llama3", models::RopeScalingType::kLlama3}}),
+      Float("model.rope_scaling.factor", PS_ACCESS(llama.rope_scaling.factor),
+            "llama only, rope_scaling linear or llama3: the context extension factor", FloatRange(0.0, kInf, true)),
+      Float("model.rope_scaling.low_freq_factor", PS_ACCESS(llama.rope_scaling.low_freq_factor),
+            "llama only, rope_scaling llama3: wavelengths above original / low_freq_factor are divided by factor",
+            FloatRange(0.0, kInf, true)),
+      Float("model.rope_scaling.high_freq_factor", PS_ACCESS(llama.rope_scaling.high_freq_factor),
+            "llama only, rope_scaling llama3: wavelengths below original / high_freq_factor are kept",
+            FloatRange(0.0, kInf, true)),
+      Int("model.rope_scaling.original_max_position_embeddings",
+          PS_ACCESS(llama.rope_scaling.original_max_position_embeddings),
+          "llama only, rope_scaling llama3: the pre-training context length", IntRange(1, kMaxPositions)),
+      Bool("model.attention_bias", PS_ACCESS(llama.attention_bias),
+           "llama only: the q/k/v and output projections have biases (HF Llama's attention_bias)"),
+      Bool("model.qkv_bias", PS_ACCESS(llama.qkv_bias), "llama only: the q/k/v projections have biases (Qwen2)"),
+      Bool("model.qk_norm", PS_ACCESS(llama.qk_norm),
+           "llama only: per-head RMSNorm of queries and keys before the rotation (Qwen3)"),
+      Int("model.sliding_window", PS_ACCESS(llama.sliding_window),
+          "llama only: > 0 = each token attends to at most this many tokens, itself included (Mistral); 0 = off",
+          IntRange(0, kMaxPositions)),
       // data
       Enum<DataFormat>("data.format", PS_ACCESS(data.format),
                        "auto (inferred from data.train_path: a .bin/.idx pair = megatron, an llm.c header = llmc, "
@@ -336,7 +376,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Enum<AccumulationSchedule>("train.accumulation_schedule", PS_ACCESS(train.accumulation_schedule),
                                  "with gradient accumulation: horizontal = each micro-batch forward and backward in "
                                  "turn; vertical = every micro-batch through a block before the next, one backward "
-                                 "(each chunk fetched once per step; GPT with model.activation_checkpointing only; "
+                                 "(each chunk fetched once per step; GPT or Llama with model.activation_checkpointing only; "
                                  "keeps every micro-batch's block inputs)",
                                  {{"horizontal", AccumulationSchedule::kHorizontal},
                                   {"vertical", AccumulationSchedule::kVertical}}),

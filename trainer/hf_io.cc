@@ -17,6 +17,7 @@
 
 #include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
+#include "models/hf_llama.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config_loader.h"
 #include "trainer/file_io.h"
@@ -60,6 +61,11 @@ InitialWeights ReadInitialWeights(const Config& config) {
     models::HfBertWeights bert = models::MapHfBertWeights(config.model.init_from, BertConfigOf(config));
     w.params = std::move(bert.params);
     w.missing = std::move(bert.missing);
+  } else if (config.model_type == models::ModelType::kLlama) {
+    // Memory-mapped views in the stored dtype: engine.Load converts them to fp32 one
+    // tensor at a time (StateTensor) while writing the masters, so a bf16 folder never
+    // exists in fp32 as a whole.
+    w.params = models::MapHfLlamaWeights(config.model.init_from, LlamaConfigOf(config));
   } else {
     w.params = models::MapHfGpt2Weights(config.model.init_from, config.model);
   }
@@ -215,6 +221,8 @@ HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& con
                               int64_t max_shard_bytes) {
   const auto start = std::chrono::steady_clock::now();
   CheckExportDestination(out_dir, replace, protected_paths, "export");
+  TORCH_CHECK(config.model_type != models::ModelType::kLlama,
+              "the HF export writes GPT-2 and BERT folders; a Llama export is not implemented yet");
   const fs::path out(out_dir);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
   const fs::path tmp = FreshSibling(out, "export");

@@ -26,6 +26,9 @@ std::unique_ptr<models::TrainableModel> MakeModel(const Config& c) {
   if (c.model_type == models::ModelType::kGpt) {
     return models::MakeTrainableGpt(models::Gpt(c.model, models::kUninitialised));
   }
+  if (c.model_type == models::ModelType::kLlama) {
+    return models::MakeTrainableLlama(models::Llama(LlamaConfigOf(c), models::kUninitialised));
+  }
   const models::BertConfig b = BertConfigOf(c);
   if (b.num_labels > 0) return models::MakeTrainableBertClassifier(models::Bert(b, models::kUninitialised));
   return models::MakeTrainableBertMlm(models::Bert(b, models::kUninitialised));
@@ -33,6 +36,7 @@ std::unique_ptr<models::TrainableModel> MakeModel(const Config& c) {
 
 std::vector<models::ParameterShape> ParameterShapesOf(const Config& c) {
   if (c.model_type == models::ModelType::kGpt) return models::GptParameterShapes(c.model);
+  if (c.model_type == models::ModelType::kLlama) return models::LlamaParameterShapes(LlamaConfigOf(c));
   return models::BertParameterShapes(BertConfigOf(c));
 }
 
@@ -41,6 +45,9 @@ bool EmbeddingOnHost(const Config& c, const std::string& name) {
   if (c.model_type == models::ModelType::kGpt) {
     return name == "wpe.weight" || (name == "wte.weight" && !c.model.tie_word_embeddings);
   }
+  if (c.model_type == models::ModelType::kLlama) {
+    return name == "embed_tokens.weight" && !c.model.tie_word_embeddings;
+  }
   return name == "embeddings.position_embeddings.weight" || name == "embeddings.token_type_embeddings.weight" ||
          (name == "embeddings.word_embeddings.weight" && c.bert.num_labels > 0);
 }
@@ -48,6 +55,9 @@ bool EmbeddingOnHost(const Config& c, const std::string& name) {
 int64_t ActivationBytesOf(const Config& c, int64_t tokens, int64_t element_bytes, int64_t micro_batches_kept) {
   if (c.model_type == models::ModelType::kGpt) {
     return models::EstimateActivationBytes(c.model, tokens, element_bytes, micro_batches_kept);
+  }
+  if (c.model_type == models::ModelType::kLlama) {
+    return models::EstimateLlamaActivationBytes(LlamaConfigOf(c), tokens, element_bytes, micro_batches_kept);
   }
   return models::EstimateBertActivationBytes(BertConfigOf(c), tokens, element_bytes);
 }

@@ -1,5 +1,5 @@
-// The model a config describes (model.type gpt or bert), and what planning needs of it
-// without building it: parameter shapes and the activation estimate.
+// The model a config describes (model.type gpt, bert or llama), and what planning needs of
+// it without building it: parameter shapes and the activation estimate.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,10 @@
 
 #include "models/bert_config.h"
 #include "models/gpt_config.h"
+#include "models/llama_config.h"
 #include "models/trainable.h"
 #include "trainer/config.h"
+#include "trainer/llama_keys.h"  // LlamaConfigOf
 
 namespace ps::trainer {
 
@@ -26,8 +28,9 @@ std::unique_ptr<models::TrainableModel> MakeModel(const Config& config);
 std::vector<models::ParameterShape> ParameterShapesOf(const Config& config);
 
 // chunk.cpu_embedding: whether parameter `name` lives on the host in fp32, outside the
-// chunks. GPT: wpe, and wte when not tied to the LM head; BERT: the position and
-// token-type embeddings, and the word embedding when no MLM decoder is tied to it.
+// chunks. GPT: wpe, and wte when not tied to the LM head; Llama: embed_tokens when not
+// tied to the LM head (it has no position table); BERT: the position and token-type
+// embeddings, and the word embedding when no MLM decoder is tied to it.
 bool EmbeddingOnHost(const Config& config, const std::string& name);
 
 // Estimated activation bytes of one micro-batch of `tokens` tokens (the memory plan's).

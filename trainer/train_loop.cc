@@ -595,7 +595,8 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   result.start_step = progress.start_step;
   const double flops_per_token = TrainingFlopsPerToken(counts.total_numel, c.model.n_layer, c.model.n_embd, c.data.seq_len);
   spdlog::info("run '{}': {} {} layers x {} wide, {} heads; {:.2f}M parameters ({:.2f}M non-embedding)", c.run.name,
-               c.model_type == models::ModelType::kGpt ? "GPT"
+               c.model_type == models::ModelType::kGpt     ? "GPT"
+               : c.model_type == models::ModelType::kLlama ? "Llama"
                : c.bert.num_labels > 0                 ? fmt::format("BERT classifier ({} labels)", c.bert.num_labels)
                                                        : std::string("BERT masked LM"),
                c.model.n_layer, c.model.n_embd, c.model.n_head, counts.total_numel / 1e6, counts.non_embedding_numel / 1e6);
