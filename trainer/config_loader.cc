@@ -19,9 +19,9 @@
 #include "models/bert_config.h"
 #include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
-#include "models/hf_llama.h"
 #include "trainer/config_schema.h"
 #include "trainer/llama_keys.h"
+#include "trainer/model_shape.h"
 
 namespace ps::trainer {
 namespace {
@@ -59,26 +59,6 @@ class DocumentStarts : public YAML::EventHandler {
   void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
   void OnMapEnd() override {}
 };
-
-// The shape checks of the model a config describes, and its parameter count (both
-// throw c10::Error naming the key at fault; the count must fit int64).
-void ValidateShape(const Config& c) {
-  if (c.model_type != models::ModelType::kLlama) {
-    models::GptParameterCount(c.model);
-    return;
-  }
-  const models::LlamaConfig llama = LlamaConfigOf(c);
-  models::ValidateLlamaConfig(llama);
-  models::LlamaParameterCount(llama);
-}
-
-// The activation estimate of `tokens` tokens in fp32, `kept` micro-batches at once.
-int64_t EstimateActivations(const Config& c, int64_t tokens, int64_t kept) {
-  if (c.model_type == models::ModelType::kLlama) {
-    return models::EstimateLlamaActivationBytes(LlamaConfigOf(c), tokens, /*element_bytes=*/4, kept);
-  }
-  return models::EstimateActivationBytes(c.model, tokens, /*element_bytes=*/4, kept);
-}
 
 // Applies a YAML document and overrides to a Config, tracking where each key was set.
 class Loader {
@@ -475,38 +455,10 @@ class Loader {
     }
   }
 
-  // model.type llama: model.preset fills the keys left unset (those set must agree), then
-  // model.init_from's config.json fills the rest (set or preset keys must agree). An
-  // unsupported config.json (another architecture, a rope type such as yarn, ...) is a
-  // ConfigError naming the file, the field and the value.
+  // model.type llama: the preset's, then model.init_from's keys (llama_keys.h).
   void ResolveLlama() {
-    const auto& m = config_.model;
-    auto is_set = [&](const std::string& key) { return set_at_.count(key) > 0; };
-    if (!m.preset.empty()) {
-      const auto preset = models::FindLlamaPreset(m.preset);
-      if (!preset) {
-        throw ConfigError(At("model.preset") + ": model.preset: unknown preset '" + m.preset +
-                          "' for model.type llama; known: " + LlamaPresetNames());
-      }
-      FillLlamaKeys(preset->config, config_, is_set, [&](const std::string& key, const std::string& ours,
-                                                         const std::string& theirs) {
-        throw ConfigError(At(key) + ": " + key + " " + ours + " disagrees with model.preset '" + m.preset +
-                          "' (set at " + At("model.preset") + "), whose value is " + theirs + "; drop one of the two");
-      });
-    }
-    if (m.init_from.empty()) return;
-    models::LlamaConfig hf;
-    try {
-      hf = models::ReadHfLlamaConfig(m.init_from);
-    } catch (const c10::Error& e) {
-      throw ConfigError(At("model.init_from") + ": model.init_from: " + e.what_without_backtrace());
-    }
-    auto given = [&](const std::string& key) { return is_set(key) || !m.preset.empty(); };
-    FillLlamaKeys(hf, config_, given, [&](const std::string& key, const std::string& ours, const std::string& theirs) {
-      const std::string by = is_set(key) ? At(key) : At("model.preset") + " (model.preset '" + m.preset + "')";
-      throw ConfigError(by + ": " + key + " " + ours + " disagrees with model.init_from '" + m.init_from +
-                        "', whose config.json says " + theirs + "; drop the key or use another folder");
-    });
+    ResolveLlamaKeys(config_, [this](const std::string& key) { return set_at_.count(key) > 0; },
+                     [this](const std::string& key) { return At(key); });
   }
 
   // data.format: synthetic reads no file, so a path beside it is a contradiction; auto
@@ -679,7 +631,7 @@ class Loader {
     // chunk runtime count elements and bytes in it); models/ checks the arithmetic
     // and names the shape.
     try {
-      ValidateShape(c);
+      ValidateModelShape(c);
     } catch (const c10::Error& e) {
       throw ConfigError(At("model.n_embd") + ": " + e.what_without_backtrace());
     }
@@ -688,7 +640,7 @@ class Loader {
       const bool vertical = c.train.accumulation_schedule == AccumulationSchedule::kVertical &&
                             c.train.global_batch_size % c.train.micro_batch_size == 0;
       const int64_t kept = vertical ? c.train.global_batch_size / c.train.micro_batch_size : 1;
-      EstimateActivations(c, c.train.micro_batch_size * c.data.seq_len, kept);
+      EstimateActivationBytesFp32(c, c.train.micro_batch_size * c.data.seq_len, kept);
     } catch (const c10::Error& e) {
       throw ConfigError(At("train.micro_batch_size") + ": train.micro_batch_size " +
                         std::to_string(c.train.micro_batch_size) + " x data.seq_len " +
@@ -771,30 +723,6 @@ std::string ConfigToYaml(const Config& config) {
       section = s;
     }
     out += "  " + f.key.substr(dot + 1) + ": " + f.get(config) + "\n";
-  }
-  return out;
-}
-
-namespace {
-// A Markdown table cell: a literal '|' (the enums' "one of a|b") must not end the cell.
-std::string Cell(const std::string& text) {
-  std::string out;
-  for (const char ch : text) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
-  return out;
-}
-}  // namespace
-
-std::string ConfigReferenceMarkdown() {
-  const Config defaults;
-  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
-  for (const auto& f : BuildConfigSchema()) {
-    out += "| `" + f.key + "` | " + Cell(f.type_name) + " | `" + f.get(defaults) + "` | " + Cell(f.help) + " |\n";
-  }
-  out += "\nAccepted for PatrickStar/DeepSpeed configs (setting both an alias and its key is an error):\n\n";
-  out += "| alias | sets | note |\n|---|---|---|\n";
-  for (const auto& a : BuildConfigAliases()) {
-    out += "| `" + a.key + "` | " + (a.target.empty() ? std::string("(nothing)") : "`" + a.target + "`") + " | " + Cell(a.note) +
-           " |\n";
   }
   return out;
 }

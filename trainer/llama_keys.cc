@@ -1,6 +1,11 @@
 #include "trainer/llama_keys.h"
 
+#include <c10/util/Exception.h>
+
 #include <sstream>
+
+#include "models/hf_llama.h"
+#include "trainer/config_loader.h"
 
 namespace ps::trainer {
 namespace {
@@ -122,6 +127,36 @@ std::string LlamaPresetNames() {
   std::string names;
   for (const auto& p : models::LlamaPresets()) names += (names.empty() ? "" : ", ") + p.name;
   return names;
+}
+
+void ResolveLlamaKeys(Config& config, const std::function<bool(const std::string&)>& is_set,
+                      const std::function<std::string(const std::string&)>& at) {
+  const auto& m = config.model;
+  if (!m.preset.empty()) {
+    const auto preset = models::FindLlamaPreset(m.preset);
+    if (!preset) {
+      throw ConfigError(at("model.preset") + ": model.preset: unknown preset '" + m.preset +
+                        "' for model.type llama; known: " + LlamaPresetNames());
+    }
+    FillLlamaKeys(preset->config, config, is_set, [&](const std::string& key, const std::string& ours,
+                                                       const std::string& theirs) {
+      throw ConfigError(at(key) + ": " + key + " " + ours + " disagrees with model.preset '" + m.preset +
+                        "' (set at " + at("model.preset") + "), whose value is " + theirs + "; drop one of the two");
+    });
+  }
+  if (m.init_from.empty()) return;
+  models::LlamaConfig hf;
+  try {
+    hf = models::ReadHfLlamaConfig(m.init_from);
+  } catch (const c10::Error& e) {
+    throw ConfigError(at("model.init_from") + ": model.init_from: " + e.what_without_backtrace());
+  }
+  auto given = [&](const std::string& key) { return is_set(key) || !m.preset.empty(); };
+  FillLlamaKeys(hf, config, given, [&](const std::string& key, const std::string& ours, const std::string& theirs) {
+    const std::string by = is_set(key) ? at(key) : at("model.preset") + " (model.preset '" + m.preset + "')";
+    throw ConfigError(by + ": " + key + " " + ours + " disagrees with model.init_from '" + m.init_from +
+                      "', whose config.json says " + theirs + "; drop the key or use another folder");
+  });
 }
 
 }  // namespace ps::trainer

@@ -34,6 +34,15 @@ using KeyDisagreement = std::function<void(const std::string& key, const std::st
 void FillLlamaKeys(const models::LlamaConfig& source, Config& config,
                    const std::function<bool(const std::string&)>& given, const KeyDisagreement& disagree);
 
+// model.type llama: model.preset fills the keys left unset (those set must agree), then
+// model.init_from's config.json fills the rest (set or preset keys must agree). Throws
+// ConfigError for an unknown preset, a disagreement, or an unsupported config.json
+// (another architecture, a rope type such as yarn, ...), naming the file, the field and
+// the value. `is_set(key)`: the config file or an override set it; `at(key)`: where
+// ("file:line"), for messages.
+void ResolveLlamaKeys(Config& config, const std::function<bool(const std::string&)>& is_set,
+                      const std::function<std::string(const std::string&)>& at);
+
 // "llama-3.2-1b, llama-3.2-3b, ...": the names model.preset accepts for model.type llama.
 std::string LlamaPresetNames();
 

@@ -27,6 +27,7 @@
 #include "trainer/host_memory.h"
 #include "trainer/metrics.h"
 #include "trainer/model_factory.h"
+#include "trainer/model_shape.h"
 #include "trainer/rng_state.h"
 #include "trainer/rank_agreement.h"
 #include "trainer/run_data.h"
@@ -595,10 +596,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   result.start_step = progress.start_step;
   const double flops_per_token = TrainingFlopsPerToken(counts.total_numel, c.model.n_layer, c.model.n_embd, c.data.seq_len);
   spdlog::info("run '{}': {} {} layers x {} wide, {} heads; {:.2f}M parameters ({:.2f}M non-embedding)", c.run.name,
-               c.model_type == models::ModelType::kGpt     ? "GPT"
-               : c.model_type == models::ModelType::kLlama ? "Llama"
-               : c.bert.num_labels > 0                 ? fmt::format("BERT classifier ({} labels)", c.bert.num_labels)
-                                                       : std::string("BERT masked LM"),
+               ModelKindName(c),
                c.model.n_layer, c.model.n_embd, c.model.n_head, counts.total_numel / 1e6, counts.non_embedding_numel / 1e6);
   spdlog::info("device {}, {} CPU threads, {}; data {} ({} tokens, {} samples/epoch)", device.str(), threads,
                optim::ToString(c.precision.dtype), data.description(), data.num_tokens(),
