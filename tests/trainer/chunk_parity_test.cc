@@ -252,7 +252,7 @@ TEST_CASE("vertical accumulation: what it refuses", "[chunk][vertical]") {
                     Catch::Contains("train.accumulation_schedule: vertical needs model.activation_checkpointing"));
   CHECK_THROWS_WITH(Tiny("vert_bert", {"train.accumulation_schedule=vertical", "model.activation_checkpointing=true",
                                        "model.type=bert", "model.vocab_size=300"}),
-                    Catch::Contains("GPT only"));
+                    Catch::Contains("use horizontal with BERT"));
 }
 
 TEST_CASE("host pool: reserved once at the plan's host figure, used within it; same losses", "[chunk][pool]") {
