@@ -37,14 +37,33 @@ std::string CheckpointDir(const Config& c) {
 
 nlohmann::json RunFingerprint(const Config& c) {
   const auto& m = c.model;
-  return {{"model.n_layer", m.n_layer},
-          {"model.n_head", m.n_head},
-          {"model.n_embd", m.n_embd},
-          {"model.n_positions", m.n_positions},
-          {"model.vocab_size", m.vocab_size},
-          {"model.tie_word_embeddings", m.tie_word_embeddings},
-          {"precision.dtype", optim::ToString(c.precision.dtype)},
-          {"data.seq_len", c.data.seq_len}};
+  nlohmann::json f = {{"model.n_layer", m.n_layer},
+                      {"model.n_head", m.n_head},
+                      {"model.n_embd", m.n_embd},
+                      {"model.n_positions", m.n_positions},
+                      {"model.vocab_size", m.vocab_size},
+                      {"model.tie_word_embeddings", m.tie_word_embeddings},
+                      {"precision.dtype", optim::ToString(c.precision.dtype)},
+                      {"data.seq_len", c.data.seq_len}};
+  if (c.model_type != models::ModelType::kLlama) return f;  // GPT's and BERT's as they always were
+  // A Llama's function also depends on these: a resume with another rope or window would
+  // load every tensor and silently compute something else.
+  const auto& k = c.llama;
+  f["model.type"] = "llama";
+  f["model.num_key_value_heads"] = k.num_key_value_heads;
+  f["model.head_dim"] = k.head_dim;
+  f["model.intermediate_size"] = c.bert.intermediate_size;
+  f["model.rope_theta"] = k.rope_theta;
+  f["model.rope_scaling.type"] = models::ToString(k.rope_scaling.type);
+  f["model.rope_scaling.factor"] = k.rope_scaling.factor;
+  f["model.rope_scaling.low_freq_factor"] = k.rope_scaling.low_freq_factor;
+  f["model.rope_scaling.high_freq_factor"] = k.rope_scaling.high_freq_factor;
+  f["model.rope_scaling.original_max_position_embeddings"] = k.rope_scaling.original_max_position_embeddings;
+  f["model.attention_bias"] = k.attention_bias;
+  f["model.qkv_bias"] = k.qkv_bias;
+  f["model.qk_norm"] = k.qk_norm;
+  f["model.sliding_window"] = k.sliding_window;
+  return f;
 }
 
 RunIdentity IdentityOf(const Config& c) {

@@ -89,6 +89,11 @@ TEST_CASE("llama: a chunk run killed and resumed logs the same losses bitwise", 
     INFO("step " << 5 + i);
     CHECK(resumed.losses[i] == whole.losses[4 + i]);  // bitwise
   }
+  // The rotary base is part of what must match to resume: the same tensors with another
+  // rope_theta compute another function.
+  std::vector<std::string> other_rope = interrupted;
+  other_rope.push_back("model.rope_theta=500000.0");
+  CHECK_THROWS_WITH(Train(Tiny("resume_cut", other_rope)), Catch::Contains("model.rope_theta: checkpoint 10000.0"));
 }
 
 // Row 0 of a fixture's reference tokens (input_ids then its last target) as a raw
