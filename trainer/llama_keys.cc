@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "models/hf_llama.h"
@@ -150,6 +151,8 @@ void ResolveLlamaKeys(Config& config, const std::function<bool(const std::string
     hf = models::ReadHfLlamaConfig(m.init_from);
   } catch (const c10::Error& e) {
     throw ConfigError(at("model.init_from") + ": model.init_from: " + e.what_without_backtrace());
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong JSON type
+    throw ConfigError(at("model.init_from") + ": model.init_from: " + m.init_from + "/config.json: " + e.what());
   }
   auto given = [&](const std::string& key) { return is_set(key) || !m.preset.empty(); };
   FillLlamaKeys(hf, config, given, [&](const std::string& key, const std::string& ours, const std::string& theirs) {

@@ -165,6 +165,10 @@ TEST_CASE("llama: an unsupported config.json is a ConfigError naming the file an
                                                    Catch::Contains(gemma + "/config.json") &&
                                                    Catch::Contains("architectures") &&
                                                    Catch::Contains("GemmaForCausalLM"));
+  // A field of the wrong JSON type is a ConfigError naming the file, not a raw JSON error.
+  const std::string null_act = EditedFolder("null_act", "\"silu\"", "null");
+  CHECK_THROWS_AS(FineTune(null_act, "unused"), ConfigError);
+  CHECK_THROWS_WITH(FineTune(null_act, "unused"), Catch::Contains(null_act + "/config.json"));
   const std::string yarn = EditedFolder("yarn", "\"llama3\"", "\"yarn\"");
   CHECK_THROWS_AS(FineTune(yarn, "unused"), ConfigError);
   CHECK_THROWS_WITH(FineTune(yarn, "unused"),
