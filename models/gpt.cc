@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 
+#include "models/block_passes.h"
 #include "models/recompute.h"
 #include "models/leaf_linear.h"
 
@@ -141,61 +142,21 @@ at::Tensor GptImpl::Head(const at::Tensor& x) {
   return Apply(lm_head, y, save_weight_leaves_);
 }
 
-at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
-  LayerHooks none;
-  LayerHooks& hk = hooks ? *hooks : none;
-  int block = 0;
-  hk.PreForward(block);
-  at::Tensor x = hk.PostForward(block, Embed(idx));
-  for (++block; block <= config_.n_layer; ++block) {
-    hk.PreForward(block);
-    x = hk.PostForward(block, RunBlock(block, x, hooks));
-  }
-  hk.PreForward(block);
-  return hk.PostForward(block, Head(x));
+BlockPasses GptImpl::Passes(LayerHooks* hooks) {
+  BlockPasses p;
+  p.n_layer = static_cast<int>(config_.n_layer);
+  p.recompute = recompute();
+  p.embed = [this](const at::Tensor& idx) { return Embed(idx); };
+  p.run_block = [this, hooks](int block, const at::Tensor& x) { return RunBlock(block, x, hooks); };
+  p.head = [this](const at::Tensor& x) { return Head(x); };
+  return p;
 }
 
-namespace {
-at::Tensor MeanCrossEntropy(const at::Tensor& logits, const at::Tensor& targets) {
-  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
-}
-}  // namespace
+at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) { return ForwardBlocks(Passes(hooks), idx, hooks); }
 
 std::vector<at::Tensor> GptImpl::LossMany(const std::vector<at::Tensor>& idx, const std::vector<at::Tensor>& targets,
                                           LayerHooks* hooks) {
-  TORCH_CHECK(!idx.empty() && idx.size() == targets.size(), "LossMany: ", idx.size(), " inputs for ", targets.size(),
-              " targets");
-  TORCH_CHECK(config_.activation_checkpointing || !at::GradMode::is_enabled() || !is_training(),
-              "LossMany (train.accumulation_schedule: vertical) needs model.activation_checkpointing: true in "
-              "training: it keeps every micro-batch's block inputs, and only those");
-  LayerHooks none;
-  LayerHooks& hk = hooks ? *hooks : none;
-  const size_t k = idx.size();
-  std::vector<at::Tensor> x(k);
-  // Each block once for every micro-batch: fetched once; its outputs wrapped after all
-  // ran (their backward hooks then come first in backward, see the header).
-  auto each = [&](int block, const std::function<at::Tensor(size_t)>& run) {
-    hk.PreForward(block);
-    for (size_t m = 0; m < k; ++m) x[m] = run(m);
-    for (size_t m = 0; m < k; ++m) x[m] = hk.PostForward(block, x[m]);
-  };
-  each(0, [&](size_t m) { return Embed(idx[m]); });
-  for (int block = 1; block <= config_.n_layer; ++block) {
-    each(block, [&](size_t m) { return RunBlock(block, x[m], hooks); });
-  }
-  const int last = num_blocks() - 1;
-  each(last, [&](size_t m) {
-    if (!recompute()) return MeanCrossEntropy(Head(x[m]), targets[m]);
-    // k micro-batches' logits (vocab_size per token, with their fp32 copy) would dwarf
-    // the block inputs: the head runs again in backward, one micro-batch at a time.
-    const at::Tensor t = targets[m];
-    return RecomputedCall(
-        x[m], [this, t](const at::Tensor& in) { return MeanCrossEntropy(Head(in), t); },
-        [hooks, last] {
-          if (hooks) hooks->PreForward(last);
-        });
-  });
-  return x;
+  return LossManyBlockMajor(Passes(hooks), idx, targets, is_training(), hooks);
 }
 
 void GptImpl::set_save_weight_leaves(bool on) {

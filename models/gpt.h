@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "models/block_passes.h"
 #include "models/gpt_config.h"
 #include "models/layer_hooks.h"
 #include "models/param_init.h"
@@ -129,6 +130,7 @@ class GptImpl : public torch::nn::Module {
   at::Tensor RunBlock(int block, const at::Tensor& x, LayerHooks* hooks);  // 1..n_layer, recomputed or not
   at::Tensor Head(const at::Tensor& x);               // ln_f and the LM head: logits (no hooks)
   bool recompute() const;                             // activation checkpointing applies now
+  BlockPasses Passes(LayerHooks* hooks);              // Embed, RunBlock, Head for block_passes.h
 
   bool host_embedding_ = false;
   at::Device embedding_out_device_ = at::kCPU;

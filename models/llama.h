@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "models/block_passes.h"
 #include "models/gpt.h"
 #include "models/layer_hooks.h"
 #include "models/llama_config.h"
@@ -60,6 +61,7 @@ class LlamaImpl : public torch::nn::Module {
   at::Tensor RunBlock(int block, const at::Tensor& x, LayerHooks* hooks);
   at::Tensor Head(const at::Tensor& x);  // final norm and LM head: logits
   bool recompute() const;
+  BlockPasses Passes(LayerHooks* hooks);  // Embed, RunBlock, Head for block_passes.h
 
   at::Tensor inv_freq_;  // [head_dim / 2] fp32, CPU: the rotary frequencies, scaling applied
   bool host_embedding_ = false;
