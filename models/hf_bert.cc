@@ -169,7 +169,7 @@ std::vector<std::string> WriteHfBertWeights(const std::string& folder, const Ten
       {"initializer_range", config.init_std},
       {"position_embedding_type", "absolute"},
       {"pad_token_id", 0},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", HfDtypeName(options.dtype)},
   };
   if (config.num_labels > 0) {
     nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
@@ -195,7 +195,7 @@ std::vector<std::string> WriteHfBertWeights(const std::string& folder, const Ten
   for (const auto& [name, t] : params) {
     TORCH_CHECK(expected.count(name), "HF export: parameter '", name, "' is not part of this BERT");
   }
-  for (const auto& f : SaveShardedSafetensors(folder, hf, options.max_shard_bytes)) written.push_back(f);
+  for (const auto& f : SaveShardedSafetensors(folder, hf, options.max_shard_bytes, options.dtype)) written.push_back(f);
   return written;
 }
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "models/bert_config.h"
-#include "models/hf_gpt2.h"  // HfExportOptions
+#include "models/hf_folder.h"  // HfExportOptions
 #include "models/safetensors.h"
 
 namespace ps::models {

@@ -12,6 +12,15 @@ namespace ps::models {
 
 namespace fs = std::filesystem;
 
+std::string HfDtypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: TORCH_CHECK(false, "HF export: weights are written as fp32, bf16 or fp16, not ", dtype);
+  }
+}
+
 nlohmann::json ReadHfJson(const std::string& path) {
   std::ifstream in(path);
   TORCH_CHECK(in.good(), path, ": cannot open (an HF model folder needs it)");

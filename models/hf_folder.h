@@ -15,6 +15,16 @@
 
 namespace ps::models {
 
+// What an export writes besides the parameters.
+struct HfExportOptions {
+  int64_t max_shard_bytes = 5'000'000'000;  // HF's default "5GB": above it, shards + index
+  int64_t eos_token_id = -1;                 // written as bos/eos_token_id when >= 0 (GPT-2)
+  at::ScalarType dtype = at::kFloat;         // the weights' dtype in the files (fp32, bf16 or fp16)
+};
+
+// config.json's name of `dtype` ("float32", "bfloat16", "float16"); throws for others.
+std::string HfDtypeName(at::ScalarType dtype);
+
 // Parses `path`; throws c10::Error naming it when it is missing or not valid JSON.
 nlohmann::json ReadHfJson(const std::string& path);
 

@@ -182,7 +182,7 @@ std::vector<std::string> WriteHfGpt2Weights(const std::string& folder, const Ten
       {"attn_pdrop", config.dropout},
       {"scale_attn_weights", true},
       {"tie_word_embeddings", config.tie_word_embeddings},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", HfDtypeName(options.dtype)},
       {"use_cache", true},
   };
   if (options.eos_token_id >= 0) {
@@ -193,7 +193,7 @@ std::vector<std::string> WriteHfGpt2Weights(const std::string& folder, const Ten
   WriteHfJsonFile((fs::path(folder) / "config.json").string(), cj);
   written.push_back("config.json");
 
-  for (const auto& f : SaveShardedSafetensors(folder, ToHfGpt2StateDict(params, config), options.max_shard_bytes)) {
+  for (const auto& f : SaveShardedSafetensors(folder, ToHfGpt2StateDict(params, config), options.max_shard_bytes, options.dtype)) {
     written.push_back(f);
   }
   return written;

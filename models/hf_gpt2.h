@@ -11,6 +11,7 @@
 
 #include "models/gpt.h"
 #include "models/gpt_config.h"
+#include "models/hf_folder.h"  // HfExportOptions
 #include "models/safetensors.h"
 
 namespace ps::models {
@@ -41,11 +42,6 @@ void LoadHfGpt2(Gpt& model, const std::map<std::string, at::Tensor>& hf_state);
 // Conv1D weights transposed back to [in, out], contiguous fp32 CPU tensors; a tied LM
 // head is not written (HF restores it from wte).
 TensorMap ToHfGpt2StateDict(const TensorMap& params, const GptConfig& config);
-
-struct HfExportOptions {
-  int64_t max_shard_bytes = 5'000'000'000;  // HF's default "5GB": above it, shards + index
-  int64_t eos_token_id = -1;                 // written as bos/eos_token_id when >= 0
-};
 
 // Writes `folder`/config.json and the weights (model.safetensors, or
 // model-0000i-of-0000n.safetensors + model.safetensors.index.json above

@@ -215,10 +215,25 @@ std::string SafetensorsHeader(const TensorMap& tensors) {
   return header;
 }
 
-void SaveSafetensors(const std::string& path, const TensorMap& tensors) {
-  std::vector<at::Tensor> contiguous;
-  for (const auto& [name, tensor] : tensors) contiguous.push_back(tensor.detach().to(at::kCPU).contiguous());
-  const std::string header = SafetensorsHeader(tensors);
+namespace {
+
+// The dtype `t` is written in: `float_dtype` for a floating tensor when given.
+at::ScalarType WrittenDtype(const at::Tensor& t, std::optional<at::ScalarType> float_dtype) {
+  return float_dtype && at::isFloatingType(t.scalar_type()) ? *float_dtype : t.scalar_type();
+}
+
+}  // namespace
+
+void SaveSafetensors(const std::string& path, const TensorMap& tensors, std::optional<at::ScalarType> float_dtype) {
+  // The header from shapes and written dtypes alone (meta tensors): each tensor is
+  // converted only when its turn to be written comes, so at most one copy exists.
+  TensorMap layout;
+  for (const auto& [name, tensor] : tensors) {
+    layout.emplace(name, at::empty(tensor.sizes(), at::TensorOptions()
+                                                       .dtype(WrittenDtype(tensor, float_dtype))
+                                                       .device(at::kMeta)));
+  }
+  const std::string header = SafetensorsHeader(layout);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -226,7 +241,8 @@ void SaveSafetensors(const std::string& path, const TensorMap& tensors) {
     const uint64_t header_bytes = header.size();
     out.write(reinterpret_cast<const char*>(&header_bytes), 8);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const auto& t : contiguous) {
+    for (const auto& [name, tensor] : tensors) {
+      const at::Tensor t = tensor.detach().to(at::kCPU, WrittenDtype(tensor, float_dtype)).contiguous();
       out.write(static_cast<const char*>(t.data_ptr()),
                 static_cast<std::streamsize>(t.numel() * t.element_size()));
     }
@@ -237,11 +253,11 @@ void SaveSafetensors(const std::string& path, const TensorMap& tensors) {
 }
 
 std::vector<std::string> SaveShardedSafetensors(const std::string& folder, const TensorMap& tensors,
-                                                int64_t max_shard_bytes) {
+                                                int64_t max_shard_bytes, std::optional<at::ScalarType> float_dtype) {
   std::vector<TensorMap> shards(1);
   int64_t shard_bytes = 0, total_bytes = 0;
   for (const auto& [name, t] : tensors) {
-    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    const int64_t bytes = t.numel() * static_cast<int64_t>(c10::elementSize(WrittenDtype(t, float_dtype)));
     if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
@@ -252,7 +268,7 @@ std::vector<std::string> SaveShardedSafetensors(const std::string& folder, const
   }
   const std::string dir = folder.empty() || folder.back() == '/' ? folder : folder + "/";
   if (shards.size() == 1) {
-    SaveSafetensors(dir + "model.safetensors", shards[0]);
+    SaveSafetensors(dir + "model.safetensors", shards[0], float_dtype);
     return {"model.safetensors"};
   }
   std::vector<std::string> written;
@@ -261,7 +277,7 @@ std::vector<std::string> SaveShardedSafetensors(const std::string& folder, const
   for (int i = 0; i < n; ++i) {
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", i + 1, n);
-    SaveSafetensors(dir + name, shards[i]);
+    SaveSafetensors(dir + name, shards[i], float_dtype);
     for (const auto& [tensor_name, t] : shards[i]) index["weight_map"][tensor_name] = name;
     written.push_back(name);
   }

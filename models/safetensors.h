@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,15 +31,19 @@ TensorMap MapSafetensors(const std::string& path);
 // multiple of 8 bytes. Streaming writers use it and then write each tensor's bytes.
 std::string SafetensorsHeader(const TensorMap& tensors);
 
-// Writes contiguous CPU copies of `tensors` (F32/F16/BF16/I64/I32/U8...).
+// Writes `tensors` (F32/F16/BF16/I64/I32/U8..., any device), floating ones converted to
+// `float_dtype` when given, one tensor at a time (a CPU copy of one tensor at most).
 // Writes `path.tmp` then renames, so an existing file is never left half-written.
-void SaveSafetensors(const std::string& path, const TensorMap& tensors);
+void SaveSafetensors(const std::string& path, const TensorMap& tensors,
+                     std::optional<at::ScalarType> float_dtype = std::nullopt);
 
 // An HF model's weights in `folder`: model.safetensors, or, when they exceed
 // `max_shard_bytes`, model-0000i-of-0000n.safetensors (tensors in name order, each shard
 // at most max_shard_bytes unless one tensor alone is larger) plus
-// model.safetensors.index.json. Returns the file names written.
+// model.safetensors.index.json. Sizes count the written dtype (`float_dtype` as in
+// SaveSafetensors). Returns the file names written.
 std::vector<std::string> SaveShardedSafetensors(const std::string& folder, const TensorMap& tensors,
-                                                int64_t max_shard_bytes);
+                                                int64_t max_shard_bytes,
+                                                std::optional<at::ScalarType> float_dtype = std::nullopt);
 
 }  // namespace ps::models

@@ -1,7 +1,9 @@
-// ps_export: a ps_train checkpoint -> an HF GPT-2 folder (config.json, model.safetensors
-// or shards + index, the run's tokenizer files) that transformers' from_pretrained loads.
+// ps_export: a ps_train checkpoint -> an HF folder of its architecture (GPT2LMHeadModel,
+// BertForMaskedLM, LlamaForCausalLM, Qwen2/Qwen3/MistralForCausalLM): config.json,
+// model.safetensors or shards + index, the run's tokenizer files and the source's
+// generation_config.json, which transformers' from_pretrained loads.
 //
-//   ps_export --checkpoint runs/x/checkpoints[/step_N] --out runs/x/hf [--overwrite]
+//   ps_export --checkpoint runs/x/checkpoints[/step_N] --out runs/x/hf [--overwrite] [--dtype bf16]
 //
 // Exit status: 0 done, 2 bad arguments, 1 a bad checkpoint or a failed write (the
 // message names the file). The folder appears complete or not at all.
@@ -17,7 +19,7 @@
 namespace {
 
 int Run(int argc, char** argv) {
-  cxxopts::Options options("ps_export", "Writes an HF GPT-2 folder from a ps_train checkpoint.");
+  cxxopts::Options options("ps_export", "Writes an HF model folder from a ps_train checkpoint.");
   options.add_options()
       ("checkpoint", "a step_N checkpoint folder, or a folder of them (the newest is taken)",
        cxxopts::value<std::string>())
@@ -25,6 +27,8 @@ int Run(int argc, char** argv) {
       ("overwrite", "replace --out when it exists")
       ("max-shard-bytes", "split the weights into shards of at most this many bytes",
        cxxopts::value<int64_t>()->default_value("5000000000"))
+      ("dtype", "the weights' dtype: auto (bf16 for Llama-family models, else fp32), bf16 or fp32; default: the "
+       "checkpoint's checkpoint.export_dtype", cxxopts::value<std::string>())
       ("h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -35,8 +39,14 @@ int Run(int argc, char** argv) {
     std::cerr << "ps_export: --checkpoint and --out are required\n" << options.help() << "\n";
     return 2;
   }
-  const auto report = ps::trainer::ExportCheckpoint(args["checkpoint"].as<std::string>(), args["out"].as<std::string>(),
-                                                    args.count("overwrite") > 0, args["max-shard-bytes"].as<int64_t>());
+  const std::string dtype = args.count("dtype") ? args["dtype"].as<std::string>() : "";
+  if (!dtype.empty() && dtype != "auto" && dtype != "bf16" && dtype != "fp32") {
+    std::cerr << "ps_export: --dtype " << dtype << ": expected auto, bf16 or fp32\n";
+    return 2;
+  }
+  const auto report =
+      ps::trainer::ExportCheckpoint(args["checkpoint"].as<std::string>(), args["out"].as<std::string>(),
+                                    args.count("overwrite") > 0, args["max-shard-bytes"].as<int64_t>(), dtype);
   std::string files;
   for (const auto& f : report.files) files += (files.empty() ? "" : ", ") + f;
   spdlog::info("wrote {} ({:.1f} MB in {:.2f} s): {}", report.folder, report.bytes / 1e6, report.seconds, files);

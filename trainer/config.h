@@ -41,9 +41,11 @@ struct CheckpointConfig {
   // Copy the state to host memory and write it in a background thread while training
   // goes on (when the host has room for the copy); false writes before the next step.
   bool async = true;
-  // At the end of the run, write an HF GPT-2 folder (config.json, model.safetensors,
-  // tokenizer files) to <run.output_dir>/hf/.
+  // At the end of the run, write an HF folder of the model's architecture (config.json,
+  // weights, tokenizer and generation files) to <run.output_dir>/hf/.
   bool export_hf = false;
+  // The exported weights' dtype: auto (bf16 for model.type llama, else fp32) | bf16 | fp32.
+  std::string export_dtype = "auto";
 };
 
 // The order of a step's micro-batches (docs/chunkmem.md, "Micro-batch order").

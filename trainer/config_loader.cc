@@ -555,10 +555,6 @@ class Loader {
     for (const std::string& key : llama ? std::vector<std::string>{} : ChangedLlamaKeys(c)) {
       throw ConfigError(At(key) + ": " + key + " is a Llama key; set model.type: llama, or drop it");
     }
-    if (llama && c.checkpoint.export_hf) {
-      throw ConfigError(At("checkpoint.export_hf") + ": checkpoint.export_hf writes HF GPT-2 and BERT folders; the "
-                        "Llama export is not implemented yet: set it to false (checkpoints keep the weights)");
-    }
     if (c.model_type != models::ModelType::kBert) {
       const models::BertKeys defaults;
       const std::pair<const char*, bool> bert_keys[] = {

@@ -534,7 +534,12 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Bool("checkpoint.async", PS_ACCESS(checkpoint.async),
            "write from a host copy in a background thread while training goes on (when the host has room)"),
       Bool("checkpoint.export_hf", PS_ACCESS(checkpoint.export_hf),
-           "at the end, write an HF GPT-2 folder (config.json, model.safetensors, tokenizer files) to <run.output_dir>/hf/"),
+           "at the end, write an HF folder of the model's architecture (config.json, weights, the tokenizer and "
+           "generation_config.json files of the source) to <run.output_dir>/hf/"),
+      Enum<std::string>("checkpoint.export_dtype", PS_ACCESS(checkpoint.export_dtype),
+                        "dtype of the exported weights (checkpoint.export_hf, ps_export): auto = bf16 for model.type "
+                        "llama (as the families publish them), fp32 for gpt and bert",
+                        {{"auto", "auto"}, {"bf16", "bf16"}, {"fp32", "fp32"}}),
   };
 }
 

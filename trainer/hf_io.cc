@@ -18,9 +18,11 @@
 #include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
 #include "models/hf_llama.h"
+#include "models/hf_llama_export.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config_loader.h"
 #include "trainer/file_io.h"
+#include "trainer/llama_keys.h"
 #include "trainer/model_factory.h"
 #include "trainer/run_folder.h"
 #include "trainer/version.h"
@@ -32,8 +34,12 @@ namespace fs = std::filesystem;
 
 constexpr const char* kTokenizerFileNames[] = {
     "tokenizer.json",        "vocab.json",          "merges.txt",         "vocab.txt",
-    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "tokenizer.model",
+    "chat_template.jinja",
 };
+
+// Sampling defaults of the source model (eos ids, temperature): copied beside the weights.
+constexpr char kGenerationConfigFile[] = "generation_config.json";
 
 bool IsTokenizerFileName(const std::string& name) {
   for (const char* n : kTokenizerFileNames) {
@@ -172,7 +178,7 @@ bool OnlyExportFiles(const fs::path& folder) {
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
     const bool known = name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" ||
-                       IsTokenizerFileName(name) || std::regex_match(name, kShard);
+                       name == kGenerationConfigFile || IsTokenizerFileName(name) || std::regex_match(name, kShard);
     if (!known || !entry.is_regular_file(ec)) return false;
     any = true;
   }
@@ -184,7 +190,36 @@ bool HoldsCheckpoints(const fs::path& folder) {
   return fs::exists(folder / "state.json", ec) || !ListCheckpoints(folder.string()).empty();
 }
 
+// config.json and the weights of `params` as the model type's HF architecture, in
+// checkpoint.export_dtype. Returns the names written.
+std::vector<std::string> WriteModelFiles(const std::string& folder, const models::TensorMap& params,
+                                         const Config& config, int64_t max_shard_bytes) {
+  models::HfExportOptions options;
+  options.max_shard_bytes = max_shard_bytes;
+  options.dtype = ExportDtype(config);
+  const bool has_source = !config.model.init_from.empty() && fs::exists(fs::path(config.model.init_from) / "config.json");
+  switch (config.model_type) {
+    case models::ModelType::kBert:
+      return models::WriteHfBertWeights(folder, params, BertConfigOf(config), options);
+    case models::ModelType::kLlama:
+      return models::WriteHfLlamaWeights(folder, params, LlamaConfigOf(config),
+                                         has_source ? config.model.init_from : "", options);
+    case models::ModelType::kGpt:
+      if (has_source) options.eos_token_id = models::ReadHfEosTokenId(config.model.init_from);
+      return models::WriteHfGpt2Weights(folder, params, config.model, options);
+  }
+  TORCH_CHECK(false, "HF export: unknown model type");
+}
+
 }  // namespace
+
+at::ScalarType ExportDtype(const Config& config) {
+  if (config.checkpoint.export_dtype == "bf16") return at::kBFloat16;
+  if (config.checkpoint.export_dtype == "fp32") return at::kFloat;
+  TORCH_CHECK(config.checkpoint.export_dtype == "auto", "checkpoint.export_dtype: expected auto, bf16 or fp32, got '",
+              config.checkpoint.export_dtype, "'");
+  return config.model_type == models::ModelType::kLlama ? at::kBFloat16 : at::kFloat;
+}
 
 std::string HfExportFolder(const Config& config) { return (fs::path(config.run.output_dir) / "hf").string(); }
 
@@ -221,27 +256,22 @@ HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& con
                               int64_t max_shard_bytes) {
   const auto start = std::chrono::steady_clock::now();
   CheckExportDestination(out_dir, replace, protected_paths, "export");
-  TORCH_CHECK(config.model_type != models::ModelType::kLlama,
-              "the HF export writes GPT-2 and BERT folders; a Llama export is not implemented yet");
   const fs::path out(out_dir);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
   const fs::path tmp = FreshSibling(out, "export");
   HfExportReport report;
   report.folder = out_dir;
   try {
-    models::HfExportOptions options;
-    options.max_shard_bytes = max_shard_bytes;
-    if (config.model_type == models::ModelType::kGpt && !config.model.init_from.empty() &&
-        fs::exists(fs::path(config.model.init_from) / "config.json")) {
-      options.eos_token_id = models::ReadHfEosTokenId(config.model.init_from);
-    }
-    report.files = config.model_type == models::ModelType::kBert
-                       ? models::WriteHfBertWeights(tmp.string(), params, BertConfigOf(config), options)
-                       : models::WriteHfGpt2Weights(tmp.string(), params, config.model, options);
+    report.files = WriteModelFiles(tmp.string(), params, config, max_shard_bytes);
     for (const std::string& file : TokenizerFiles(TokenizerSource(config))) {
       const std::string name = fs::path(file).filename().string();
       fs::copy_file(file, tmp / name, fs::copy_options::overwrite_existing);
       report.files.push_back(name);
+    }
+    const fs::path generation = fs::path(config.model.init_from) / kGenerationConfigFile;
+    if (!config.model.init_from.empty() && fs::is_regular_file(generation)) {
+      fs::copy_file(generation, tmp / kGenerationConfigFile, fs::copy_options::overwrite_existing);
+      report.files.push_back(kGenerationConfigFile);
     }
     WriteFileAtomically((tmp / kExportMarkerFile).string(),
                         std::string("written by ps_train ") + kVersion + " (an HF folder this project may replace)\n");
@@ -283,10 +313,11 @@ Config ConfigOfCheckpoint(const std::string& config_yaml, const std::string& che
 }
 
 HfExportReport ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, bool replace,
-                                int64_t max_shard_bytes) {
+                                int64_t max_shard_bytes, const std::string& export_dtype) {
   const std::string folder = ResolveCheckpointFolder(checkpoint);
   CheckpointContents contents = ReadCheckpoint(folder, CheckpointParts::kParamsOnly);
-  const Config config = ConfigOfCheckpoint(contents.config_yaml, folder);
+  Config config = ConfigOfCheckpoint(contents.config_yaml, folder);
+  if (!export_dtype.empty()) config.checkpoint.export_dtype = export_dtype;
   spdlog::info("exporting {} (step {}) to {}", folder, contents.step, out_dir);
   const std::vector<std::string> protected_paths = {folder, fs::path(folder).parent_path().string()};
   return ExportHfFolder(contents.engine.params, config, out_dir, replace, protected_paths, max_shard_bytes);

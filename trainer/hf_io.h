@@ -1,9 +1,12 @@
-// HF GPT-2 folders of a run: the initial weights of model.init_from, and the export of
-// parameters (checkpoint.export_hf at the end of a run; ps_export from a checkpoint)
-// as a folder `transformers` loads: config.json, model.safetensors (sharded above 5 GB)
-// and the run's tokenizer files. ps_train never tokenizes, so it copies the tokenizer's
-// files by name rather than loading them.
+// HF folders of a run (GPT-2, BERT, Llama family): the initial weights of
+// model.init_from, and the export of parameters (checkpoint.export_hf at the end of a
+// run; ps_export from a checkpoint) as a folder `transformers` loads: config.json, the
+// weights in checkpoint.export_dtype (sharded above 5 GB), the run's tokenizer files and
+// the source's generation_config.json. The trainer never tokenizes, so it copies the
+// tokenizer's files by name rather than loading them.
 #pragma once
+
+#include <ATen/core/ScalarType.h>
 
 #include <cstdint>
 #include <string>
@@ -35,7 +38,8 @@ std::string TokenizerSource(const Config& config);
 
 // The tokenizer files of `source` (a tokenizer file, or a folder) that an HF folder
 // carries: tokenizer.json, vocab.json, merges.txt, vocab.txt, tokenizer_config.json,
-// special_tokens_map.json, added_tokens.json, as far as they exist. Paths.
+// special_tokens_map.json, added_tokens.json, tokenizer.model, chat_template.jinja, as
+// far as they exist. Paths.
 std::vector<std::string> TokenizerFiles(const std::string& source);
 
 struct HfExportReport {
@@ -57,9 +61,13 @@ constexpr char kExportMarkerFile[] = ".ps_train_export";
 void CheckExportDestination(const std::string& out_dir, bool replace, const std::vector<std::string>& protected_paths,
                             const std::string& what);
 
+// The dtype checkpoint.export_dtype names: auto = bf16 for model.type llama, else fp32.
+at::ScalarType ExportDtype(const Config& config);
+
 // Writes `params` (ps names, fp32 masters) of a model `config` describes to `out_dir`
-// as an HF GPT-2 folder, with the tokenizer files of TokenizerSource(config) and the
-// marker. Written into a fresh hidden folder beside `out_dir` and swapped in (one
+// as an HF folder of its architecture (GPT2LMHeadModel, BertForMaskedLM, or the Llama
+// family's: models/hf_llama_export.h) in ExportDtype(config), with the tokenizer files
+// of TokenizerSource(config), model.init_from's generation_config.json and the marker. Written into a fresh hidden folder beside `out_dir` and swapped in (one
 // atomic exchange where the file system has it), so `out_dir` is either the old folder
 // or the complete new one. CheckExportDestination(out_dir, replace, protected_paths)
 // first. Throws naming the path.
@@ -76,9 +84,10 @@ std::string ResolveCheckpointFolder(const std::string& path);
 
 // ps_export: the parameters and config of the checkpoint folder `checkpoint` (a step_N
 // folder, or a folder of them: its newest), verified, exported as above; the checkpoint
-// and the folder holding it are protected.
+// and the folder holding it are protected. `export_dtype` (auto, bf16, fp32) replaces
+// the saved checkpoint.export_dtype when not empty.
 HfExportReport ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, bool replace,
-                                int64_t max_shard_bytes = 5'000'000'000);
+                                int64_t max_shard_bytes = 5'000'000'000, const std::string& export_dtype = "");
 
 // checkpoint.export_hf: <run.output_dir>/hf/ from the checkpoint just written at the end
 // (`final_checkpoint`, read back from disk: no second copy of the state in memory), or
