@@ -80,6 +80,8 @@ void ReadAttentionVariant(const ConfigJson& cj, const std::string& arch, LlamaCo
   const bool qwen = arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM";
   if (arch == "Qwen2ForCausalLM") {
     c.qkv_bias = true;  // Qwen2's q/k/v always have biases, o_proj never
+  } else if (arch == "MistralForCausalLM") {
+    c.qkv_bias = c.o_bias = false;  // Mistral's projections never have biases (no attention_bias field)
   } else {
     c.qkv_bias = c.o_bias = cj.Bool("attention_bias", false);
   }

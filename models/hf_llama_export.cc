@@ -52,6 +52,9 @@ void SetAttention(const LlamaConfig& config, const std::string& architecture, nl
   if (architecture == "Qwen2ForCausalLM") {
     TORCH_CHECK(config.qkv_bias && !config.o_bias, "HF export: Qwen2ForCausalLM has q/k/v biases and no o_proj bias");
     j.erase("attention_bias");
+  } else if (architecture == "MistralForCausalLM") {
+    TORCH_CHECK(!config.qkv_bias && !config.o_bias, "HF export: MistralForCausalLM has no attention biases");
+    j.erase("attention_bias");
   } else {
     TORCH_CHECK(config.qkv_bias == config.o_bias, "HF export: ", architecture,
                 " has biases on all of q/k/v/o_proj or on none (attention_bias)");

@@ -57,6 +57,11 @@ LlamaConfig QkNorm(LlamaConfig c) {
   return c;
 }
 
+LlamaConfig InitStd(LlamaConfig c, double std) {
+  c.init_std = std;
+  return c;
+}
+
 }  // namespace
 
 const char* ToString(RopeScalingType type) {
@@ -85,7 +90,7 @@ const std::vector<LlamaPreset>& LlamaPresets() {
       {"qwen3-4b", QkNorm(Shape(36, 32, 8, 2560, 128, 9728, 151936, 40960, 1e-6, 1e6, true))},
       {"qwen3-8b", QkNorm(Shape(36, 32, 8, 4096, 128, 12288, 151936, 40960, 1e-6, 1e6, false))},
       {"mistral-7b-v0.3", Shape(32, 32, 8, 4096, 128, 14336, 32768, 32768, 1e-5, 1e6, false)},
-      {"smollm2-135m", Shape(30, 9, 3, 576, 64, 1536, 49152, 8192, 1e-5, 100000, true)},
+      {"smollm2-135m", InitStd(Shape(30, 9, 3, 576, 64, 1536, 49152, 8192, 1e-5, 100000, true), 1.0 / 24)},
       {"smollm2-360m", Shape(32, 15, 5, 960, 64, 2560, 49152, 8192, 1e-5, 100000, true)},
       {"smollm2-1.7b", Shape(24, 32, 32, 2048, 64, 8192, 49152, 8192, 1e-5, 130000, true)},
       {"tinyllama-1.1b", Shape(22, 32, 4, 2048, 64, 5632, 32000, 2048, 1e-5, 10000, false)},

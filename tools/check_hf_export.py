@@ -6,12 +6,16 @@ of ps_train at run time).
   source tools/python_peer_env.sh
   python3 tools/check_hf_export.py --folder runs/x/hf [--ps-sample bazel-bin/tools/ps_sample]
 
-It loads the folder with GPT2LMHeadModel.from_pretrained and AutoTokenizer, tokenizes a
+It loads the folder with AutoModelForCausalLM.from_pretrained (GPT2LMHeadModel,
+LlamaForCausalLM, Qwen2/Qwen3/MistralForCausalLM, in fp32) and AutoTokenizer, tokenizes a
 prompt with both tokenizers (HF's and ps_train's, through `ps_sample --dump-logits`),
 and compares the ids (equal) and the fp32 logits (max abs difference below --atol).
-Exit status 0 when both hold.
+With --checkpoint (a step_N folder the export came from), every tensor transformers
+loaded must also equal the checkpoint's fp32 master rounded to the folder's dtype
+(config.json torch_dtype), bitwise. Exit status 0 when all hold.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +23,7 @@ import tempfile
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, GPT2LMHeadModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 PROMPT = "The careful teacher opens a window. Über 東京 🙂 tabs\tand  spaces."
 
@@ -30,9 +34,11 @@ def main():
     ap.add_argument("--ps-sample", default="bazel-bin/tools/ps_sample")
     ap.add_argument("--prompt", default=PROMPT)
     ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--checkpoint", help="a step_N checkpoint folder: the loaded tensors equal its masters")
     args = ap.parse_args()
 
-    model = GPT2LMHeadModel.from_pretrained(args.folder, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(args.folder, dtype=torch.float32).eval()
+    tensors_equal = args.checkpoint is None or same_tensors(model, args.folder, args.checkpoint)
     tok = AutoTokenizer.from_pretrained(args.folder)
     hf_ids = tok.encode(args.prompt)
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,7 +55,29 @@ def main():
           f"max |logits difference| {diff:.3g} (atol {args.atol})")
     if not ids_equal:
         print(f"  HF ids       {hf_ids}\n  ps_train ids {ps_ids}")
-    return 0 if ids_equal and diff <= args.atol else 1
+    return 0 if ids_equal and diff <= args.atol and tensors_equal else 1
+
+
+def same_tensors(model, folder, checkpoint):
+    """Every parameter of `model` equals the checkpoint's master in the folder's dtype."""
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        json.load(open(os.path.join(folder, "config.json"))).get("torch_dtype", "float32")]
+    masters = load_file(os.path.join(checkpoint, "model.safetensors"))
+    loaded = model.state_dict()
+    prefix = "transformer." if "transformer.wte.weight" in loaded else "model."
+    bad = []
+    for name, master in masters.items():
+        key = name if name == "lm_head.weight" else prefix + name
+        if key not in loaded:
+            bad.append(f"{key}: not in the loaded model")
+            continue
+        value = loaded[key].float()
+        if key.endswith(("attn.weight", "c_fc.weight", "c_proj.weight")) and value.shape != master.shape:
+            value = value.t()  # GPT-2's Conv1D layout
+        if not torch.equal(value, master.float().to(dtype).float()):
+            bad.append(f"{key}: differs")
+    print(f"{len(masters)} tensors against {checkpoint} in {dtype}: {'all equal' if not bad else bad[:5]}")
+    return not bad
 
 
 if __name__ == "__main__":
