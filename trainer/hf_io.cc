@@ -60,7 +60,7 @@ std::string ResolveCheckpointFolder(const std::string& path) {
   return found.front();
 }
 
-InitialWeights ReadInitialWeights(const Config& config) {
+InitialWeights ReadInitialWeights(const Config& config) try {
   const auto start = std::chrono::steady_clock::now();
   InitialWeights w;
   if (config.model_type == models::ModelType::kBert) {
@@ -76,7 +76,10 @@ InitialWeights ReadInitialWeights(const Config& config) {
     w.params = models::MapHfGpt2Weights(config.model.init_from, config.model);
   }
   w.read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("model.init_from: {} tensors of {} mapped in {:.2f} s", w.params.size(), config.model.init_from, w.read_s);
   return w;
+} catch (const c10::Error& e) {  // a missing shard, a tensor of the wrong shape or dtype: the user's input
+  throw ConfigError("model.init_from: " + std::string(e.what_without_backtrace()));
 }
 
 void LoadInitialWeights(TrainingEngine& engine, const Config& config, InitialWeights weights) {

@@ -21,6 +21,8 @@ namespace ps::trainer {
 // model.init_from's weights by this run's parameter names, memory-mapped (read when
 // loaded, one tensor at a time: no full copy of the model on the host). Read before the
 // engine is built, so the engine skips the random init of every parameter in `params`.
+// A folder that does not hold the model's weights (a missing shard or tensor, a wrong
+// shape or dtype) is a ConfigError naming the file and the tensor.
 struct InitialWeights {
   models::TensorMap params;
   std::vector<std::string> missing;  // BERT heads the folder lacks: they keep the random init

@@ -553,6 +553,9 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
     TokenizerFiles(TokenizerSource(c));
     if (writer) CheckExportDestination(HfExportFolder(c), /*replace=*/true, {CheckpointDir(c)}, "checkpoint.export_hf");
   }
+  // model.init_from's weights mapped and checked before anything is written (unused on resume).
+  std::optional<InitialWeights> initial_weights;
+  if (!c.model.init_from.empty()) initial_weights = ReadInitialWeights(c);
   RunStart start = StartRun(c, writer);
   MetricsWriter* metrics = start.metrics.get();
   const LogSinks sinks{metrics, start.tensorboard.get()};
@@ -563,12 +566,10 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   // provides, or a resumed checkpoint (all of them), are not randomly initialised at all.
   models::InitPlan init{static_cast<uint64_t>(c.run.seed), {}};
   init.all_provided = start.resume.has_value();
-  std::optional<InitialWeights> initial_weights;
-  if (!start.resume && !c.model.init_from.empty()) {
-    initial_weights = ReadInitialWeights(c);
-    for (const auto& [name, tensor] : initial_weights->params) init.provided.insert(name);
+  if (start.resume) initial_weights.reset();
+  for (const auto& [name, tensor] : initial_weights ? initial_weights->params : models::TensorMap{}) {
+    init.provided.insert(name);
   }
-  if (initial_weights) phases.Mark("model.init_from read");
   std::unique_ptr<models::TrainableModel> model = MakeModel(c);  // uninitialised
   phases.Mark("model built");
   const auto counts = model->CountParameters();  // before an engine takes the storage
