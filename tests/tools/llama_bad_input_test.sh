@@ -47,27 +47,29 @@ open(dst, "wb").write(struct.pack("<Q", len(head)) + head + data[8 + n:])
 PY
 }
 
+# Every edited folder is a dereferenced copy (cp -L): runfiles are links to the committed
+# fixtures, which an edit through a link would change.
 echo "== an architecture outside the family"
-cp -r "$path/llama" arch
+cp -rL "$path/llama" arch
 sed -i 's/"LlamaForCausalLM"/"GemmaForCausalLM"/' arch/config.json
 status=0; train arch arch || status=$?
 expect $status arch.log "arch/config.json" "field architectures" "GemmaForCausalLM"
 
 echo "== a shard the index lists is missing"
-cp -r "$sharded" noshard
+cp -rL "$sharded" noshard
 rm noshard/model-00002-of-00003.safetensors
 status=0; train noshard noshard || status=$?
 expect $status noshard.log "model-00002-of-00003.safetensors"
 
 echo "== a tensor of the wrong shape"
-cp -r "$path/llama" shape
+cp -rL "$path/llama" shape
 edit_header "$path/llama/model.safetensors" shape/model.safetensors \
   'h["model.norm.weight"]["shape"] = [h["model.norm.weight"]["shape"][0] // 2, 2]'
 status=0; train shape shape || status=$?
 expect $status shape.log "shape/model.safetensors" "model.norm.weight" "shape"
 
 echo "== a tensor of a dtype that is not floating point"
-cp -r "$path/mistral" dtype  # fp32: I32 has the same size
+cp -rL "$path/mistral" dtype  # fp32: I32 has the same size
 edit_header "$path/mistral/model.safetensors" dtype/model.safetensors 'h["model.norm.weight"]["dtype"] = "I32"'
 status=0; train dtype dtype || status=$?
 expect $status dtype.log "dtype/model.safetensors" "model.norm.weight"
