@@ -636,7 +636,7 @@ class Loader {
       const bool vertical = c.train.accumulation_schedule == AccumulationSchedule::kVertical &&
                             c.train.global_batch_size % c.train.micro_batch_size == 0;
       const int64_t kept = vertical ? c.train.global_batch_size / c.train.micro_batch_size : 1;
-      EstimateActivationBytesFp32(c, c.train.micro_batch_size * c.data.seq_len, kept);
+      ActivationBytesOf(c, c.train.micro_batch_size * c.data.seq_len, /*element_bytes=*/4, kept);
     } catch (const c10::Error& e) {
       throw ConfigError(At("train.micro_batch_size") + ": train.micro_batch_size " +
                         std::to_string(c.train.micro_batch_size) + " x data.seq_len " +

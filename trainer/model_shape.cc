@@ -1,5 +1,6 @@
 #include "trainer/model_shape.h"
 
+#include "models/bert_config.h"
 #include "models/gpt_config.h"
 #include "models/llama_config.h"
 #include "trainer/llama_keys.h"
@@ -16,11 +17,34 @@ void ValidateModelShape(const Config& c) {
   models::LlamaParameterCount(llama);
 }
 
-int64_t EstimateActivationBytesFp32(const Config& c, int64_t tokens, int64_t micro_batches_kept) {
-  if (c.model_type == models::ModelType::kLlama) {
-    return models::EstimateLlamaActivationBytes(LlamaConfigOf(c), tokens, /*element_bytes=*/4, micro_batches_kept);
+models::BertConfig BertConfigOf(const Config& c) {
+  models::BertConfig b;
+  b.n_layer = c.model.n_layer;
+  b.n_head = c.model.n_head;
+  b.n_embd = c.model.n_embd;
+  b.n_positions = c.model.n_positions;
+  b.vocab_size = c.model.vocab_size;
+  b.dropout = c.model.dropout;
+  b.attention_dropout = c.model.dropout;
+  b.layer_norm_eps = c.model.layer_norm_eps;
+  b.init_std = c.model.init_std;
+  b.activation_checkpointing = c.model.activation_checkpointing;
+  b.intermediate_size = c.bert.intermediate_size;
+  b.type_vocab_size = c.bert.type_vocab_size;
+  b.num_labels = c.bert.num_labels;
+  b.mlm_head = c.bert.num_labels == 0;
+  b.nsp_head = false;
+  return b;
+}
+
+int64_t ActivationBytesOf(const Config& c, int64_t tokens, int64_t element_bytes, int64_t micro_batches_kept) {
+  if (c.model_type == models::ModelType::kGpt) {
+    return models::EstimateActivationBytes(c.model, tokens, element_bytes, micro_batches_kept);
   }
-  return models::EstimateActivationBytes(c.model, tokens, /*element_bytes=*/4, micro_batches_kept);
+  if (c.model_type == models::ModelType::kLlama) {
+    return models::EstimateLlamaActivationBytes(LlamaConfigOf(c), tokens, element_bytes, micro_batches_kept);
+  }
+  return models::EstimateBertActivationBytes(BertConfigOf(c), tokens, element_bytes);
 }
 
 std::string ModelKindName(const Config& c) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "models/bert_config.h"
 #include "trainer/config.h"
 
 namespace ps::trainer {
@@ -14,9 +15,16 @@ namespace ps::trainer {
 // fault, or when the count does not fit int64.
 void ValidateModelShape(const Config& config);
 
-// Estimated activation bytes in fp32 of `tokens` tokens, `micro_batches_kept` micro-batches
-// alive at once (models::EstimateActivationBytes, models::EstimateLlamaActivationBytes).
-int64_t EstimateActivationBytesFp32(const Config& config, int64_t tokens, int64_t micro_batches_kept);
+// The BERT of a model.type: bert config: the shared shape keys plus the BERT keys; the
+// MLM head for pre-training, the classifier for model.num_labels > 0.
+models::BertConfig BertConfigOf(const Config& config);
+
+// Estimated activation bytes of one micro-batch of `tokens` tokens in `element_bytes`
+// (the memory plan's; the config loader's overflow check), from the model type's own
+// estimate. `micro_batches_kept`: the micro-batches whose activations live at once (the
+// vertical accumulation schedule's k; 1 otherwise).
+int64_t ActivationBytesOf(const Config& config, int64_t tokens, int64_t element_bytes,
+                          int64_t micro_batches_kept = 1);
 
 // "GPT", "Llama", "BERT masked LM" or "BERT classifier (N labels)": the run banner's name.
 std::string ModelKindName(const Config& config);
