@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "tokenizer/byte_level.h"  // RegexSplitter
+
 namespace ps::tokenizer {
 namespace {
 
@@ -39,6 +41,11 @@ void ParsePattern(const json& j, const std::string& file, const std::string& whe
     *text = pattern["String"].get<std::string>();
   } else if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
     *regex = pattern["Regex"].get<std::string>();
+    try {
+      RegexSplitter compiled(**regex);  // the pipeline compiles it again; an error here names the field
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, file, ": ", where, ".pattern.Regex: ", e.what_without_backtrace());
+    }
   } else {
     TORCH_CHECK(false, file, ": ", where, ".pattern must be {\"String\": ...} or {\"Regex\": ...}");
   }
@@ -201,6 +208,9 @@ void AddPostProcessor(const json& p, const std::string& file, const std::string&
     TORCH_CHECK(!id.empty() && specials.contains(id), file, ": ", where, ".single[", i,
                 "] names no token of special_tokens");
     for (const json& token_id : List(specials[id], "ids", file, where + ".special_tokens." + id)) {
+      TORCH_CHECK(token_id.is_number_integer() && token_id.get<int64_t>() >= 0 &&
+                      token_id.get<int64_t>() <= INT32_MAX,
+                  file, ": ", where, ".special_tokens.", id, ".ids holds ", token_id.dump(), ", not a token id");
       (seen_text ? out->suffix_ids : out->prefix_ids).push_back(token_id.get<int32_t>());
     }
   }

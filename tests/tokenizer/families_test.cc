@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tests/catch.h"
+#include "tests/tokenizer/concurrent_encode.h"
 #include "tests/temp_dir.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/decoder.h"
@@ -162,21 +163,7 @@ TEST_CASE("a pipeline tokenizer encodes from many threads as from one", "[tokeni
       texts.push_back(c.at("text"));
       expected.push_back(c.at("ids").get<std::vector<int32_t>>());
     }
-    constexpr int kThreads = 6;
-    std::vector<int> mismatches(kThreads, 0);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        for (int round = 0; round < 10; ++round) {
-          for (size_t i = 0; i < texts.size(); ++i) {
-            const size_t k = (i + t * 7 + round) % texts.size();
-            mismatches[t] += tok->Encode(texts[k]) != expected[k];
-          }
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
-    for (int t = 0; t < kThreads; ++t) CHECK(mismatches[t] == 0);
+    CHECK(testing::ConcurrentEncodeMismatches(*tok, texts, expected, /*threads=*/6, /*rounds=*/10) == 0);
   }
 }
 
@@ -210,7 +197,13 @@ TEST_CASE("unsupported pipeline components are errors naming the file and field"
   CHECK_THAT(error_with("pre_tokenizer", {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}}),
              Catch::Contains("pre_tokenizer.behavior 'Sideways'"));
   CHECK_THAT(error_with("pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}}),
-             Catch::Contains("cannot compile the regex '(unclosed'"));
+             Catch::Contains("bad_pre_tokenizer/tokenizer.json: pre_tokenizer.pattern.Regex: ") &&
+                 Catch::Contains("cannot compile the regex '(unclosed'"));
+  json template_ids = base["post_processor"]["processors"][1];  // its TemplateProcessing
+  template_ids["special_tokens"]["<|begin_of_text|>"]["ids"] = {"zero"};
+  CHECK_THAT(error_with("post_processor", template_ids),
+             Catch::Contains("bad_post_processor/tokenizer.json: post_processor.special_tokens.<|begin_of_text|>.ids "
+                             "holds \"zero\", not a token id"));
   CHECK_THAT(error_with("decoder", {{"type", "CTC"}}), Catch::Contains("unsupported decoder 'CTC' at decoder"));
   CHECK_THAT(error_with("post_processor", {{"type", "RobertaProcessing"}}),
              Catch::Contains("unsupported post_processor 'RobertaProcessing' at post_processor"));

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tests/catch.h"
+#include "tests/tokenizer/concurrent_encode.h"
 #include "tests/temp_dir.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/utf8.h"
@@ -243,21 +244,7 @@ TEST_CASE("encoding from many threads gives the single-threaded ids", "[tokenize
     for (const json& c : Golden().at(name).at("encode")) texts.push_back(c.at("text"));
     std::vector<std::vector<int32_t>> expected;
     for (const auto& t : texts) expected.push_back(tok->Encode(t));
-    constexpr int kThreads = 8;
-    std::vector<int> mismatches(kThreads, 0);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        for (int round = 0; round < 20; ++round) {
-          for (size_t i = 0; i < texts.size(); ++i) {
-            const size_t k = (i + t * 7 + round) % texts.size();
-            mismatches[t] += tok->Encode(texts[k]) != expected[k];
-          }
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
-    for (int t = 0; t < kThreads; ++t) CHECK(mismatches[t] == 0);
+    CHECK(testing::ConcurrentEncodeMismatches(*tok, texts, expected, /*threads=*/8, /*rounds=*/20) == 0);
   }
 }
 
