@@ -7,6 +7,7 @@
 
 #include "models/leaf_linear.h"
 #include "models/recompute.h"
+#include "models/sliced_head.h"
 
 namespace ps::models {
 namespace F = torch::nn::functional;
@@ -140,9 +141,13 @@ at::Tensor BertImpl::Encode(const BertInputs& in, LayerHooks* hooks) {
   return x;
 }
 
-at::Tensor BertImpl::MlmLogits(const at::Tensor& hidden) {
+at::Tensor BertImpl::MlmTransform(const at::Tensor& hidden) {
   TORCH_CHECK(config_.mlm_head, "this BERT has no MLM head (model.mlm_head: false)");
-  const at::Tensor t = mlm_norm(at::gelu(Linear(mlm_transform, hidden)));
+  return mlm_norm(at::gelu(Linear(mlm_transform, hidden)));
+}
+
+at::Tensor BertImpl::MlmLogits(const at::Tensor& hidden) {
+  const at::Tensor t = MlmTransform(hidden);
   const at::Tensor w = word_embeddings->weight;  // the decoder is tied to the word embeddings
   return save_weight_leaves_ ? LeafLinear(t, w, mlm_bias) : F::linear(t, w, mlm_bias);
 }
@@ -171,13 +176,18 @@ at::Tensor BertImpl::MlmLoss(const BertInputs& in, const at::Tensor& labels, Lay
   const at::Tensor flat_labels = labels.reshape({-1});
   const at::Tensor picked = flat_labels.ne(-100).nonzero().squeeze(1);  // the masked positions only
   const at::Tensor rows = hidden.reshape({-1, hidden.size(-1)}).index_select(0, picked);
-  const at::Tensor logits = MlmLogits(rows).to(at::kFloat);
   const at::Tensor targets = flat_labels.index_select(0, picked);
-  // No masked position: cross_entropy's mean would be 0/0.
-  at::Tensor loss = picked.numel() > 0 ? F::cross_entropy(logits, targets) : logits.sum() * 0.0;
-  if (correct != nullptr) *correct = logits.detach().argmax(-1).eq(targets).sum();
+  at::Tensor loss;
+  if (picked.numel() > 0) {  // the decoder's logits never whole (sliced_head.h)
+    loss = SlicedCrossEntropy(MlmTransform(rows), word_embeddings->weight, mlm_bias, targets,
+                              LossSliceTokens(config_.loss_slice_tokens, config_.vocab_size), correct);
+  } else {  // no masked position: the mean would be 0/0; zero rows of logits, still connected
+    const at::Tensor logits = MlmLogits(rows).to(at::kFloat);
+    loss = logits.sum() * 0.0;
+    if (correct != nullptr) *correct = at::zeros({}, targets.options());
+  }
   if (counted != nullptr) {
-    *counted = at::scalar_tensor(picked.numel(), at::TensorOptions().dtype(at::kLong).device(logits.device()));
+    *counted = at::scalar_tensor(picked.numel(), at::TensorOptions().dtype(at::kLong).device(loss.device()));
   }
   return hk.PostForward(head, loss);
 }

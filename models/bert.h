@@ -74,7 +74,8 @@ class BertImpl : public torch::nn::Module {
   at::Tensor NspLogits(const at::Tensor& hidden);         // [B, T, C] -> [B, 2]
 
   // Mean cross-entropy over positions whose label is not -100 (HF's ignore index); only
-  // those positions go through the MLM head. labels [B, T]. A batch with no such
+  // those positions go through the MLM head, its decoder's logits never whole
+  // (config().loss_slice_tokens at a time, sliced_head.h). labels [B, T]. A batch with no such
   // position has loss 0 (still connected to the parameters, so backward runs).
   // `correct` / `counted` (optional): how many of those positions the argmax predicts,
   // out of how many (int64 scalars, detached).
@@ -106,6 +107,7 @@ class BertImpl : public torch::nn::Module {
 
  private:
   at::Tensor Linear(torch::nn::Linear& m, const at::Tensor& x) const;
+  at::Tensor MlmTransform(const at::Tensor& hidden);  // the MLM head before its decoder: [..., C] -> [..., C]
   at::Tensor Pooled(const at::Tensor& hidden);
   BertConfig config_;
   bool save_weight_leaves_ = false;

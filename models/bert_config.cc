@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 namespace ps::models {
 
 const std::vector<BertPreset>& BertPresets() {
@@ -86,8 +88,9 @@ int64_t EstimateBertActivationBytes(const BertConfig& c, int64_t tokens, int64_t
   const int64_t per_block = 13 * e + 2 * c.mlp_width();
   const int64_t blocks = c.activation_checkpointing ? c.n_layer * e + per_block : c.n_layer * per_block;
   const int64_t outside = 3 * e;  // embedding sum, its LayerNorm, the head's input
-  const int64_t masked_tokens = tokens * 15 / 100 + 1;
-  return (blocks + outside) * element_bytes * tokens + masked_tokens * c.vocab_size * (element_bytes + 8);
+  const int64_t masked_tokens = tokens * 15 / 100 + 1;  // one slice of them at a time (sliced_head.h)
+  const int64_t slice = std::min(masked_tokens, LossSliceTokens(c.loss_slice_tokens, c.vocab_size));
+  return (blocks + outside) * element_bytes * tokens + slice * c.vocab_size * (element_bytes + 8);
 }
 
 }  // namespace ps::models

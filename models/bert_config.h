@@ -28,6 +28,7 @@ struct BertConfig {
   bool nsp_head = false;           // cls.seq_relationship (needs the pooler)
   int64_t num_labels = 0;          // > 0: a sequence-classification head on the pooler
   bool activation_checkpointing = false;
+  int64_t loss_slice_tokens = 0;   // masked tokens per MLM-head slice of the loss; 0 = LossSliceTokens' default
 
   int64_t mlp_width() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }
   bool has_pooler() const { return nsp_head || num_labels > 0; }
@@ -53,7 +54,8 @@ std::vector<ParameterShape> BertParameterShapes(const BertConfig& config);
 // EstimateActivationBytes does for GPT: per block and token about 13 x n_embd + 2 x the
 // MLP width elements kept for backward (or n_embd per block plus one block recomputed,
 // with activation checkpointing), plus the embeddings; the MLM head runs on the masked
-// positions only (mask_ratio 0.15 of the tokens, with their fp32 logits and gradient).
+// positions only (mask_ratio 0.15 of the tokens), one slice of them at a time with
+// their fp32 logits and a temporary (LossSliceTokens, as in gpt_config.h).
 int64_t EstimateBertActivationBytes(const BertConfig& config, int64_t tokens, int64_t element_bytes);
 
 }  // namespace ps::models

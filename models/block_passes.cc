@@ -8,7 +8,10 @@
 
 namespace ps::models {
 
-at::Tensor ForwardBlocks(const BlockPasses& p, const at::Tensor& idx, LayerHooks* hooks) {
+namespace {
+// Blocks 0..n_layer, then `last` as block n_layer + 1, each between its hooks.
+at::Tensor RunBlocks(const BlockPasses& p, const at::Tensor& idx, LayerHooks* hooks,
+                     const std::function<at::Tensor(const at::Tensor&)>& last) {
   LayerHooks none;
   LayerHooks& hk = hooks ? *hooks : none;
   int block = 0;
@@ -19,7 +22,16 @@ at::Tensor ForwardBlocks(const BlockPasses& p, const at::Tensor& idx, LayerHooks
     x = hk.PostForward(block, p.run_block(block, x));
   }
   hk.PreForward(block);
-  return hk.PostForward(block, p.head(x));
+  return hk.PostForward(block, last(x));
+}
+}  // namespace
+
+at::Tensor ForwardBlocks(const BlockPasses& p, const at::Tensor& idx, LayerHooks* hooks) {
+  return RunBlocks(p, idx, hooks, p.head);
+}
+
+at::Tensor LossBlocks(const BlockPasses& p, const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks) {
+  return RunBlocks(p, idx, hooks, [&](const at::Tensor& x) { return p.head_loss(x, targets); });
 }
 
 at::Tensor MeanCrossEntropy(const at::Tensor& logits, const at::Tensor& targets) {
@@ -48,13 +60,13 @@ std::vector<at::Tensor> LossManyBlockMajor(const BlockPasses& p, const std::vect
   }
   const int last = p.n_layer + 1;
   each(last, [&](size_t m) {
-    if (!p.recompute) return MeanCrossEntropy(p.head(x[m]), targets[m]);
-    // k micro-batches' logits (vocab_size per token, with their fp32 copy) would dwarf
-    // the block inputs: the head runs again in backward, one micro-batch at a time.
+    if (!p.recompute) return p.head_loss(x[m], targets[m]);
+    // The final norm's input and output of k micro-batches are not kept either: the head
+    // runs again in backward, one micro-batch at a time.
     const at::Tensor t = targets[m];
-    const auto head = p.head;
+    const auto head_loss = p.head_loss;
     return RecomputedCall(
-        x[m], [head, t](const at::Tensor& in) { return MeanCrossEntropy(head(in), t); },
+        x[m], [head_loss, t](const at::Tensor& in) { return head_loss(in, t); },
         [hooks, last] {  // `hooks` may be null: the callers' default no-op object dies with them
           if (hooks) hooks->PreForward(last);
         });

@@ -21,12 +21,20 @@ struct BlockPasses {
   std::function<at::Tensor(const at::Tensor& idx)> embed;             // block 0: [B, T] ids -> [B, T, C]
   std::function<at::Tensor(int block, const at::Tensor& x)> run_block;  // blocks 1..n_layer
   std::function<at::Tensor(const at::Tensor& x)> head;                // block n_layer + 1: logits
+  // Block n_layer + 1 as a loss: the mean cross-entropy of x's logits against targets,
+  // the logits never whole (sliced_head.h). Loss and LossMany use it, forward uses head.
+  std::function<at::Tensor(const at::Tensor& x, const at::Tensor& targets)> head_loss;
 };
 
 // Logits [B, T, vocab] of `idx`, block by block (hooks may be null: no hooks).
 at::Tensor ForwardBlocks(const BlockPasses& passes, const at::Tensor& idx, LayerHooks* hooks);
 
-// Mean next-token cross-entropy in fp32; targets -100 are not counted.
+// The mean cross-entropy of `idx` against `targets`, block by block as ForwardBlocks,
+// the last block being `passes.head_loss`.
+at::Tensor LossBlocks(const BlockPasses& passes, const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks);
+
+// Mean next-token cross-entropy in fp32 of materialised logits; targets -100 are not
+// counted. The reference of the sliced head (tests), and for callers holding logits.
 at::Tensor MeanCrossEntropy(const at::Tensor& logits, const at::Tensor& targets);
 
 // The losses of several micro-batches computed block-major (train.accumulation_schedule:

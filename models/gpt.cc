@@ -12,6 +12,7 @@
 #include "models/block_passes.h"
 #include "models/recompute.h"
 #include "models/leaf_linear.h"
+#include "models/sliced_head.h"
 
 namespace ps::models {
 namespace F = torch::nn::functional;
@@ -142,6 +143,11 @@ at::Tensor GptImpl::Head(const at::Tensor& x) {
   return Apply(lm_head, y, save_weight_leaves_);
 }
 
+at::Tensor GptImpl::HeadLoss(const at::Tensor& x, const at::Tensor& targets) {
+  const at::Tensor& w = config_.tie_word_embeddings ? wte->weight : lm_head->weight;
+  return SlicedCrossEntropy(ln_f(x), w, {}, targets, LossSliceTokens(config_.loss_slice_tokens, config_.vocab_size));
+}
+
 BlockPasses GptImpl::Passes(LayerHooks* hooks) {
   BlockPasses p;
   p.n_layer = static_cast<int>(config_.n_layer);
@@ -149,6 +155,7 @@ BlockPasses GptImpl::Passes(LayerHooks* hooks) {
   p.embed = [this](const at::Tensor& idx) { return Embed(idx); };
   p.run_block = [this, hooks](int block, const at::Tensor& x) { return RunBlock(block, x, hooks); };
   p.head = [this](const at::Tensor& x) { return Head(x); };
+  p.head_loss = [this](const at::Tensor& x, const at::Tensor& targets) { return HeadLoss(x, targets); };
   return p;
 }
 
@@ -175,7 +182,7 @@ void GptImpl::set_host_embedding(bool on, at::Device device, at::ScalarType dtyp
 }
 
 at::Tensor GptImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks) {
-  return MeanCrossEntropy(forward(idx, hooks), targets);
+  return LossBlocks(Passes(hooks), idx, targets, hooks);
 }
 
 std::vector<BlockParameter> GptImpl::BlockParameters() const {

@@ -92,9 +92,9 @@ class GptImpl : public torch::nn::Module {
   // idx: [B, T] int64 token ids (T <= n_positions) -> logits [B, T, vocab_size].
   at::Tensor forward(const at::Tensor& idx, LayerHooks* hooks = nullptr);
 
-  // Mean cross-entropy of next-token prediction; targets [B, T] int64.
-  at::Tensor Loss(const at::Tensor& idx, const at::Tensor& targets,
-                  LayerHooks* hooks = nullptr);
+  // Mean cross-entropy of next-token prediction; targets [B, T] int64. The LM head's
+  // logits are never whole: config().loss_slice_tokens at a time (sliced_head.h).
+  at::Tensor Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks = nullptr);
 
   // The losses of several micro-batches (train.accumulation_schedule: vertical), each
   // as Loss() would give it, computed block-major: the embeddings of every micro-batch,
@@ -129,6 +129,7 @@ class GptImpl : public torch::nn::Module {
   at::Tensor Embed(const at::Tensor& idx);            // block 0 (no hooks)
   at::Tensor RunBlock(int block, const at::Tensor& x, LayerHooks* hooks);  // 1..n_layer, recomputed or not
   at::Tensor Head(const at::Tensor& x);               // ln_f and the LM head: logits (no hooks)
+  at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& targets);  // ln_f, the sliced head's loss
   bool recompute() const;                             // activation checkpointing applies now
   BlockPasses Passes(LayerHooks* hooks);              // Embed, RunBlock, Head for block_passes.h
 

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <limits>
 
 namespace ps::models {
@@ -110,17 +111,25 @@ int64_t EstimateActivationBytes(const GptConfig& c, int64_t tokens, int64_t elem
   constexpr int64_t kBlockSaved = 17;  // elements per token and n_embd kept by one block
   const int64_t saved_per_block = a.Mul(kBlockSaved, C);
   const int64_t outside = a.Mul(3, C);  // embedding sum, ln_f input and output
-  const int64_t logits = a.Mul(c.vocab_size, element_bytes + 8);
+  // One slice of the LM head's logits at a time (sliced_head.h).
+  const int64_t slice = std::min(tokens, LossSliceTokens(c.loss_slice_tokens, c.vocab_size));
+  const int64_t logits = a.Mul(a.Mul(c.vocab_size, element_bytes + 8), slice);
   if (micro_batches_kept > 1) {  // block-major: every micro-batch's block inputs, one block and head at a time
     TORCH_CHECK(c.activation_checkpointing, "keeping ", micro_batches_kept,
                 " micro-batches' activations needs activation checkpointing");
     const int64_t kept = a.Mul(a.Mul(a.Add(a.Mul(c.n_layer, C), outside), element_bytes), micro_batches_kept);
-    return a.Mul(a.Add(kept, a.Add(a.Mul(saved_per_block, element_bytes), logits)), tokens);
+    return a.Add(a.Mul(a.Add(kept, a.Mul(saved_per_block, element_bytes)), tokens), logits);
   }
   const int64_t blocks = c.activation_checkpointing ? a.Add(a.Mul(c.n_layer, C), saved_per_block)
                                                     : a.Mul(c.n_layer, saved_per_block);
-  const int64_t per_token = a.Add(a.Mul(a.Add(blocks, outside), element_bytes), logits);
-  return a.Mul(per_token, tokens);
+  return a.Add(a.Mul(a.Mul(a.Add(blocks, outside), element_bytes), tokens), logits);
+}
+
+int64_t LossSliceTokens(int64_t setting, int64_t vocab_size) {
+  if (setting > 0) return setting;
+  constexpr int64_t kSliceLogitsBytes = int64_t{256} << 20;
+  const int64_t tokens = kSliceLogitsBytes / (4 * std::max<int64_t>(vocab_size, 1));
+  return tokens >= 64 ? tokens - tokens % 64 : std::max<int64_t>(tokens, 1);
 }
 
 int64_t GptParameterCount(const GptConfig& c) {

@@ -29,7 +29,16 @@ struct GptConfig {
   // Recompute each transformer block's activations in backward instead of keeping them
   // (trades one extra forward per block for activation memory).
   bool activation_checkpointing = false;
+  // Tokens per slice of the LM head and cross-entropy of training losses (the logits
+  // are never whole, models/sliced_head.h); 0 = LossSliceTokens' default.
+  int64_t loss_slice_tokens = 0;
 };
+
+// The tokens per LM-head slice that `setting` (model.loss_slice_tokens) gives: itself
+// when > 0; 0: as many as keep one slice's fp32 logits within 256 MiB (2^26 / vocab
+// tokens, rounded down to a multiple of 64 from 64 up: 512 for Llama 3's 128,256, 1280
+// for GPT-2's 50,257), at least 1. Larger slices run faster; each costs its logits.
+int64_t LossSliceTokens(int64_t setting, int64_t vocab_size);
 
 // One entry of the model zoo: GPT-2 sizes and PatrickStar's examples/model_builder.py.
 struct GptPreset {
@@ -65,12 +74,13 @@ int64_t GptParameterCount(const GptConfig& config);
 // elements (layer-norm and linear inputs, q/k/v and attention output, the 4 x n_embd
 // MLP hidden before and after GELU; attention scores are not kept, SDPA uses
 // memory-efficient kernels), or with activation checkpointing n_embd per block plus
-// one block recomputed; plus embeddings and ln_f, and the logits with their fp32 copy
-// and gradient (vocab_size x (element_bytes + 8) per token). An estimate for planning
+// one block recomputed; plus embeddings and ln_f, and one slice of the LM head's logits
+// (LossSliceTokens, at most `tokens`) with their fp32 copy and a temporary
+// (vocab_size x (element_bytes + 8) per token of the slice). An estimate for planning
 // (`ps_train --plan`); the warm-up trace measures the real peak.
 // `micro_batches_kept` > 1 (train.accumulation_schedule: vertical, which needs
 // checkpointing): the block inputs, embeddings and ln_f of that many micro-batches of
-// `tokens` each, plus one block recomputed and one micro-batch's logits.
+// `tokens` each, plus one block recomputed and one slice of logits.
 int64_t EstimateActivationBytes(const GptConfig& config, int64_t tokens, int64_t element_bytes,
                                 int64_t micro_batches_kept = 1);
 

@@ -9,6 +9,7 @@
 #include "models/block_passes.h"
 #include "models/leaf_linear.h"
 #include "models/recompute.h"
+#include "models/sliced_head.h"
 
 namespace ps::models {
 namespace F = torch::nn::functional;
@@ -84,6 +85,11 @@ at::Tensor LlamaImpl::Head(const at::Tensor& x) {
   return ApplyLinear(lm_head, y, save_weight_leaves_);
 }
 
+at::Tensor LlamaImpl::HeadLoss(const at::Tensor& x, const at::Tensor& targets) {
+  const at::Tensor& w = config_.tie_word_embeddings ? embed_tokens->weight : lm_head->weight;
+  return SlicedCrossEntropy(norm(x), w, {}, targets, LossSliceTokens(config_.loss_slice_tokens, config_.vocab_size));
+}
+
 BlockPasses LlamaImpl::Passes(LayerHooks* hooks) {
   BlockPasses p;
   p.n_layer = static_cast<int>(config_.n_layer);
@@ -91,6 +97,7 @@ BlockPasses LlamaImpl::Passes(LayerHooks* hooks) {
   p.embed = [this](const at::Tensor& idx) { return Embed(idx); };
   p.run_block = [this, hooks](int block, const at::Tensor& x) { return RunBlock(block, x, hooks); };
   p.head = [this](const at::Tensor& x) { return Head(x); };
+  p.head_loss = [this](const at::Tensor& x, const at::Tensor& targets) { return HeadLoss(x, targets); };
   return p;
 }
 
@@ -99,7 +106,7 @@ at::Tensor LlamaImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
 }
 
 at::Tensor LlamaImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks) {
-  return MeanCrossEntropy(forward(idx, hooks), targets);
+  return LossBlocks(Passes(hooks), idx, targets, hooks);
 }
 
 std::vector<at::Tensor> LlamaImpl::LossMany(const std::vector<at::Tensor>& idx, const std::vector<at::Tensor>& targets,

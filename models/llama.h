@@ -36,7 +36,8 @@ class LlamaImpl : public torch::nn::Module {
 
   // idx: [B, T] int64 token ids (T <= n_positions) -> logits [B, T, vocab_size].
   at::Tensor forward(const at::Tensor& idx, LayerHooks* hooks = nullptr);
-  // Mean next-token cross-entropy; targets [B, T] int64 (-100: not counted).
+  // Mean next-token cross-entropy; targets [B, T] int64 (-100: not counted). The LM
+  // head's logits are never whole: config().loss_slice_tokens at a time (sliced_head.h).
   at::Tensor Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks = nullptr);
   // Several micro-batches' losses computed block-major, as GptImpl::LossMany.
   std::vector<at::Tensor> LossMany(const std::vector<at::Tensor>& idx, const std::vector<at::Tensor>& targets,
@@ -60,6 +61,7 @@ class LlamaImpl : public torch::nn::Module {
   at::Tensor Embed(const at::Tensor& idx);  // block 0
   at::Tensor RunBlock(int block, const at::Tensor& x, LayerHooks* hooks);
   at::Tensor Head(const at::Tensor& x);  // final norm and LM head: logits
+  at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& targets);  // final norm, the sliced head's loss
   bool recompute() const;
   BlockPasses Passes(LayerHooks* hooks);  // Embed, RunBlock, Head for block_passes.h
 

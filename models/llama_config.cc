@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -159,16 +160,18 @@ int64_t EstimateLlamaActivationBytes(const LlamaConfig& c, int64_t tokens, int64
   const int64_t attention = a.Mul(a.Add(a.Mul(2, c.n_head), a.Mul(2, c.kv_heads())), hd);
   const int64_t saved_per_block = a.Add(a.Add(a.Mul(6, C), attention), a.Mul(4, c.mlp_width()));
   const int64_t outside = a.Mul(3, C);  // embedding output, final norm input and output
-  const int64_t logits = a.Mul(c.vocab_size, element_bytes + 8);
+  // One slice of the LM head's logits at a time (sliced_head.h).
+  const int64_t slice = std::min(tokens, LossSliceTokens(c.loss_slice_tokens, c.vocab_size));
+  const int64_t logits = a.Mul(a.Mul(c.vocab_size, element_bytes + 8), slice);
   if (micro_batches_kept > 1) {
     TORCH_CHECK(c.activation_checkpointing, "keeping ", micro_batches_kept,
                 " micro-batches' activations needs activation checkpointing");
     const int64_t kept = a.Mul(a.Mul(a.Add(a.Mul(c.n_layer, C), outside), element_bytes), micro_batches_kept);
-    return a.Mul(a.Add(kept, a.Add(a.Mul(saved_per_block, element_bytes), logits)), tokens);
+    return a.Add(a.Mul(a.Add(kept, a.Mul(saved_per_block, element_bytes)), tokens), logits);
   }
   const int64_t blocks = c.activation_checkpointing ? a.Add(a.Mul(c.n_layer, C), saved_per_block)
                                                     : a.Mul(c.n_layer, saved_per_block);
-  return a.Mul(a.Add(a.Mul(a.Add(blocks, outside), element_bytes), logits), tokens);
+  return a.Add(a.Mul(a.Mul(a.Add(blocks, outside), element_bytes), tokens), logits);
 }
 
 void ValidateLlamaConfig(const LlamaConfig& c) {

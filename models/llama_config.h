@@ -47,6 +47,7 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;  // LM head shares the token embedding
   // Recompute each block's activations in backward instead of keeping them.
   bool activation_checkpointing = false;
+  int64_t loss_slice_tokens = 0;  // tokens per LM-head slice of the losses; 0 = LossSliceTokens' default
 
   int64_t head_width() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
@@ -70,8 +71,8 @@ int64_t LlamaParameterCount(const LlamaConfig& config);
 // `element_bytes`, from what a block saves for backward: per token about 6 x n_embd
 // (two norms' inputs and outputs, residuals), q/k/v/attention output (2 x n_head + 2 x
 // n_kv_head heads of head_dim) and 4 x intermediate_size (gate, up, silu, product);
-// with activation checkpointing n_embd per block plus one block recomputed; the logits
-// with their fp32 copy and gradient. `micro_batches_kept` as in gpt_config.h.
+// with activation checkpointing n_embd per block plus one block recomputed; one slice of
+// the LM head's logits as in gpt_config.h. `micro_batches_kept` as in gpt_config.h.
 int64_t EstimateLlamaActivationBytes(const LlamaConfig& config, int64_t tokens, int64_t element_bytes,
                                      int64_t micro_batches_kept = 1);
 

@@ -301,6 +301,11 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Bool("model.tie_word_embeddings", PS_ACCESS(model.tie_word_embeddings), "LM head shares the token embedding"),
       Bool("model.activation_checkpointing", PS_ACCESS(model.activation_checkpointing),
            "recompute each block's activations in backward instead of storing them"),
+      Int("model.loss_slice_tokens", PS_ACCESS(model.loss_slice_tokens),
+          "tokens per slice of the LM head and cross-entropy of the losses (bert: masked tokens), computed again "
+          "in backward: the [tokens, vocab] logits are never whole; 0 = as many as keep a slice's fp32 logits "
+          "within 256 MiB (512 tokens for a 128k vocabulary)",
+          IntRange(0, kMaxTokens)),
       Int("model.intermediate_size", PS_ACCESS(bert.intermediate_size),
           "bert and llama: MLP width (llama: the SwiGLU width); 0 = 4 x n_embd", IntRange(0, int64_t{1} << 24)),
       Int("model.type_vocab_size", PS_ACCESS(bert.type_vocab_size), "bert only: segment ids (token types)",

@@ -64,6 +64,7 @@ models::LlamaConfig LlamaConfigOf(const Config& c) {
   l.init_std = c.model.init_std;
   l.tie_word_embeddings = c.model.tie_word_embeddings;
   l.activation_checkpointing = c.model.activation_checkpointing;
+  l.loss_slice_tokens = c.model.loss_slice_tokens;
   return l;
 }
 

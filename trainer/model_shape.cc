@@ -29,6 +29,7 @@ models::BertConfig BertConfigOf(const Config& c) {
   b.layer_norm_eps = c.model.layer_norm_eps;
   b.init_std = c.model.init_std;
   b.activation_checkpointing = c.model.activation_checkpointing;
+  b.loss_slice_tokens = c.model.loss_slice_tokens;
   b.intermediate_size = c.bert.intermediate_size;
   b.type_vocab_size = c.bert.type_vocab_size;
   b.num_labels = c.bert.num_labels;

@@ -43,12 +43,38 @@ TEST_CASE("the activation estimate of k micro-batches kept (vertical schedule)",
   c.activation_checkpointing = true;
   const int64_t tokens = 1024, C = 768, V = 50257;
   // One: the block inputs (12 C), embeddings and ln_f (3 C), one block recomputed (17 C),
-  // the logits with their fp32 copy and gradient (V x (2 + 8)), per token.
+  // per token; one slice of logits (the default 1280 tokens >= 1024: all) with their fp32
+  // copy and a temporary (V x (2 + 8)).
   CHECK(EstimateActivationBytes(c, tokens, 2) == tokens * ((12 * C + 17 * C + 3 * C) * 2 + V * 10));
   // Four kept: the kept inputs four times, the recomputed block and logits once.
   CHECK(EstimateActivationBytes(c, tokens, 2, 4) == tokens * (4 * (12 * C + 3 * C) * 2 + 17 * C * 2 + V * 10));
   c.activation_checkpointing = false;
   CHECK_THROWS_WITH(EstimateActivationBytes(c, tokens, 2, 4), Catch::Contains("needs activation checkpointing"));
+}
+
+TEST_CASE("the LM head's slice: model.loss_slice_tokens, or 256 MiB of fp32 logits", "[gpt][sliced_head]") {
+  CHECK(LossSliceTokens(0, 128256) == 512);  // Llama 3: 2^26 / 128256 = 523
+  CHECK(LossSliceTokens(0, 151936) == 384);  // Qwen2.5: 441
+  CHECK(LossSliceTokens(0, 50257) == 1280);  // GPT-2: 1335
+  CHECK(LossSliceTokens(0, 256) == 262144);
+  CHECK(LossSliceTokens(0, int64_t{1} << 21) == 32);  // below 64: not rounded
+  CHECK(LossSliceTokens(0, int64_t{1} << 40) == 1);
+  CHECK(LossSliceTokens(300, 128256) == 300);
+}
+
+TEST_CASE("the activation estimate counts one slice of logits, not every token's", "[gpt][sliced_head]") {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 256;
+  c.vocab_size = 128256;
+  const int64_t C = 256, V = 128256, blocks_and_outside = (2 * 17 * C + 3 * C) * 2;
+  // 8192 tokens: the default slice of 512 tokens' logits (bf16 and the fp32 copy and temporary).
+  CHECK(EstimateActivationBytes(c, 8192, 2) == 8192 * blocks_and_outside + 512 * V * 10);
+  // Fewer tokens than a slice: all of them.
+  CHECK(EstimateActivationBytes(c, 100, 2) == 100 * blocks_and_outside + 100 * V * 10);
+  c.loss_slice_tokens = 2048;
+  CHECK(EstimateActivationBytes(c, 8192, 2) == 8192 * blocks_and_outside + 2048 * V * 10);
 }
 
 TEST_CASE("sizes near the limits are still counted exactly", "[gpt][overflow]") {
