@@ -75,6 +75,24 @@ int64_t HfIntKey(const nlohmann::json& j, const std::string& key, const std::str
   return j[key].get<int64_t>();
 }
 
+std::vector<int64_t> ReadHfEosTokenIds(const std::string& folder) {
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const fs::path path = fs::path(folder) / name;
+    if (!fs::exists(path)) continue;
+    const nlohmann::json j = ReadHfJson(path.string());
+    if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
+    const nlohmann::json& eos = j["eos_token_id"];
+    std::vector<int64_t> ids;
+    for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos})) {
+      TORCH_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0, path.string(),
+                  ": eos_token_id is neither an id nor a list of ids: ", eos.dump());
+      ids.push_back(id.get<int64_t>());
+    }
+    return ids;
+  }
+  return {};
+}
+
 bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {

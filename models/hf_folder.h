@@ -38,6 +38,11 @@ std::vector<std::string> HfWeightFiles(const std::string& folder);
 // j[key] as an integer; throws naming `path` and the key when missing or not one.
 int64_t HfIntKey(const nlohmann::json& j, const std::string& key, const std::string& path);
 
+// The end-of-sequence ids of an HF folder: generation_config.json's eos_token_id (an
+// integer or a list of them), else config.json's; empty when neither file names one
+// (null counts as none). Throws naming the file when the field is another JSON type.
+std::vector<int64_t> ReadHfEosTokenIds(const std::string& folder);
+
 bool StartsWith(const std::string& s, const std::string& prefix);
 bool EndsWith(const std::string& s, const std::string& suffix);
 

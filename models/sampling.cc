@@ -2,10 +2,12 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <torch/autograd.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
+#include <optional>
 
 namespace ps::models {
 
@@ -42,28 +44,61 @@ int64_t NextToken(const at::Tensor& logits, const SamplingOptions& options, at::
   return at::multinomial(probs, 1, /*replacement=*/false, generator).item<int64_t>();
 }
 
-std::vector<int64_t> Generate(Gpt& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
-                              at::Generator& generator, const std::function<void(int64_t)>& on_token) {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The logits [vocab] after `ids`: one cached step over the ids the cache lacks while
+// they fit in it, else the model over the last n_positions ids from scratch.
+at::Tensor NextLogits(CausalLm& model, const std::vector<int64_t>& ids, std::optional<KvCache>& cache,
+                      GenerationStats& stats) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const auto to_tensor = [&](int64_t begin) {
+    return at::tensor(at::ArrayRef<int64_t>(ids.data() + begin, n - begin), at::kLong).unsqueeze(0).to(model.device());
+  };
+  if (cache && n <= cache->capacity()) return model.Step(to_tensor(cache->length()), *cache);
+  ++stats.window_steps;
+  const at::Tensor window = to_tensor(std::max<int64_t>(0, n - model.n_positions()));
+  return model.Forward(window).select(1, window.size(1) - 1).squeeze(0);
+}
+
+}  // namespace
+
+Generation Generate(CausalLm& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
+                    at::Generator& generator, const std::function<void(int64_t)>& on_token) {
   TORCH_CHECK(!prompt.empty(), "the prompt has no tokens (give it some text)");
-  const int64_t vocab = model->config().vocab_size;
+  TORCH_CHECK(options.max_new_tokens >= 0, "max_new_tokens must be >= 0, got ", options.max_new_tokens);
+  const int64_t vocab = model.vocab_size(), window = model.n_positions();
   for (int64_t id : prompt) TORCH_CHECK(id >= 0 && id < vocab, "prompt token ", id, " is not < vocab_size ", vocab);
-  torch::NoGradGuard no_grad;
-  model->eval();
-  const at::Device device = model->wte->weight.device();
-  std::vector<int64_t> ids = prompt, generated;
-  const int64_t window = model->config().n_positions;
-  for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    const int64_t begin = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - window);
-    const at::Tensor idx =
-        at::tensor(std::vector<int64_t>(ids.begin() + begin, ids.end()), at::kLong).unsqueeze(0).to(device);
-    const at::Tensor logits = model->forward(idx).select(1, idx.size(1) - 1).squeeze(0);
-    const int64_t next = NextToken(logits, options, generator);
-    ids.push_back(next);
-    generated.push_back(next);
-    if (on_token) on_token(next);
-    if (next == options.stop_token) break;
+  c10::InferenceMode inference;
+  Generation out;
+  out.stats.prompt_tokens = std::min<int64_t>(static_cast<int64_t>(prompt.size()), window);
+  std::optional<KvCache> cache;
+  const int64_t fed_tokens = static_cast<int64_t>(prompt.size()) + options.max_new_tokens - 1;
+  if (options.use_cache && options.max_new_tokens > 0 && static_cast<int64_t>(prompt.size()) <= window) {
+    cache.emplace(model.NewCache(std::min(window, fed_tokens)));
   }
-  return generated;
+  std::vector<int64_t> ids = prompt;
+  for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    const auto begin = Clock::now();
+    const int64_t next = NextToken(NextLogits(model, ids, cache, out.stats), options, generator);
+    const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+    if (i == 0) {
+      out.stats.prefill_s = seconds;
+    } else {
+      out.stats.decode_s += seconds;
+      ++out.stats.decode_tokens;
+    }
+    ids.push_back(next);
+    out.tokens.push_back(next);
+    if (on_token) on_token(next);
+    const auto& stops = options.stop_tokens;
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+      out.stats.stopped = true;
+      break;
+    }
+  }
+  return out;
 }
 
 }  // namespace ps::models
