@@ -48,18 +48,21 @@ class CausalLm {
 };
 
 // The model in eval mode behind the CausalLm interface (gpt_decode.cc, llama_decode.cc).
-// On the CPU its linear weights and LM head are laid out for one-token steps first
-// (UseRowVectorLayout): the model's values are unchanged, its storage is.
+// Its linear weights are packed for one-token steps first (PackWeights; Llama's q/k/v
+// and gate/up each into one): the model's values are unchanged, their storage is not.
 std::unique_ptr<CausalLm> MakeCausalLm(Gpt model);
 std::unique_ptr<CausalLm> MakeCausalLm(Llama model);
 
-// Re-lays each weight [out, in] as the transpose of a contiguous [in, out] tensor (the
-// parameter keeps its shape and values, now a view; the old storage is freed). For one
-// token, x W^T then reads W row after row of `out` outputs, which MKL's CPU kernels
-// stream faster than the [out, in] layout's dot products: 15% less time for the
-// weights of a 100M-parameter Llama step on a 2-core EPYC, the LM head 1.5x (measured
-// with torch 2.11's MKL; docs/benchmarks.md). Prompts (many tokens) run as fast either
-// way. Not for training: the chunk runtime expects contiguous parameters.
-void UseRowVectorLayout(const std::vector<at::Tensor>& weights);
+// Packs `weights` (each [out_i, in], one `in`, one device) into one tensor and re-points
+// each parameter to its rows of it (a view: shape and values unchanged, the old storage
+// freed); returns the packed weight [sum of out_i, in], for one at::linear where there
+// were several. On the CPU the storage is the transpose, [in, sum of out_i] contiguous:
+// for one token x W^T then streams W row after row, which MKL runs faster than the dot
+// products of the [out, in] layout (docs/benchmarks.md, "Sampling"); prompts (many
+// tokens) run as fast either way. Not for training: the chunk runtime expects
+// contiguous parameters of their own.
+at::Tensor PackWeights(const std::vector<at::Tensor>& weights);
+// The same for biases (each [out_i]); an undefined tensor when `biases` are undefined.
+at::Tensor PackBiases(const std::vector<at::Tensor>& biases);
 
 }  // namespace ps::models

@@ -13,7 +13,7 @@ class GptLm final : public CausalLm {
  public:
   explicit GptLm(Gpt model) : model_(std::move(model)) {
     model_->eval();
-    if (device().is_cpu()) UseRowVectorLayout(Weights());
+    for (const at::Tensor& w : Weights()) PackWeights({w});  // c_attn holds q, k, v already
   }
 
   int64_t vocab_size() const override { return model_->config().vocab_size; }

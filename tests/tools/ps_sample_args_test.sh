@@ -19,6 +19,7 @@ cases=(
   "--temperature=warm|--temperature warm: expected a number in [0, 100]"
   "--top-p=0|--top-p 0: must be in (0, 1]"
   "--top-p=1.5|--top-p 1.5: must be in (0, 1]"
+  "--threads=-1|--threads -1: must be in [0, 1024]"
 )
 for c in "${cases[@]}"; do
   arg=${c%%|*}
