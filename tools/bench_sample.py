@@ -8,7 +8,8 @@ byte-level BPE tokenizer.json of exactly 32000 ids (every id decodes), saved wit
 save_pretrained in a temporary folder, no eos id (both sides make every token). Both
 sides get the same prompt ids, the same number of new tokens and threads
 (torch.set_num_threads / ps_sample --threads); they run alternately and the best of
-each is kept. `transformers` is warmed up first; ps_sample's prefill includes its first
+each is kept (and the median ratio of the back-to-back pairs, steadier when the machine
+is shared). `transformers` is warmed up first; ps_sample's prefill includes its first
 call. Timed: generate() on one side, ps_sample's own prefill + decode on the other (the
 summary on its stderr; loading is not timed on either side). Decode-only figures too:
 HF's decode time is generate(N) minus generate(1).
@@ -16,6 +17,7 @@ HF's decode time is generate(N) minus generate(1).
   source tools/python_peer_env.sh
   bazel build //tools:ps_sample          # .bazelrc: -O2; LibTorch does the arithmetic
   python3 tools/bench_sample.py [--threads 2] [--new-tokens 128] [--repeats 3] [--ps-sample PATH]
+  python3 tools/bench_sample.py --gemv-only [--threads 1]   # the weight layouts' GB/s only
 
 Fails (exit 1) when the token ids differ. The last line printed is a JSON object
 (hf_tokens_per_s, ps_tokens_per_s, ratio, decode ratio, ...).
@@ -30,6 +32,7 @@ import tempfile
 import time
 
 import torch
+import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -92,6 +95,38 @@ def run_ps(binary, folder, prompt, new_tokens, threads, extra):
     return prompt_ids, new_ids, float(m.group(2)), float(m.group(4)), res.stderr.strip().split("\n")[-1]
 
 
+def gemv_layouts(threads):
+    """GB/s of one token's products with the weights of the model (12 layers' q, k, v, o,
+    gate, up, down and the 32000-row head, 400 MB of fp32) in either layout, against a
+    plain sum over as many bytes: what a decode step can reach (PackWeights' reason)."""
+    shapes = [(768, 768), (256, 768), (256, 768), (768, 768), (2048, 768), (2048, 768), (768, 2048)] * 12
+    shapes.append((VOCAB, 768))
+    out_in = [torch.randn(o, i) for o, i in shapes]
+    in_out = [w.t().contiguous() for w in out_in]
+    xs = {768: torch.randn(1, 768), 2048: torch.randn(1, 2048)}
+    flat = torch.randn(sum(o * i for o, i in shapes))
+    gb = flat.numel() * 4 / 1e9
+
+    def best(f):
+        f()
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    with torch.inference_mode():
+        rows = {"F.linear(x, W), W [out, in] (HF's layout)": best(lambda: [F.linear(xs[w.shape[1]], w) for w in out_in]),
+                "x @ W, W [in, out] (PackWeights)": best(lambda: [xs[w.shape[0]] @ w for w in in_out]),
+                "sum of as many bytes": best(lambda: flat.sum())}
+    for name, seconds in rows.items():
+        print(f"  {name}: {seconds * 1e3:.1f} ms, {gb / seconds:.1f} GB/s")
+    keys = ["out_in_gb_per_s", "in_out_gb_per_s", "sum_gb_per_s"]
+    print(json.dumps({"threads": threads, "weight_gb": round(gb, 3),
+                      **{key: round(gb / seconds, 2) for key, seconds in zip(keys, rows.values())}}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -101,8 +136,11 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ps-sample", default="bazel-bin/tools/ps_sample")
     ap.add_argument("--no-cache-too", action="store_true", help="also time ps_sample --no-cache (slow)")
+    ap.add_argument("--gemv-only", action="store_true", help="only the weight layouts' GB/s (no model, no ps_sample)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.gemv_only:
+        return gemv_layouts(args.threads)
     with tempfile.TemporaryDirectory() as folder:
         hf_tok = write_tokenizer(folder)
         model = make_model(folder, args.seed)
@@ -115,6 +153,7 @@ def main():
         hf_best = hf_first = float("inf")
         ps_best = ps_prefill_best = ps_decode_best = float("inf")
         hf_ids = ps_ids = None
+        pair_ratios = []  # HF / ps of each repeat: the two ran back to back, under the same load
         for r in range(args.repeats):
             hf_ids, seconds = run_hf(model, ids, args.new_tokens)
             hf_best = min(hf_best, seconds)
@@ -124,6 +163,7 @@ def main():
             if prompt_ids != ids[0].tolist():
                 sys.exit(f"prompt ids differ: ps {prompt_ids} vs HF {ids[0].tolist()}")
             ps_best = min(ps_best, prefill_s + decode_s)
+            pair_ratios.append(seconds / (prefill_s + decode_s))
             ps_prefill_best, ps_decode_best = min(ps_prefill_best, prefill_s), min(ps_decode_best, decode_s)
             print(f"  run {r}: HF {seconds:.3f} s, ps_sample {prefill_s + decode_s:.3f} s ({line})", flush=True)
         if hf_ids != ps_ids:
@@ -137,14 +177,16 @@ def main():
                   "hf_decode_tokens_per_s": (n - 1) / max(hf_best - hf_first, 1e-9),
                   "ps_decode_tokens_per_s": (n - 1) / ps_decode_best,
                   "decode_ratio": (hf_best - hf_first) / ps_decode_best,
-                  "hf_prefill_s": hf_first, "ps_prefill_s": ps_prefill_best}
+                  "hf_prefill_s": hf_first, "ps_prefill_s": ps_prefill_best,
+                  "median_pair_ratio": sorted(pair_ratios)[len(pair_ratios) // 2],
+                  "load_average": os.getloadavg()[0]}
         if args.no_cache_too:
             _, nc_ids, prefill_s, decode_s, _ = run_ps(args.ps_sample, folder, prompt, n, args.threads, ["--no-cache"])
             result["ps_no_cache_tokens_per_s"] = n / (prefill_s + decode_s)
             result["no_cache_identical_tokens"] = nc_ids == ps_ids
         print(f"tokens identical; HF {result['hf_tokens_per_s']:.2f} tokens/s, ps_sample "
               f"{result['ps_tokens_per_s']:.2f} tokens/s: {result['ratio']:.2f}x (decode only "
-              f"{result['decode_ratio']:.2f}x)")
+              f"{result['decode_ratio']:.2f}x; median of the back-to-back pairs {result['median_pair_ratio']:.2f}x)")
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}))
 
 
