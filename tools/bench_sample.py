@@ -18,6 +18,7 @@ HF's decode time is generate(N) minus generate(1).
   bazel build //tools:ps_sample          # .bazelrc: -O2; LibTorch does the arithmetic
   python3 tools/bench_sample.py [--threads 2] [--new-tokens 128] [--repeats 3] [--ps-sample PATH]
   python3 tools/bench_sample.py --gemv-only [--threads 1]   # the weight layouts' GB/s only
+  python3 tools/bench_sample.py --hidden 96 --intermediate 192   # tiny weights: the rest of a step
 
 Fails (exit 1) when the token ids differ. The last line printed is a JSON object
 (hf_tokens_per_s, ps_tokens_per_s, ratio, decode ratio, ...).
@@ -59,9 +60,9 @@ def write_tokenizer(folder):
     return PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"))
 
 
-def make_model(folder, seed):
+def make_model(folder, seed, hidden=768, intermediate=2048):
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=12,
                          num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=2048,
                          tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None,
                          initializer_range=0.05)  # logits far from uniform: no near-ties in greedy choices
@@ -97,32 +98,38 @@ def run_ps(binary, folder, prompt, new_tokens, threads, extra):
 
 def gemv_layouts(threads):
     """GB/s of one token's products with the weights of the model (12 layers' q, k, v, o,
-    gate, up, down and the 32000-row head, 400 MB of fp32) in either layout, against a
-    plain sum over as many bytes: what a decode step can reach (PackWeights' reason)."""
+    gate, up, down and the 32000-row head, 400 MB of fp32) in HF's [out, in] layout, in
+    [in, out], and packed as llama_decode.cc packs them, against a plain sum over as many
+    bytes: what a decode step can reach (PackWeights' reason). Best of 7 rounds."""
     shapes = [(768, 768), (256, 768), (256, 768), (768, 768), (2048, 768), (2048, 768), (768, 2048)] * 12
     shapes.append((VOCAB, 768))
     out_in = [torch.randn(o, i) for o, i in shapes]
     in_out = [w.t().contiguous() for w in out_in]
+    packed = []  # per layer: q|k|v, o, gate|up, down; then the head (llama_decode.cc)
+    for layer in range(12):
+        q, k, v, o, gate, up, down = in_out[7 * layer:7 * layer + 7]
+        packed += [torch.cat([q, k, v], 1), o, torch.cat([gate, up], 1), down]
+    packed.append(in_out[-1])
     xs = {768: torch.randn(1, 768), 2048: torch.randn(1, 2048)}
     flat = torch.randn(sum(o * i for o, i in shapes))
     gb = flat.numel() * 4 / 1e9
 
-    def best(f):
-        f()
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - start)
-        return min(times)
-
+    variants = {
+        "F.linear(x, W), W [out, in] (HF's layout)": lambda: [F.linear(xs[w.shape[1]], w) for w in out_in],
+        "x @ W, W [in, out]": lambda: [xs[w.shape[0]] @ w for w in in_out],
+        "x @ W, W [in, out], q|k|v and gate|up packed (PackWeights)": lambda: [xs[w.shape[0]] @ w for w in packed],
+        "sum of as many bytes": lambda: flat.sum(),
+    }
+    rows = {name: float("inf") for name in variants}
     with torch.inference_mode():
-        rows = {"F.linear(x, W), W [out, in] (HF's layout)": best(lambda: [F.linear(xs[w.shape[1]], w) for w in out_in]),
-                "x @ W, W [in, out] (PackWeights)": best(lambda: [xs[w.shape[0]] @ w for w in in_out]),
-                "sum of as many bytes": best(lambda: flat.sum())}
+        for _ in range(7):  # rounds of every variant in turn: the machine's load changes alike for all
+            for name, f in variants.items():
+                start = time.perf_counter()
+                f()
+                rows[name] = min(rows[name], time.perf_counter() - start)
     for name, seconds in rows.items():
         print(f"  {name}: {seconds * 1e3:.1f} ms, {gb / seconds:.1f} GB/s")
-    keys = ["out_in_gb_per_s", "in_out_gb_per_s", "sum_gb_per_s"]
+    keys = ["out_in_gb_per_s", "in_out_gb_per_s", "packed_gb_per_s", "sum_gb_per_s"]
     print(json.dumps({"threads": threads, "weight_gb": round(gb, 3),
                       **{key: round(gb / seconds, 2) for key, seconds in zip(keys, rows.values())}}))
 
@@ -137,13 +144,16 @@ def main():
     ap.add_argument("--ps-sample", default="bazel-bin/tools/ps_sample")
     ap.add_argument("--no-cache-too", action="store_true", help="also time ps_sample --no-cache (slow)")
     ap.add_argument("--gemv-only", action="store_true", help="only the weight layouts' GB/s (no model, no ps_sample)")
+    ap.add_argument("--hidden", type=int, default=768, help="hidden size (12 heads); 96 with --intermediate 192: "
+                    "the per-token cost of everything but the weights")
+    ap.add_argument("--intermediate", type=int, default=2048)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.gemv_only:
         return gemv_layouts(args.threads)
     with tempfile.TemporaryDirectory() as folder:
         hf_tok = write_tokenizer(folder)
-        model = make_model(folder, args.seed)
+        model = make_model(folder, args.seed, args.hidden, args.intermediate)
         params = sum(p.numel() for p in model.parameters())
         prompt = PROMPT * args.prompt_repeats
         ids = torch.tensor([hf_tok(prompt)["input_ids"]])
