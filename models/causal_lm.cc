@@ -27,12 +27,14 @@ at::Tensor PackWeights(const std::vector<at::Tensor>& weights) {
                           "PackWeights: a weight of shape ", w.sizes(), " with one of ", weights[0].sizes());
   }
   if (weights[0].device().is_cpu()) {
+    if (weights.size() == 1 && weights[0].t().is_contiguous()) return weights[0];  // laid out already
     std::vector<at::Tensor> columns;  // [in, out_i] each
     for (const at::Tensor& w : weights) columns.push_back(w.t());
     const at::Tensor packed = at::cat(columns, 1).contiguous();  // [in, sum out_i]
     RepointTo(weights, packed, 1, /*transposed=*/true);
     return packed.t();
   }
+  if (weights.size() == 1 && weights[0].is_contiguous()) return weights[0];  // nothing to pack
   const at::Tensor packed = at::cat(weights, 0).contiguous();  // [sum out_i, in]
   RepointTo(weights, packed, 0, /*transposed=*/false);
   return packed;
