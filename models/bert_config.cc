@@ -90,7 +90,7 @@ int64_t EstimateBertActivationBytes(const BertConfig& c, int64_t tokens, int64_t
   const int64_t outside = 3 * e;  // embedding sum, its LayerNorm, the head's input
   const int64_t masked_tokens = tokens * 15 / 100 + 1;  // one slice of them at a time (sliced_head.h)
   const int64_t slice = std::min(masked_tokens, LossSliceTokens(c.loss_slice_tokens, c.vocab_size));
-  return (blocks + outside) * element_bytes * tokens + slice * c.vocab_size * (element_bytes + 8);
+  return (blocks + outside) * element_bytes * tokens + slice * c.vocab_size * kSlicedLogitBytes;
 }
 
 }  // namespace ps::models

@@ -54,8 +54,8 @@ std::vector<ParameterShape> BertParameterShapes(const BertConfig& config);
 // EstimateActivationBytes does for GPT: per block and token about 13 x n_embd + 2 x the
 // MLP width elements kept for backward (or n_embd per block plus one block recomputed,
 // with activation checkpointing), plus the embeddings; the MLM head runs on the masked
-// positions only (mask_ratio 0.15 of the tokens), one slice of them at a time with
-// their fp32 logits and a temporary (LossSliceTokens, as in gpt_config.h).
+// positions only (mask_ratio 0.15 of the tokens), one slice of them at a time
+// (LossSliceTokens, kSlicedLogitBytes per logit, as in gpt_config.h).
 int64_t EstimateBertActivationBytes(const BertConfig& config, int64_t tokens, int64_t element_bytes);
 
 }  // namespace ps::models

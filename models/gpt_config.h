@@ -40,6 +40,11 @@ struct GptConfig {
 // for GPT-2's 50,257), at least 1. Larger slices run faster; each costs its logits.
 int64_t LossSliceTokens(int64_t setting, int64_t vocab_size);
 
+// The sliced head's most bytes per logit of a slice, in any compute dtype: the fp32
+// logits and one fp32 temporary as large (the compute-dtype logits, freed once cast,
+// and the gradient's compute-dtype copy fit within). The estimates below count it.
+constexpr int64_t kSlicedLogitBytes = 8;
+
 // One entry of the model zoo: GPT-2 sizes and PatrickStar's examples/model_builder.py.
 struct GptPreset {
   std::string name;
@@ -75,8 +80,7 @@ int64_t GptParameterCount(const GptConfig& config);
 // MLP hidden before and after GELU; attention scores are not kept, SDPA uses
 // memory-efficient kernels), or with activation checkpointing n_embd per block plus
 // one block recomputed; plus embeddings and ln_f, and one slice of the LM head's logits
-// (LossSliceTokens, at most `tokens`) with their fp32 copy and a temporary
-// (vocab_size x (element_bytes + 8) per token of the slice). An estimate for planning
+// (LossSliceTokens, at most `tokens`; kSlicedLogitBytes per logit). An estimate for planning
 // (`ps_train --plan`); the warm-up trace measures the real peak.
 // `micro_batches_kept` > 1 (train.accumulation_schedule: vertical, which needs
 // checkpointing): the block inputs, embeddings and ln_f of that many micro-batches of

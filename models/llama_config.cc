@@ -162,7 +162,7 @@ int64_t EstimateLlamaActivationBytes(const LlamaConfig& c, int64_t tokens, int64
   const int64_t outside = a.Mul(3, C);  // embedding output, final norm input and output
   // One slice of the LM head's logits at a time (sliced_head.h).
   const int64_t slice = std::min(tokens, LossSliceTokens(c.loss_slice_tokens, c.vocab_size));
-  const int64_t logits = a.Mul(a.Mul(c.vocab_size, element_bytes + 8), slice);
+  const int64_t logits = a.Mul(a.Mul(c.vocab_size, kSlicedLogitBytes), slice);
   if (micro_batches_kept > 1) {
     TORCH_CHECK(c.activation_checkpointing, "keeping ", micro_batches_kept,
                 " micro-batches' activations needs activation checkpointing");

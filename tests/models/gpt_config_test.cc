@@ -43,11 +43,11 @@ TEST_CASE("the activation estimate of k micro-batches kept (vertical schedule)",
   c.activation_checkpointing = true;
   const int64_t tokens = 1024, C = 768, V = 50257;
   // One: the block inputs (12 C), embeddings and ln_f (3 C), one block recomputed (17 C),
-  // per token; one slice of logits (the default 1280 tokens >= 1024: all) with their fp32
-  // copy and a temporary (V x (2 + 8)).
-  CHECK(EstimateActivationBytes(c, tokens, 2) == tokens * ((12 * C + 17 * C + 3 * C) * 2 + V * 10));
+  // per token; the logits of one slice (the default 1280 tokens >= 1024: all of them),
+  // fp32 and a temporary as large (V x 8).
+  CHECK(EstimateActivationBytes(c, tokens, 2) == tokens * ((12 * C + 17 * C + 3 * C) * 2 + V * 8));
   // Four kept: the kept inputs four times, the recomputed block and logits once.
-  CHECK(EstimateActivationBytes(c, tokens, 2, 4) == tokens * (4 * (12 * C + 3 * C) * 2 + 17 * C * 2 + V * 10));
+  CHECK(EstimateActivationBytes(c, tokens, 2, 4) == tokens * (4 * (12 * C + 3 * C) * 2 + 17 * C * 2 + V * 8));
   c.activation_checkpointing = false;
   CHECK_THROWS_WITH(EstimateActivationBytes(c, tokens, 2, 4), Catch::Contains("needs activation checkpointing"));
 }
@@ -69,12 +69,12 @@ TEST_CASE("the activation estimate counts one slice of logits, not every token's
   c.n_embd = 256;
   c.vocab_size = 128256;
   const int64_t C = 256, V = 128256, blocks_and_outside = (2 * 17 * C + 3 * C) * 2;
-  // 8192 tokens: the default slice of 512 tokens' logits (bf16 and the fp32 copy and temporary).
-  CHECK(EstimateActivationBytes(c, 8192, 2) == 8192 * blocks_and_outside + 512 * V * 10);
+  // 8192 tokens: the default slice of 512 tokens' logits (fp32, and a temporary as large).
+  CHECK(EstimateActivationBytes(c, 8192, 2) == 8192 * blocks_and_outside + 512 * V * 8);
   // Fewer tokens than a slice: all of them.
-  CHECK(EstimateActivationBytes(c, 100, 2) == 100 * blocks_and_outside + 100 * V * 10);
+  CHECK(EstimateActivationBytes(c, 100, 2) == 100 * blocks_and_outside + 100 * V * 8);
   c.loss_slice_tokens = 2048;
-  CHECK(EstimateActivationBytes(c, 8192, 2) == 8192 * blocks_and_outside + 2048 * V * 10);
+  CHECK(EstimateActivationBytes(c, 8192, 2) == 8192 * blocks_and_outside + 2048 * V * 8);
 }
 
 TEST_CASE("sizes near the limits are still counted exactly", "[gpt][overflow]") {

@@ -134,12 +134,12 @@ TEST_CASE("the activation estimate counts one slice of the LM head's logits", "[
   LlamaConfig c = preset->config;
   const int64_t C = 2048, V = 128256, per_block = 6 * C + (2 * 32 + 2 * 8) * 64 + 4 * 8192;
   const int64_t blocks = (16 * per_block + 3 * C) * 2;  // bf16
-  // 4 x 2048 tokens: the default slice is 512 tokens (logits in bf16, the fp32 copy and a
-  // temporary), not 8192 (10.5 GB).
-  CHECK(EstimateLlamaActivationBytes(c, 8192, 2) == 8192 * blocks + 512 * V * 10);
+  // 4 x 2048 tokens: the default slice is 512 tokens (fp32 logits and a temporary, 8
+  // bytes each), not 8192 (8.4 GB).
+  CHECK(EstimateLlamaActivationBytes(c, 8192, 2) == 8192 * blocks + 512 * V * 8);
   c.loss_slice_tokens = 1024;
-  CHECK(EstimateLlamaActivationBytes(c, 8192, 2) == 8192 * blocks + 1024 * V * 10);
-  CHECK(EstimateLlamaActivationBytes(c, 100, 2) == 100 * blocks + 100 * V * 10);
+  CHECK(EstimateLlamaActivationBytes(c, 8192, 2) == 8192 * blocks + 1024 * V * 8);
+  CHECK(EstimateLlamaActivationBytes(c, 100, 2) == 100 * blocks + 100 * V * 8);
 }
 
 TEST_CASE("activation checkpointing and LossMany give plain training's loss and gradients", "[llama][checkpoint]") {
