@@ -75,7 +75,6 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
   }
   counts_.assign(layout_.num_chunks(), {});
-  prefetched_.assign(layout_.num_chunks(), false);
   states_.assign(params_.size(), TensorState::kFree);
   has_grad_.assign(params_.size(), false);
   for (const auto& p : params_) shapes_.push_back(p.tensor.sizes().vec());
@@ -105,7 +104,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   where.zero = zero_;
   where.rank = rank_;
   where.prefetch_groups = options.prefetch_depth > 0;
-  if (traced_budget() && where.warmup_share_bytes == 0) {
+  if (options.device_memory_bytes > 0 && where.warmup_share_bytes == 0) {
     where.warmup_share_bytes =
         static_cast<int64_t>(options.warmup_chunk_ratio * static_cast<double>(options.device_memory_bytes));
   }
@@ -222,6 +221,51 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   });
   options_.initial_values = nullptr;  // what it holds (the model, names) is not needed again
   startup_seconds_.initial_values_s = std::chrono::duration<double>(Clock::now() - values_start).count();
+  MakeResidency();
+}
+
+void ChunkRuntime::MakeResidency() {
+  ResidencySettings settings;
+  settings.eviction = options_.eviction;
+  settings.warmup_iterations = options_.warmup_iterations;
+  settings.prefetch_depth = options_.prefetch_depth;
+  settings.device_memory_bytes = options_.device_memory_bytes;
+  settings.static_placement = options_.static_placement;
+  settings.warmup_device_bytes = placement_.warmup_device_bytes;
+  settings.device_optimizer_bytes = placement_.device_optimizer_bytes;
+  std::vector<int> ids;
+  std::vector<bool> held;
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    ids.push_back(chunk_id(ChunkKind::kCompute, c));
+    held.push_back(owned(c));
+  }
+  residency_ = std::make_unique<Residency>(store_, std::move(ids), std::move(held), settings);
+  residency_->set_give_way([this](const std::function<bool()>& evict) { return EvictOrGiveWay(evict); });
+  residency_->set_describe_users([this](int chunk) { return UsersOf(chunk); });
+}
+
+std::string ChunkRuntime::UsersOf(int chunk) const {
+  for (int i : layout_.chunks()[chunk].param_indices) {
+    if (states_[i] == TensorState::kCompute) return params_[i].name;
+  }
+  return "chunk " + std::to_string(chunk);
+}
+
+void ChunkRuntime::set_busy(int chunk, bool busy) {
+  if (busy_.empty()) busy_.assign(layout_.num_chunks(), false);
+  if (busy_[chunk] == busy) return;
+  busy_[chunk] = busy;
+  if (busy) {
+    residency_->Pin(chunk);
+  } else {
+    residency_->Unpin(chunk);
+  }
+}
+
+RuntimeStats ChunkRuntime::stats() const {
+  RuntimeStats all = stats_;
+  static_cast<ResidencyStats&>(all) = residency_->stats();
+  return all;
 }
 
 ChunkRuntime::~ChunkRuntime() {
@@ -258,161 +302,6 @@ void ChunkRuntime::SetState(int index, TensorState to) {
   states_[index] = to;
 }
 
-void ChunkRuntime::CloseInterval() {
-  if (!probe_) return;
-  const int64_t non_model = probe_->TakePeakNonModelBytes();
-  if (moment_ >= 0) {
-    stats_.peak_non_model_bytes = std::max(stats_.peak_non_model_bytes, non_model);
-    if (!warmed_up()) {
-      if (static_cast<int>(non_model_peak_.size()) <= moment_) non_model_peak_.resize(moment_ + 1, 0);
-      non_model_peak_[moment_] = std::max(non_model_peak_[moment_], non_model);
-    } else if (traced_budget()) {
-      stats_.peak_device_total_bytes = std::max(stats_.peak_device_total_bytes, interval_chunk_peak_ + non_model);
-    }
-  }
-  interval_chunk_peak_ = store_.BytesUsed(Tier::kDevice);
-}
-
-int64_t ChunkRuntime::ChunkBudgetNow() const {
-  const int64_t cap = store_.Budget(Tier::kDevice);
-  if (!traced_budget()) return cap;
-  if (budget_at_.empty()) return WarmupShareBytes();
-  // Paused (evaluation): moments do not advance, so no moment's budget applies; the
-  // lowest one is safe for any block.
-  if (trace_paused_) return std::min(cap, min_budget_at_);
-  const int t = std::clamp(moment_, 0, static_cast<int>(budget_at_.size()) - 1);
-  return std::min(cap, budget_at_[t]);
-}
-
-int64_t ChunkRuntime::WarmupShareBytes() const {
-  // The pinned optimizer state plus the warm-up share, within the chunk room (placement.h).
-  return std::min(store_.Budget(Tier::kDevice), placement_.warmup_device_bytes);
-}
-
-int64_t ChunkRuntime::MinChunkBudgetBytes() const {
-  if (!traced_budget() || budget_at_.empty()) return ChunkBudgetNow();
-  return std::min(store_.Budget(Tier::kDevice), min_budget_at_);
-}
-
-void ChunkRuntime::Moment(const char* what, int block) {
-  if (trace_paused_) return;
-  CloseInterval();
-  ++moment_;
-  // A moment whose traced budget is lower than the last one's: shrink to it now.
-  // Chunks still in use from an earlier moment (a tied parameter through backward) are
-  // part of this moment's working set too.
-  if (!warmed_up()) {
-    for (int c = 0; c < layout_.num_chunks(); ++c) {
-      if (ComputeCount(c) > 0) trace_.Record(c, moment_);
-    }
-  }
-  if (!budget_at_.empty() && store_.BytesUsed(Tier::kDevice) > ChunkBudgetNow()) {
-    // Gradient staging slots give way to compute chunks (their partial sums go to the host).
-    if (!EvictOrGiveWay([&] { return EvictDownTo(ChunkBudgetNow(), /*keep=*/-1); })) {
-      ++stats_.budget_overruns;
-    }
-    interval_chunk_peak_ = store_.BytesUsed(Tier::kDevice);  // the new interval starts after the shrink
-  }
-  if (timeline_) timeline_->Moment(std::string(what) + " " + std::to_string(block));
-}
-
-void ChunkRuntime::MoveChunk(int chunk, Tier to, bool async) {
-  TORCH_INTERNAL_ASSERT(!busy(chunk), "chunkmem: chunk ", chunk, " moved while the optimizer updates it");
-  const int id = chunk_id(ChunkKind::kCompute, chunk);
-  const int64_t start_us = timeline_ ? timeline_->NowUs() : 0;
-  const auto start = std::chrono::steady_clock::now();
-  if (async) {
-    store_.MoveAsync(id, to);
-  } else {
-    store_.Move(id, to);
-  }
-  stats_.move_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (to == Tier::kDevice) {
-    interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
-    ++stats_.fetches;
-  } else {
-    ++stats_.evictions;
-  }
-  if (timeline_) {
-    timeline_->Copy(to == Tier::kDevice ? "fetch" : "evict", chunk, store_.chunk_bytes(id), start_us);
-    timeline_->Bytes(store_.BytesUsed(Tier::kDevice), store_.BytesUsed(Tier::kHost));
-  }
-}
-
-std::vector<EvictionCandidate> ChunkRuntime::EvictableChunks(int keep, int64_t needed_until) const {
-  std::vector<EvictionCandidate> out;
-  for (int c = 0; c < layout_.num_chunks(); ++c) {
-    const int cid = chunk_id(ChunkKind::kCompute, c);
-    if (c == keep || store_.tier(cid) != Tier::kDevice || ComputeCount(c) > 0 || busy(c)) continue;
-    if (zero() && gather_work_[c / world_]) continue;  // the input of a gather in flight
-    if (trace_.NextUse(c, moment_ - 1) <= needed_until) continue;
-    out.push_back({c, store_.chunk_bytes(cid)});
-  }
-  return out;
-}
-
-bool ChunkRuntime::FitsOnDevice(int64_t bytes, int64_t budget) const {
-  return store_.BytesUsed(Tier::kDevice) + bytes <= budget && (bytes <= 0 || store_.CanHold(Tier::kDevice, bytes));
-}
-
-bool ChunkRuntime::EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes) {
-  store_.ReleaseFinishedCopies();  // device payloads moved out whose copies are done: free them first
-  auto done = [&] {
-    return store_.BytesUsed(Tier::kDevice) <= target_bytes && (fit_bytes <= 0 || store_.CanHold(Tier::kDevice, fit_bytes));
-  };
-  if (done()) return true;
-  const std::vector<EvictionCandidate> candidates = EvictableChunks(keep, std::numeric_limits<int64_t>::min());
-  const EvictionPolicy& policy =
-      belady_ ? static_cast<const EvictionPolicy&>(*belady_) : static_cast<const EvictionPolicy&>(lru_);
-  // All candidates in eviction order; take them until the bytes are under the target
-  // and (with an arena) a free range of fit_bytes exists.
-  // Ranked from just before this moment, so chunks used at this moment count as
-  // needed soonest (NextUse looks strictly after the moment it is given).
-  for (int victim : policy.Choose(candidates, std::numeric_limits<int64_t>::max(), moment_ - 1)) {
-    if (done()) break;
-    MoveChunk(victim, Tier::kHost);
-  }
-  return done();
-}
-
-void ChunkRuntime::FetchToDevice(int chunk) {
-  const int id = chunk_id(ChunkKind::kCompute, chunk);
-  if (store_.tier(id) == Tier::kDevice) return;
-  const int64_t need = store_.chunk_bytes(id);
-  const int64_t budget = ChunkBudgetNow();
-  // Gradient staging slots give way to compute chunks (their partial sums go to the host).
-  if (!EvictOrGiveWay([&] { return EvictDownTo(budget - need, chunk, need); })) {
-    // During a traced warm-up the small warm-up share may be exceeded when the chunks in
-    // use need it (up to the store's budget); otherwise the chunks in use do not fit.
-    const bool soft = traced_budget() && budget_at_.empty() && store_.CanHold(Tier::kDevice, need);
-    if (!soft) {
-      int64_t pinned_bytes = 0;
-      std::string in_use;
-      for (int c = 0; c < layout_.num_chunks(); ++c) {
-        const int cid = chunk_id(ChunkKind::kCompute, c);
-        if (c == chunk || store_.tier(cid) != Tier::kDevice || ComputeCount(c) == 0) continue;
-        pinned_bytes += store_.chunk_bytes(cid);
-        for (int i : layout_.chunks()[c].param_indices) {
-          if (states_[i] == TensorState::kCompute) {
-            in_use += (in_use.empty() ? "" : ", ") + params_[i].name;
-            break;
-          }
-        }
-      }
-      std::string traced;
-      if (traced_budget() && !budget_at_.empty()) {
-        const int t = std::clamp(moment_, 0, static_cast<int>(budget_at_.size()) - 1);
-        traced = " (traced: device memory " + std::to_string(options_.device_memory_bytes) + ", non-model peak " +
-                 std::to_string(non_model_peak_[t]) + " at moment " + std::to_string(t) + ")";
-      }
-      TORCH_CHECK(false, "chunkmem: chunk ", chunk, " (", need, " bytes) does not fit the device budget of ", budget,
-                  " bytes", traced, ": ", pinned_bytes, " bytes are held by chunks in use (by ", in_use,
-                  "); raise the device budget or lower chunk.size_elements");
-    }
-  }
-  MoveChunk(chunk, Tier::kDevice);
-}
-
 void ChunkRuntime::Access(int index) {
   if (states_[index] == TensorState::kCompute) return;  // re-entrant: a shared parameter
   const int chunk = layout_.placements()[index].chunk_id;
@@ -424,58 +313,24 @@ void ChunkRuntime::Access(int index) {
       Gather(group);
     }
   }
-  if (prefetched_[chunk]) {
-    prefetched_[chunk] = false;
-    if (store_.tier(chunk_id(ChunkKind::kCompute, chunk)) == Tier::kDevice) ++stats_.prefetch_hits;
-  }
-  if (owned(chunk)) FetchToDevice(chunk);
-  if (!trace_paused_ && !warmed_up()) trace_.Record(chunk, std::max(moment_, 0));
-  lru_.Touch(chunk, ++tick_);
+  residency_->Acquire(chunk);
   SetState(index, TensorState::kCompute);
   params_[index].tensor.set_data(View(ChunkKind::kCompute, index));
 }
 
 void ChunkRuntime::Release(int index, TensorState to) {
   SetState(index, to);
+  residency_->Release(layout_.placements()[index].chunk_id);
   params_[index].tensor.set_data(
       at::empty({0}, at::TensorOptions().dtype(options_.compute_dtype).device(compute_device())));
 }
 
 void ChunkRuntime::PreForward(int block) {
-  Moment("forward", block);
+  residency_->BeginMoment("forward", block);
   if (zero()) ReleaseIdleGroups(block);
   for (int i : params_of_block_.at(block)) Access(i);
   if (zero()) PrefetchGroups();
-  Prefetch();
-}
-
-bool ChunkRuntime::MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit) {
-  const int64_t budget = ChunkBudgetNow();
-  if (FitsOnDevice(need, budget)) return true;
-  // Only chunks needed later than the prefetched one may make room for it.
-  const std::vector<EvictionCandidate> candidates = EvictableChunks(chunk, next_use_limit);
-  int64_t freeable = 0;
-  for (const auto& cand : candidates) freeable += cand.bytes;
-  const int64_t deficit = store_.BytesUsed(Tier::kDevice) + need - budget;
-  if (freeable < deficit) return false;
-  for (int victim : belady_->Choose(candidates, deficit, moment_ - 1)) MoveChunk(victim, Tier::kHost);
-  return store_.CanHold(Tier::kDevice, need);  // an arena may still lack a large enough range
-}
-
-void ChunkRuntime::Prefetch() {
-  if (!belady_ || trace_paused_ || options_.prefetch_depth <= 0) return;
-  const int total = trace_.total_moments();
-  for (int d = 1; d <= options_.prefetch_depth && d < total; ++d) {
-    for (int c : trace_.ChunksAt((moment_ + d) % total)) {
-      if (!owned(c) || busy(c)) continue;  // ZeRO: gathered, not fetched
-      const int id = chunk_id(ChunkKind::kCompute, c);
-      if (store_.tier(id) == Tier::kDevice) continue;
-      if (!MakeRoomFor(c, store_.chunk_bytes(id), trace_.NextUse(c, moment_))) return;
-      MoveChunk(c, Tier::kDevice, /*async=*/true);  // waited for at its first use
-      prefetched_[c] = true;
-      ++stats_.prefetches;
-    }
-  }
+  residency_->Prefetch();
 }
 
 void ChunkRuntime::PostForward(int block) {
@@ -488,11 +343,11 @@ void ChunkRuntime::PreBackward(int block) {
   // Block-major: the chunks backward has left are complete; their slots go first, so the
   // moment's budget does not count them as in use.
   if (options_.block_major_backward) FlushChunksAbove(block);
-  Moment("backward", block);
+  residency_->BeginMoment("backward", block);
   if (zero()) ReleaseIdleGroups(block);
   for (int i : params_of_block_.at(block)) Access(i);
   if (zero()) PrefetchGroups();
-  Prefetch();
+  residency_->Prefetch();
 }
 
 // OnGradAccumulated, AfterBackward, ZeroGrads: the gradient path, in runtime_grads.cc.
@@ -504,70 +359,7 @@ void ChunkRuntime::EndIteration() {
     if (states_[i] != TensorState::kHold) SetState(index, TensorState::kHold);
   }
   if (zero()) ReleaseIdleGroups(/*block=*/-1);
-  CloseInterval();  // the last moment's interval includes the optimizer step
-  ++stats_.iterations;
-  stats_.moments_per_iteration = moment_ + 1;
-  FinishWarmupIfDone();
-  moment_ = -1;
-}
-
-void ChunkRuntime::FinishWarmupIfDone() {
-  if (!warmed_up()) return;
-  const int moments = stats_.moments_per_iteration;
-  if (traced_budget() && budget_at_.empty()) {
-    non_model_peak_.resize(moments, 0);
-    for (int t = 0; t < moments; ++t) {
-      const int64_t budget = options_.device_memory_bytes - non_model_peak_[t];
-      // The pinned optimizer state and the chunks this moment uses must be there.
-      int64_t needed = placement_.device_optimizer_bytes;
-      for (int c : trace_.ChunksAt(t)) needed += store_.chunk_bytes(chunk_id(ChunkKind::kCompute, c));
-      // Static placement: the warm-up share (exceeded where the chunks in use need more,
-      // as in warm-up), never more than this moment's activations leave.
-      int64_t b = options_.static_placement ? std::min(budget, std::max(WarmupShareBytes(), needed)) : budget;
-      if (b < needed) {
-        // The activations measured more than the start-up placement assumed (the
-        // plan's estimate): the chunks in use still get their room, up to the store's
-        // hard budget, and the moment counts as an overrun (metrics: budget_overruns).
-        b = needed;
-        ++stats_.budget_overruns;
-      }
-      budget_at_.push_back(b);
-    }
-    if (!budget_at_.empty()) min_budget_at_ = *std::min_element(budget_at_.begin(), budget_at_.end());
-  }
-  if (!belady_ && options_.eviction == EvictionKind::kOpt) {
-    trace_.set_total_moments(moments);
-    belady_ = std::make_unique<BeladyPolicy>(trace_);
-  }
-}
-
-WarmupState ChunkRuntime::SaveWarmup() const {
-  WarmupState s;
-  s.iterations = stats_.iterations;
-  s.total_moments = stats_.moments_per_iteration;
-  s.chunk_moments = trace_.chunk_moments();
-  s.chunk_moments.resize(layout_.num_chunks());
-  s.non_model_peak_bytes = non_model_peak_;
-  return s;
-}
-
-void ChunkRuntime::RestoreWarmup(const WarmupState& s) {
-  TORCH_CHECK(stats_.iterations == 0 && moment_ == -1, "chunkmem: RestoreWarmup after training started");
-  TORCH_CHECK(static_cast<int>(s.chunk_moments.size()) == layout_.num_chunks(), "chunkmem: the saved warm-up trace has ",
-              s.chunk_moments.size(), " chunks, this layout ", layout_.num_chunks());
-  trace_ = AccessTrace();
-  for (int c = 0; c < layout_.num_chunks(); ++c) {
-    for (int t : s.chunk_moments[c]) {
-      TORCH_CHECK(t >= 0 && (s.total_moments == 0 || t < s.total_moments), "chunkmem: saved warm-up moment ", t,
-                  " of chunk ", c, " is out of range");
-      trace_.Record(c, t);
-    }
-  }
-  non_model_peak_ = s.non_model_peak_bytes;
-  stats_.iterations = s.iterations;
-  stats_.moments_per_iteration = s.total_moments;
-  if (warmed_up()) TORCH_CHECK(s.total_moments > 0, "chunkmem: a finished warm-up without moments");
-  FinishWarmupIfDone();
+  residency_->EndIteration();
 }
 
 int64_t ChunkRuntime::OptimizerStateBytes(int chunk) const {
@@ -578,27 +370,6 @@ int64_t ChunkRuntime::OptimizerStateBytes(int chunk) const {
     if (id != chunk_id(ChunkKind::kCompute, chunk)) bytes += store_.chunk_bytes(id);  // fp32: master = compute
   }
   return bytes;
-}
-
-void ChunkRuntime::PlaceComputeChunk(int chunk, Tier tier, bool async) {
-  TORCH_CHECK(ComputeCount(chunk) == 0, "chunkmem: chunk ", chunk, " has parameters in use; it cannot move now");
-  const Tier now = store_.tier(chunk_id(ChunkKind::kCompute, chunk));
-  if (now == tier) return;
-  if (tier == Tier::kDevice) {
-    FetchToDevice(chunk);
-  } else {
-    MoveChunk(chunk, Tier::kHost, async);
-  }
-}
-
-bool ChunkRuntime::ReturnToDeviceIfRoom(int chunk, bool async) {
-  TORCH_CHECK(ComputeCount(chunk) == 0, "chunkmem: chunk ", chunk, " has parameters in use; it cannot move now");
-  const int id = chunk_id(ChunkKind::kCompute, chunk);
-  if (store_.tier(id) == Tier::kDevice) return true;
-  const int64_t need = store_.chunk_bytes(id);
-  if (!FitsOnDevice(need, ChunkBudgetNow())) return false;
-  MoveChunk(chunk, Tier::kDevice, async);
-  return true;
 }
 
 std::shared_ptr<CopyTicket> ChunkRuntime::SendComputeChunkToHost(int chunk) {
@@ -620,28 +391,6 @@ std::shared_ptr<CopyTicket> ChunkRuntime::WriteComputeChunk(int chunk, int64_t o
   if (store_.tier(id) == Tier::kDevice) return store_.CopyToDevice(std::move(dst), values);
   dst.copy_(values);
   return nullptr;
-}
-
-bool ChunkRuntime::FreeDeviceBytes(int64_t bytes) {
-  return EvictDownTo(ChunkBudgetNow() - bytes, /*keep=*/-1, bytes);
-}
-
-int64_t ChunkRuntime::PeakWorkingSetBytes() const {
-  const int total = trace_.total_moments();
-  int64_t peak = 0;
-  for (int t = 0; t < total; ++t) {
-    std::vector<bool> seen(layout_.num_chunks(), false);
-    int64_t bytes = 0;
-    for (int d = 0; d <= std::max<int64_t>(0, options_.prefetch_depth) && d < total; ++d) {
-      for (int c : trace_.ChunksAt((t + d) % total)) {
-        if (seen[c]) continue;
-        seen[c] = true;
-        bytes += store_.chunk_bytes(chunk_id(ChunkKind::kCompute, c));
-      }
-    }
-    peak = std::max(peak, bytes);
-  }
-  return peak;
 }
 
 }  // namespace ps::chunkmem

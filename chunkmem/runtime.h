@@ -9,10 +9,10 @@
 // no grad chunks and kGrad views are the compute slots. Placement (chunkmem/placement.h,
 // the same function `--plan` calls): at construction the optimizer state of the chunks
 // that fit the device margin is allocated on the device for good, everything else on
-// the host; compute chunks are fetched to the device tier on access, evicting by Belady
-// (after warm-up) or LRU (before). The runtime is the only placement owner: the
-// optimizer asks it to move chunks (PlaceComputeChunk, ReturnToDeviceIfRoom), never the
-// store directly.
+// the host; compute chunks are fetched to the device tier on access by its Residency
+// (chunkmem/residency.h: moments, the warm-up trace, budgets, eviction, prefetch), the
+// only code that moves a compute chunk; the optimizer asks through the runtime
+// (PlaceComputeChunk, ReturnToDeviceIfRoom), never the store directly.
 // Gradients (runtime_grads.cc; docs/chunkmem.md, "Gradients"): added into a grad chunk
 // pinned on the device, or into a device staging slot per chunk and micro-batch that is
 // copied to the host grad chunk, whole, once the chunk's gradients are in.
@@ -35,6 +35,7 @@
 #include "chunkmem/layout.h"
 #include "chunkmem/memory_probe.h"
 #include "chunkmem/placement.h"
+#include "chunkmem/residency.h"
 #include "chunkmem/tensor_state.h"
 #include "chunkmem/timeline.h"
 #include "comm/communicator.h"
@@ -46,8 +47,6 @@ struct ManagedParam {
   at::Tensor tensor;             // the model's leaf parameter (requires grad)
   std::vector<int> used_by_blocks;
 };
-
-enum class EvictionKind { kOpt, kLru };
 
 struct RuntimeOptions {
   int64_t chunk_numel = 0;                     // 0 = ChooseChunkNumel
@@ -112,29 +111,8 @@ struct RuntimeOptions {
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
 
-// What the warm-up iterations learned (plain data, saved in checkpoints): with it a
-// resumed run budgets, evicts and prefetches as the run that saved it did, and needs no
-// new warm-up. Only valid for the same layout (chunk count and sizes).
-struct WarmupState {
-  int64_t iterations = 0;                       // iterations traced so far
-  int total_moments = 0;                        // moments per iteration (0 before the first ended)
-  std::vector<std::vector<int>> chunk_moments;  // [chunk] -> moments it was accessed at
-  std::vector<int64_t> non_model_peak_bytes;    // [moment] traced non-model peaks
-};
-
-struct RuntimeStats {
-  int64_t evictions = 0;        // compute chunks moved device -> host to make room
-  int64_t fetches = 0;          // compute chunks moved host -> device (prefetches included)
-  int64_t prefetches = 0;       // fetches made ahead of use from the trace
-  int64_t prefetch_hits = 0;    // accesses that found their chunk already prefetched
-  int64_t iterations = 0;
-  int moments_per_iteration = 0;
-  int64_t peak_non_model_bytes = 0;     // highest non-model bytes seen by the probe
-  // After warm-up, with a probe: the most (device chunk bytes + non-model bytes) in any
-  // moment's interval (both peaks of the interval added: an upper bound).
-  int64_t peak_device_total_bytes = 0;
-  int64_t budget_overruns = 0;          // moments whose traced budget chunks in use exceeded
-  double move_ms = 0;                   // training-thread time in chunk moves (async: submitting), cumulative
+// The residency's counters (residency.h) and the gradient path's and ZeRO's.
+struct RuntimeStats : ResidencyStats {
   int64_t grad_flushes = 0;             // staging slots copied to a host grad chunk (one per chunk and micro-batch)
   int64_t grad_host_fallbacks = 0;      // gradients copied one by one (no device room for a staging slot)
   int grad_chunks_on_device = 0;        // fp32 grad chunks pinned on the device
@@ -181,10 +159,10 @@ class ChunkRuntime {
   // kCompute): moves compute chunk `chunk` to `tier` (to the device: evicting as for an
   // access). No-op when it is there already.
   // `async`: the copy runs on the store's copy engine, waited for at first use.
-  void PlaceComputeChunk(int chunk, Tier tier, bool async = false);
+  void PlaceComputeChunk(int chunk, Tier tier, bool async = false) { residency_->Place(chunk, tier, async); }
   // Moves compute chunk `chunk` (not in use) to the device only if it fits the budget
   // now without evicting anything; returns whether it is on the device.
-  bool ReturnToDeviceIfRoom(int chunk, bool async = false);
+  bool ReturnToDeviceIfRoom(int chunk, bool async = false) { return residency_->ReturnToDeviceIfRoom(chunk, async); }
   // For the speculating optimizer, during backward (chunk not in use, its gradients
   // final): starts moving compute chunk `chunk` to the host on the copy engine and
   // returns the copy's ticket, which the caller waits on (any thread) before touching
@@ -206,7 +184,7 @@ class ChunkRuntime {
   void WaitCopy(CopyTicket& ticket) { store_.Wait(ticket); }
   // Evicts compute chunks not in use (by the eviction policy) until the device tier can
   // take `bytes` more. Returns false if it cannot.
-  bool FreeDeviceBytes(int64_t bytes);
+  bool FreeDeviceBytes(int64_t bytes) { return residency_->FreeDeviceBytes(bytes); }
   // Bytes of the optimizer state of layout chunk `chunk`: fp32 master (when it is not the
   // compute chunk), Adam m and v.
   int64_t OptimizerStateBytes(int chunk) const;
@@ -231,27 +209,27 @@ class ChunkRuntime {
   }
   // The warm-up's results, and restoring them (before the first iteration, same layout;
   // throws c10::Error naming the mismatch otherwise).
-  WarmupState SaveWarmup() const;
-  void RestoreWarmup(const WarmupState& state);
+  WarmupState SaveWarmup() const { return residency_->SaveWarmup(); }
+  void RestoreWarmup(const WarmupState& state) { residency_->RestoreWarmup(state); }
   // True once the warm-up iterations are traced (the trace below is complete).
-  bool warmed_up() const { return stats_.iterations >= options_.warmup_iterations; }
+  bool warmed_up() const { return residency_->warmed_up(); }
   // From the warm-up trace: the most compute-chunk bytes that must be on the device
   // together (the chunks of one moment plus those of the next prefetch_depth moments).
   // What is left of the device budget is the margin for optimizer-state chunks.
-  int64_t PeakWorkingSetBytes() const;
+  int64_t PeakWorkingSetBytes() const { return residency_->PeakWorkingSetBytes(); }
   // Chunk bytes the device may hold now: the store's budget, or with a traced budget
   // the warm-up share or this moment's traced budget.
-  int64_t ChunkBudgetNow() const;
+  int64_t ChunkBudgetNow() const { return residency_->ChunkBudgetNow(); }
   // The lowest chunk budget over all moments (what chunks that stay on the device for
   // good, like the optimizer's, must fit under).
-  int64_t MinChunkBudgetBytes() const;
+  int64_t MinChunkBudgetBytes() const { return residency_->MinChunkBudgetBytes(); }
   // While paused (evaluation), accesses neither advance the moment nor enter the trace.
-  void set_trace_paused(bool paused) { trace_paused_ = paused; }
+  void set_trace_paused(bool paused) { residency_->set_paused(paused); }
   // Non-model memory of the compute device, read at every moment (not owned; null =
   // none; needed for the traced budget).
-  void set_memory_probe(DeviceMemoryProbe* probe) { probe_ = probe; }
+  void set_memory_probe(DeviceMemoryProbe* probe) { residency_->set_probe(probe); }
   // Records moves, moments and bytes into `timeline` (nullptr: stop). Not owned.
-  void set_timeline(ChunkTimeline* timeline) { timeline_ = timeline; }
+  void set_timeline(ChunkTimeline* timeline) { residency_->set_timeline(timeline); }
 
   // Called by the post-accumulate-grad hook of parameter `index` (internal; public for
   // the hook object).
@@ -266,7 +244,7 @@ class ChunkRuntime {
 
   const ChunkLayout& layout() const { return layout_; }
   const std::vector<ManagedParam>& params() const { return params_; }
-  const AccessTrace& trace() const { return trace_; }  // the warm-up's (complete once warmed_up())
+  const AccessTrace& trace() const { return residency_->trace(); }  // the warm-up's (complete once warmed_up())
   // Expires when the runtime is destroyed: autograd nodes that call back into it
   // (pre_backward.h) check it first.
   std::weak_ptr<const int> lifetime() const { return alive_; }
@@ -285,10 +263,7 @@ class ChunkRuntime {
   void set_final_micro_batch(bool final) { final_micro_batch_ = final; }
   // A chunk the optimizer updates on another thread (speculation): not evicted,
   // prefetched or moved until cleared (a move asserts). Training thread only.
-  void set_busy(int chunk, bool busy) {
-    if (busy_.empty()) busy_.assign(layout_.num_chunks(), false);
-    busy_[chunk] = busy;
-  }
+  void set_busy(int chunk, bool busy);
   bool busy(int chunk) const { return !busy_.empty() && busy_[chunk]; }
   // Store id of layout chunk `chunk` of `kind`. kMaster is the compute chunk in fp32;
   // kGrad is the compute chunk when gradients reuse the compute slots. ZeRO: -1 for
@@ -300,7 +275,8 @@ class ChunkRuntime {
   bool has_grad(int index) const { return has_grad_[index]; }
   TensorState state(int index) const { return states_[index]; }
   int ComputeCount(int chunk) const { return counts_[chunk][static_cast<int>(TensorState::kCompute)]; }
-  const RuntimeStats& stats() const { return stats_; }
+  RuntimeStats stats() const;
+  const Residency& residency() const { return *residency_; }
   at::Device compute_device() const { return store_.device_of(Tier::kDevice); }
   at::ScalarType compute_dtype() const { return options_.compute_dtype; }
   bool grads_in_compute_chunks() const { return options_.grads_in_compute_chunks; }
@@ -309,25 +285,13 @@ class ChunkRuntime {
   void Access(int index);
   void Release(int index, TensorState to);
   void SetState(int index, TensorState to);
-  void FetchToDevice(int chunk);
-  void Moment(const char* what, int block);
-  void MoveChunk(int chunk, Tier to, bool async = false);  // compute chunk, with timeline and counters
-  void Prefetch();                     // the next moments' chunks, from the trace
-  bool MakeRoomFor(int chunk, int64_t need, int64_t next_use_limit);
-  // Evicts compute chunks not in use (policy order, never `keep`) until the device holds
-  // at most `target_bytes`. Returns whether it got there.
-  // With `fit_bytes` > 0, also until the store can place that many bytes (an arena).
-  bool EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes = 0);
-  // Device-resident compute chunks with no parameter in use, except `keep` and those
-  // whose next use (counted from this moment) is at or before `needed_until`.
-  std::vector<EvictionCandidate> EvictableChunks(int keep, int64_t needed_until) const;
-  void CloseInterval();                // non-model peak of the moment just ended
-  void FinishWarmupIfDone();           // budgets per moment and Belady, once warmed up
-  bool traced_budget() const { return options_.device_memory_bytes > 0; }
-  int64_t WarmupShareBytes() const;  // traced budget: chunk bytes allowed during warm-up (pinned state included)
-  // The device can take `bytes` more without evicting (an arena: in one free range) and
-  // stay within `budget`.
-  bool FitsOnDevice(int64_t bytes, int64_t budget) const;
+  void MakeResidency();                  // after the payloads exist (constructor)
+  std::string UsersOf(int chunk) const;  // a parameter of `chunk` in use, for errors
+  // The residency's, with the gradient path's give-way (ChunkRuntime::EvictOrGiveWay).
+  bool FitsOnDevice(int64_t bytes, int64_t budget) const { return residency_->FitsOnDevice(bytes, budget); }
+  bool EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes = 0) {
+    return residency_->EvictDownTo(target_bytes, keep, fit_bytes);
+  }
   // Gradient path (runtime_grads.cc).
   struct GradFlush {                   // a staging slot's copy to the host, in flight
     int chunk = 0;
@@ -397,20 +361,8 @@ class ChunkRuntime {
                                                    // (INT_MAX before, -1 once it is over)
   std::deque<GradFlush> grad_flushes_;             // in flight, oldest first
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
-  bool trace_paused_ = false;
-  ChunkTimeline* timeline_ = nullptr;
-  std::vector<bool> prefetched_;                   // [chunk] fetched ahead and not used yet
-  AccessTrace trace_;
-  LruPolicy lru_;
-  std::unique_ptr<BeladyPolicy> belady_;
-  int moment_ = -1;
-  int64_t tick_ = 0;
-  RuntimeStats stats_;
-  DeviceMemoryProbe* probe_ = nullptr;
-  std::vector<int64_t> non_model_peak_;  // [moment] traced in warm-up
-  std::vector<int64_t> budget_at_;       // [moment] chunk budget after warm-up
-  int64_t min_budget_at_ = 0;            // the lowest of budget_at_ (set with it)
-  int64_t interval_chunk_peak_ = 0;      // device chunk bytes peak since the last moment
+  std::unique_ptr<Residency> residency_;           // compute chunks' tiers (made in the constructor)
+  RuntimeStats stats_;                             // the gradient path's and ZeRO's counters
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // see lifetime()
   // ZeRO.
   int world_ = 1, rank_ = 0;
@@ -426,7 +378,7 @@ class ChunkRuntime {
   bool overlapped_since_reduce_ = false;  // a gradient arrived after it started: backward went on
   std::function<void(int chunk)> on_grads_final_;
   bool final_micro_batch_ = false;
-  std::vector<bool> busy_;  // [chunk] (set_busy); empty: none
+  std::vector<bool> busy_;  // [chunk] (set_busy; pinned in the residency); empty: none
   void GradsFinal(int chunk);  // calls on_grads_final_ in the final micro-batch
   std::vector<std::vector<int>> groups_of_block_;  // [block] groups its parameters are in
 };

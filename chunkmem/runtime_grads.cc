@@ -120,7 +120,7 @@ bool ChunkRuntime::OpenGradSlot(int chunk) {
   // whole chunks rather than this chunk's gradients parameter by parameter.
   if (!fits() && !(options_.block_major_backward && ReleaseGradSlots(/*idle_only=*/true) && fits())) return false;
   grad_slot_[chunk] = store_.Borrow(Tier::kDevice, layout_.chunks()[chunk].capacity_numel, at::kFloat, /*zero=*/true);
-  interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
+  residency_->NoteDeviceBytes();
   return true;
 }
 
@@ -273,7 +273,7 @@ void ChunkRuntime::PinGradChunks() {
     room -= bytes;
     ++stats_.grad_chunks_on_device;
   }
-  interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
+  residency_->NoteDeviceBytes();
 }
 
 void ChunkRuntime::ZeroGrads() {

@@ -43,7 +43,7 @@ void ChunkRuntime::MakeDeviceRoom(int64_t bytes, int keep, const char* what) {
 void ChunkRuntime::Gather(int group, bool ahead) {
   at::NoGradGuard no_grad;
   const int own = group * world_ + rank_;
-  FetchToDevice(own);  // the gather's input
+  residency_->Fetch(own);  // the gather's input
   const int64_t n = layout_.chunks()[own].capacity_numel;
   const auto dtype = options_.compute_dtype;
   const int64_t bytes = world_ * n * static_cast<int64_t>(c10::elementSize(dtype));
@@ -51,7 +51,8 @@ void ChunkRuntime::Gather(int group, bool ahead) {
   at::Tensor buffer = store_.Borrow(Tier::kDevice, world_ * n, dtype, /*zero=*/false);
   comm::WorkPtr work = options_.comm->AllGather(buffer, store_.payload(chunk_id(ChunkKind::kCompute, own)));
   if (ahead) {
-    gather_work_[group] = std::move(work);  // its input (the owned chunk) is not evicted meanwhile
+    gather_work_[group] = std::move(work);
+    residency_->Pin(own);  // its input is not evicted meanwhile (WaitGather unpins it)
   } else {
     work->Wait();
   }
@@ -62,22 +63,23 @@ void ChunkRuntime::Gather(int group, bool ahead) {
   gathered_[group] = std::move(buffer);
   ++stats_.group_gathers;
   stats_.comm_bytes += bytes / world_;
-  interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
+  residency_->NoteDeviceBytes();
 }
 
 void ChunkRuntime::WaitGather(int group) {
   if (!gather_work_[group]) return;
   comm::WorkPtr work = std::move(gather_work_[group]);
   gather_work_[group] = nullptr;
+  residency_->Unpin(group * world_ + rank_);
   work->Wait();
 }
 
 void ChunkRuntime::PrefetchGroups() {
-  if (!belady_ || trace_paused_ || options_.prefetch_depth <= 0) return;
+  if (!residency_->prefetching()) return;
   // Not across the optimizer step (it changes the owned chunks), nor past the trace.
-  const int next = moment_ + 1;
-  if (next >= trace_.total_moments()) return;
-  for (int c : trace_.ChunksAt(next)) {
+  const int next = residency_->moment() + 1;
+  if (next >= residency_->trace().total_moments()) return;
+  for (int c : residency_->trace().ChunksAt(next)) {
     const int group = c / world_;
     if (gathered_[group].defined()) continue;
     Gather(group, /*ahead=*/true);
@@ -113,7 +115,7 @@ void ChunkRuntime::AddGroupGrad(int index, const at::Tensor& grad) {
   if (!buffer.defined()) {
     MakeDeviceRoom(world_ * n * 4, /*keep=*/-1, "a group's gradient buffer");
     buffer = store_.Borrow(Tier::kDevice, world_ * n, at::kFloat, /*zero=*/true);
-    interval_chunk_peak_ = std::max(interval_chunk_peak_, store_.BytesUsed(Tier::kDevice));
+    residency_->NoteDeviceBytes();
   }
   const int64_t slot = pl.chunk_id % world_;
   buffer.narrow(0, slot * n + pl.offset_numel, pl.numel).view(shapes_[index]).add_(grad);
