@@ -156,6 +156,7 @@ class Residency {
   void set_describe_users(std::function<std::string(int chunk)> describe) { describe_users_ = std::move(describe); }
   const ResidencyStats& stats() const { return stats_; }
   bool on_device(int chunk) const;
+  int64_t ChunkBytes(int chunk) const { return chunk_bytes(chunk); }
   int num_chunks() const { return static_cast<int>(ids_.size()); }
 
  private:

@@ -65,15 +65,6 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   TORCH_CHECK(!options.block_major_backward || (!zero() && !options.grads_in_compute_chunks),
               "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
               "chunks; it is not built for ZeRO or for gradients in the compute slots");
-  blocks_of_chunk_.resize(layout_.num_chunks());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto& blocks = blocks_of_chunk_[layout_.placements()[i].chunk_id];
-    blocks.insert(blocks.end(), params_[i].used_by_blocks.begin(), params_[i].used_by_blocks.end());
-  }
-  for (auto& blocks : blocks_of_chunk_) {  // ascending, each once: front() is the lowest
-    std::sort(blocks.begin(), blocks.end());
-    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-  }
   counts_.assign(layout_.num_chunks(), {});
   states_.assign(params_.size(), TensorState::kFree);
   has_grad_.assign(params_.size(), false);
@@ -222,6 +213,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   options_.initial_values = nullptr;  // what it holds (the model, names) is not needed again
   startup_seconds_.initial_values_s = std::chrono::duration<double>(Clock::now() - values_start).count();
   MakeResidency();
+  MakeGradSink();
 }
 
 void ChunkRuntime::MakeResidency() {
@@ -240,8 +232,20 @@ void ChunkRuntime::MakeResidency() {
     held.push_back(owned(c));
   }
   residency_ = std::make_unique<Residency>(store_, std::move(ids), std::move(held), settings);
-  residency_->set_give_way([this](const std::function<bool()>& evict) { return EvictOrGiveWay(evict); });
+  residency_->set_give_way([this](const std::function<bool()>& evict) { return grads_->GiveWay(evict); });
   residency_->set_describe_users([this](int chunk) { return UsersOf(chunk); });
+}
+
+void ChunkRuntime::MakeGradSink() {
+  GradSink::Chunks chunks;
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    chunks.grad_ids.push_back(chunk_id(ChunkKind::kGrad, c));
+    chunks.adam_m_ids.push_back(chunk_id(ChunkKind::kAdamM, c));
+  }
+  std::vector<std::vector<int>> used_by;
+  for (const auto& p : params_) used_by.push_back(p.used_by_blocks);
+  grads_ = std::make_unique<GradSink>(store_, *residency_, layout_, std::move(chunks), shapes_, used_by, states_,
+                                      options_.block_major_backward, [this](int chunk) { GradsFinal(chunk); });
 }
 
 std::string ChunkRuntime::UsersOf(int chunk) const {
@@ -265,6 +269,7 @@ void ChunkRuntime::set_busy(int chunk, bool busy) {
 RuntimeStats ChunkRuntime::stats() const {
   RuntimeStats all = stats_;
   static_cast<ResidencyStats&>(all) = residency_->stats();
+  static_cast<GradSinkStats&>(all) = grads_->stats();
   return all;
 }
 
@@ -342,7 +347,7 @@ void ChunkRuntime::PostForward(int block) {
 void ChunkRuntime::PreBackward(int block) {
   // Block-major: the chunks backward has left are complete; their slots go first, so the
   // moment's budget does not count them as in use.
-  if (options_.block_major_backward) FlushChunksAbove(block);
+  if (options_.block_major_backward) grads_->EnterBackwardBlock(block);
   residency_->BeginMoment("backward", block);
   if (zero()) ReleaseIdleGroups(block);
   for (int i : params_of_block_.at(block)) Access(i);

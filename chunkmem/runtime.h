@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "chunkmem/chunk_store.h"
+#include "chunkmem/grad_sink.h"
 #include "chunkmem/eviction.h"
 #include "chunkmem/layout.h"
 #include "chunkmem/memory_probe.h"
@@ -111,11 +112,8 @@ struct RuntimeOptions {
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
 
-// The residency's counters (residency.h) and the gradient path's and ZeRO's.
-struct RuntimeStats : ResidencyStats {
-  int64_t grad_flushes = 0;             // staging slots copied to a host grad chunk (one per chunk and micro-batch)
-  int64_t grad_host_fallbacks = 0;      // gradients copied one by one (no device room for a staging slot)
-  int grad_chunks_on_device = 0;        // fp32 grad chunks pinned on the device
+// The residency's counters (residency.h), the gradient sink's (grad_sink.h) and ZeRO's.
+struct RuntimeStats : ResidencyStats, GradSinkStats {
   int64_t group_gathers = 0;            // ZeRO: groups all-gathered (prefetched ones included)
   int64_t group_prefetches = 0;         // ZeRO: of those, gathered ahead while the block before computed
   int64_t group_reductions = 0;         // ZeRO: group gradient buffers reduce-scattered
@@ -205,7 +203,7 @@ class ChunkRuntime {
   // fp32 grad-chunk-sized host buffers the gradient path may hold at once (the
   // placement reserves them: PlacementInput::host_scratch_chunks).
   static int64_t HostGradScratchChunks(bool grads_in_compute_chunks) {
-    return grads_in_compute_chunks ? 0 : static_cast<int64_t>(kMaxGradFlushesInFlight);
+    return grads_in_compute_chunks ? 0 : static_cast<int64_t>(GradSink::kMaxFlushesInFlight);
   }
   // The warm-up's results, and restoring them (before the first iteration, same layout;
   // throws c10::Error naming the mismatch otherwise).
@@ -286,45 +284,13 @@ class ChunkRuntime {
   void Release(int index, TensorState to);
   void SetState(int index, TensorState to);
   void MakeResidency();                  // after the payloads exist (constructor)
+  void MakeGradSink();
   std::string UsersOf(int chunk) const;  // a parameter of `chunk` in use, for errors
-  // The residency's, with the gradient path's give-way (ChunkRuntime::EvictOrGiveWay).
+  // The residency's (its give-way is the gradient sink's).
   bool FitsOnDevice(int64_t bytes, int64_t budget) const { return residency_->FitsOnDevice(bytes, budget); }
   bool EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes = 0) {
     return residency_->EvictDownTo(target_bytes, keep, fit_bytes);
   }
-  // Gradient path (runtime_grads.cc).
-  struct GradFlush {                   // a staging slot's copy to the host, in flight
-    int chunk = 0;
-    at::Tensor slot;                   // device staging slot (borrowed from the store)
-    at::Tensor landing;                // host landing buffer, added on completion; undefined:
-                                       // the copy went straight into the (zero) grad chunk
-    std::shared_ptr<CopyTicket> ticket;  // null: the copy was synchronous
-  };
-  static constexpr size_t kMaxGradFlushesInFlight = 2;
-  void InitGradState();                // sizes the vectors below (first use)
-  void PinGradChunks();                // after warm-up, between steps (ZeroGrads)
-  void AddGrad(int index, const at::Tensor& grad);
-  bool OpenGradSlot(int chunk);        // false: no device room even after evicting
-  void FlushGradSlot(int chunk);
-  void CompleteOldestGradFlush();
-  void CompleteGradFlushes(int chunk); // all in flight up to the last one of `chunk` (-1: all)
-  // Flushes every open staging slot (`idle_only`: block-major, only those of chunks the
-  // block backward is in does not use) and waits for every flush, so compute chunks get
-  // the device bytes back; returns whether anything was released.
-  bool ReleaseGradSlots(bool idle_only = false);
-  // `evict()` (evicting compute chunks to a target), and where it cannot get there,
-  // staging slots give way and it is tried again: horizontal, every slot's partial sum
-  // to the host; block-major, first finished flushes, then idle slots, then every slot.
-  bool EvictOrGiveWay(const std::function<bool()>& evict);
-  // Every parameter of `chunk` used in this micro-batch's forward has its flag in
-  // `arrived` set (grad_arrived_: this micro-batch; has_grad_: this step).
-  bool UsedParamsHave(int chunk, const std::vector<bool>& arrived) const;
-  bool GradsOfMicroBatchIn(int chunk) const { return UsedParamsHave(chunk, grad_arrived_); }
-  // Whether the chunk's gradients of this backward are all in: GradsOfMicroBatchIn, or
-  // with block_major_backward, backward has moved below its lowest block.
-  bool ChunkGradsComplete(int chunk) const;
-  // block_major_backward: flushes the open slots of chunks no block from `block` down uses.
-  void FlushChunksAbove(int block);
   // ZeRO (runtime_zero.cc).
   const at::Tensor& ComputePayload(int chunk) const;  // owned: the store's; else the gathered view
   // `ahead`: the all-gather is left in flight (waited for at first use or release).
@@ -351,18 +317,10 @@ class ChunkRuntime {
   std::vector<TensorState> states_;                // [param]
   std::vector<std::array<int, kNumTensorStates>> counts_;  // [chunk][state] -> params
   std::vector<bool> has_grad_;                     // [param]
-  // Gradient path; sized on first use (runtime_grads.cc).
-  std::vector<bool> grad_arrived_;                 // [param] gradient in during this backward
-  std::vector<at::Tensor> grad_slot_;              // [chunk] open device staging slot
-  std::vector<bool> grad_dirty_;                   // [chunk] grad chunk written since ZeroGrads
-  std::vector<bool> host_grad_written_;            // [chunk] host grad chunk written this step
-  std::vector<std::vector<int>> blocks_of_chunk_;  // [chunk] blocks using a parameter of it, ascending
-  int backward_block_ = -1;                        // block_major_backward: the lowest block backward reached
-                                                   // (INT_MAX before, -1 once it is over)
-  std::deque<GradFlush> grad_flushes_;             // in flight, oldest first
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   std::unique_ptr<Residency> residency_;           // compute chunks' tiers (made in the constructor)
-  RuntimeStats stats_;                             // the gradient path's and ZeRO's counters
+  std::unique_ptr<GradSink> grads_;                // fp32 gradients into grad chunks (made in the constructor)
+  RuntimeStats stats_;                             // ZeRO's counters
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // see lifetime()
   // ZeRO.
   int world_ = 1, rank_ = 0;

@@ -105,8 +105,7 @@ void ChunkRuntime::ReleaseIdleGroups(int block) {
 }
 
 void ChunkRuntime::AddGroupGrad(int index, const at::Tensor& grad) {
-  InitGradState();
-  grad_arrived_[index] = true;
+  grads_->MarkArrived(index);
   const auto& pl = layout_.placements()[index];
   const int group = pl.chunk_id / world_;
   if (group == reducing_group_) FinishReduction();  // the group's next micro-batch (accumulation)
@@ -123,7 +122,7 @@ void ChunkRuntime::AddGroupGrad(int index, const at::Tensor& grad) {
 
 bool ChunkRuntime::GroupGradsIn(int group) const {
   for (int k = 0; k < world_; ++k) {
-    if (!GradsOfMicroBatchIn(group * world_ + k)) return false;
+    if (!grads_->MicroBatchIn(group * world_ + k)) return false;
   }
   return true;
 }
@@ -164,7 +163,7 @@ void ChunkRuntime::FinishReduction() {
   const at::Tensor source = grads.device() == reduced.device() ? reduced : store_.ToHostSync(reduced);
   if (!options_.grads_in_compute_chunks) {
     grads.add_(source);
-    grad_dirty_[own] = true;
+    grads_->MarkDirty(own);
   } else {
     // 14/p bytes per parameter: one micro-batch per step, so the averaged gradient
     // overwrites the owned compute slots (rounded once to the compute dtype), as in a
