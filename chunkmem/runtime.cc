@@ -69,19 +69,6 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   states_.assign(params_.size(), TensorState::kFree);
   has_grad_.assign(params_.size(), false);
   for (const auto& p : params_) shapes_.push_back(p.tensor.sizes().vec());
-  const int num_groups = layout_.num_chunks() / world_;
-  gathered_.resize(num_groups);
-  gather_work_.resize(num_groups);
-  group_grad_.resize(num_groups);
-  remote_.resize(layout_.num_chunks());
-  groups_of_block_.resize(max_block + 1);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const int group = layout_.placements()[i].chunk_id / world_;
-    for (int b : params_[i].used_by_blocks) {
-      auto& groups = groups_of_block_[b];
-      if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
-    }
-  }
 
   // Where every chunk sits (placement.h; `--plan` calls the same function).
   PlacementInput where = options_.placement;
@@ -214,6 +201,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   startup_seconds_.initial_values_s = std::chrono::duration<double>(Clock::now() - values_start).count();
   MakeResidency();
   MakeGradSink();
+  if (zero()) MakeZeroGroups();
 }
 
 void ChunkRuntime::MakeResidency() {
@@ -248,6 +236,25 @@ void ChunkRuntime::MakeGradSink() {
                                       options_.block_major_backward, [this](int chunk) { GradsFinal(chunk); });
 }
 
+void ChunkRuntime::MakeZeroGroups() {
+  ZeroGroups::Chunks chunks;
+  chunks.compute_dtype = options_.compute_dtype;
+  chunks.grads_in_compute_chunks = options_.grads_in_compute_chunks;
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    chunks.compute_ids.push_back(chunk_id(ChunkKind::kCompute, c));
+    chunks.grad_ids.push_back(chunk_id(ChunkKind::kGrad, c));
+  }
+  std::vector<std::vector<int>> used_by;
+  for (const auto& p : params_) used_by.push_back(p.used_by_blocks);
+  zero_groups_ = std::make_unique<ZeroGroups>(*options_.comm, store_, *residency_, *grads_, layout_, std::move(chunks),
+                                              shapes_, used_by, has_grad_, [this](int chunk) { GradsFinal(chunk); });
+}
+
+const at::Tensor& ChunkRuntime::ComputePayload(int chunk) const {
+  if (owned(chunk)) return store_.payload(chunk_id(ChunkKind::kCompute, chunk));
+  return zero_groups_->RemotePayload(chunk);
+}
+
 std::string ChunkRuntime::UsersOf(int chunk) const {
   for (int i : layout_.chunks()[chunk].param_indices) {
     if (states_[i] == TensorState::kCompute) return params_[i].name;
@@ -267,9 +274,10 @@ void ChunkRuntime::set_busy(int chunk, bool busy) {
 }
 
 RuntimeStats ChunkRuntime::stats() const {
-  RuntimeStats all = stats_;
+  RuntimeStats all;
   static_cast<ResidencyStats&>(all) = residency_->stats();
   static_cast<GradSinkStats&>(all) = grads_->stats();
+  if (zero_groups_) static_cast<ZeroStats&>(all) = zero_groups_->stats();
   return all;
 }
 
@@ -310,14 +318,7 @@ void ChunkRuntime::SetState(int index, TensorState to) {
 void ChunkRuntime::Access(int index) {
   if (states_[index] == TensorState::kCompute) return;  // re-entrant: a shared parameter
   const int chunk = layout_.placements()[index].chunk_id;
-  if (zero()) {
-    const int group = chunk / world_;
-    if (gathered_[group].defined()) {
-      WaitGather(group);
-    } else {
-      Gather(group);
-    }
-  }
+  if (zero()) zero_groups_->EnsureGathered(chunk);
   residency_->Acquire(chunk);
   SetState(index, TensorState::kCompute);
   params_[index].tensor.set_data(View(ChunkKind::kCompute, index));
@@ -332,9 +333,9 @@ void ChunkRuntime::Release(int index, TensorState to) {
 
 void ChunkRuntime::PreForward(int block) {
   residency_->BeginMoment("forward", block);
-  if (zero()) ReleaseIdleGroups(block);
+  if (zero()) zero_groups_->ReleaseIdle(block);
   for (int i : params_of_block_.at(block)) Access(i);
-  if (zero()) PrefetchGroups();
+  if (zero()) zero_groups_->PrefetchNext();
   residency_->Prefetch();
 }
 
@@ -349,13 +350,13 @@ void ChunkRuntime::PreBackward(int block) {
   // moment's budget does not count them as in use.
   if (options_.block_major_backward) grads_->EnterBackwardBlock(block);
   residency_->BeginMoment("backward", block);
-  if (zero()) ReleaseIdleGroups(block);
+  if (zero()) zero_groups_->ReleaseIdle(block);
   for (int i : params_of_block_.at(block)) Access(i);
-  if (zero()) PrefetchGroups();
+  if (zero()) zero_groups_->PrefetchNext();
   residency_->Prefetch();
 }
 
-// OnGradAccumulated, AfterBackward, ZeroGrads: the gradient path, in runtime_grads.cc.
+// OnGradAccumulated, AfterBackward, ZeroGrads: the gradient hooks, in runtime_grads.cc.
 
 void ChunkRuntime::EndIteration() {
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -363,7 +364,7 @@ void ChunkRuntime::EndIteration() {
     if (states_[i] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
     if (states_[i] != TensorState::kHold) SetState(index, TensorState::kHold);
   }
-  if (zero()) ReleaseIdleGroups(/*block=*/-1);
+  if (zero()) zero_groups_->ReleaseIdle(/*block=*/-1);
   residency_->EndIteration();
 }
 

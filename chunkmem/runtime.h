@@ -13,9 +13,11 @@
 // (chunkmem/residency.h: moments, the warm-up trace, budgets, eviction, prefetch), the
 // only code that moves a compute chunk; the optimizer asks through the runtime
 // (PlaceComputeChunk, ReturnToDeviceIfRoom), never the store directly.
-// Gradients (runtime_grads.cc; docs/chunkmem.md, "Gradients"): added into a grad chunk
-// pinned on the device, or into a device staging slot per chunk and micro-batch that is
-// copied to the host grad chunk, whole, once the chunk's gradients are in.
+// Gradients (docs/chunkmem.md, "Gradients"): the GradSink (chunkmem/grad_sink.h) adds
+// them into a grad chunk pinned on the device, or into a device staging slot per chunk
+// and micro-batch copied to the host grad chunk, whole, once the chunk's gradients are
+// in; with ZeRO, ZeroGroups (chunkmem/zero_groups.h) gathers chunk groups and reduces
+// their gradients into the chunks this rank owns.
 // Threads: the training thread, and the autograd thread that runs backward (the
 // calling thread for CPU tensors; autograd's device thread for CUDA tensors, which
 // the training thread waits on inside backward(), so calls never overlap).
@@ -24,7 +26,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <array>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,6 +40,7 @@
 #include "chunkmem/residency.h"
 #include "chunkmem/tensor_state.h"
 #include "chunkmem/timeline.h"
+#include "chunkmem/zero_groups.h"
 #include "comm/communicator.h"
 
 namespace ps::chunkmem {
@@ -112,14 +114,9 @@ struct RuntimeOptions {
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
 
-// The residency's counters (residency.h), the gradient sink's (grad_sink.h) and ZeRO's.
-struct RuntimeStats : ResidencyStats, GradSinkStats {
-  int64_t group_gathers = 0;            // ZeRO: groups all-gathered (prefetched ones included)
-  int64_t group_prefetches = 0;         // ZeRO: of those, gathered ahead while the block before computed
-  int64_t group_reductions = 0;         // ZeRO: group gradient buffers reduce-scattered
-  int64_t reductions_overlapped = 0;    // ZeRO: of those, left in flight while backward went on
-  int64_t comm_bytes = 0;               // ZeRO: bytes this rank sent into collectives (gathers + reductions)
-};
+// The residency's counters (residency.h), the gradient sink's (grad_sink.h) and ZeRO's
+// (zero_groups.h).
+struct RuntimeStats : ResidencyStats, GradSinkStats, ZeroStats {};
 
 class ChunkRuntime {
  public:
@@ -291,19 +288,8 @@ class ChunkRuntime {
   bool EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes = 0) {
     return residency_->EvictDownTo(target_bytes, keep, fit_bytes);
   }
-  // ZeRO (runtime_zero.cc).
   const at::Tensor& ComputePayload(int chunk) const;  // owned: the store's; else the gathered view
-  // `ahead`: the all-gather is left in flight (waited for at first use or release).
-  void Gather(int group, bool ahead = false);
-  void WaitGather(int group);          // a gather in flight: waited for
-  void PrefetchGroups();               // after warm-up: the next moment's groups, gathered ahead
-  void ReleaseGroup(int group);
-  void ReleaseIdleGroups(int block);   // groups no parameter uses now and `block` does not need
-  void AddGroupGrad(int index, const at::Tensor& grad);
-  bool GroupGradsIn(int group) const;
-  void ReduceGroupGrads(int group);    // started; the one before it finished
-  void FinishReduction();              // the reduction in flight (if any): waited for, added in
-  void MakeDeviceRoom(int64_t bytes, int keep, const char* what);
+  void MakeZeroGroups();
   bool zero() const { return zero_; }
 
   std::vector<ManagedParam> params_;
@@ -320,25 +306,15 @@ class ChunkRuntime {
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   std::unique_ptr<Residency> residency_;           // compute chunks' tiers (made in the constructor)
   std::unique_ptr<GradSink> grads_;                // fp32 gradients into grad chunks (made in the constructor)
-  RuntimeStats stats_;                             // ZeRO's counters
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // see lifetime()
   // ZeRO.
   int world_ = 1, rank_ = 0;
   bool zero_ = false;  // options.comm given: ZeRO over its ranks
-  std::vector<at::Tensor> gathered_;               // [group] device buffer while gathered
-  std::vector<comm::WorkPtr> gather_work_;         // [group] its all-gather, while in flight
-  std::vector<at::Tensor> remote_;                 // [chunk] not owned: its slot of the gathered buffer
-  std::vector<at::Tensor> group_grad_;             // [group] fp32 gradient buffer of this micro-batch
-  // The one reduce-scatter left in flight while backward goes on (docs/comm.md): its
-  // group (-1: none) and its work; its buffer stays borrowed until FinishReduction.
-  int reducing_group_ = -1;
-  comm::WorkPtr reduce_work_;
-  bool overlapped_since_reduce_ = false;  // a gradient arrived after it started: backward went on
+  std::unique_ptr<ZeroGroups> zero_groups_;  // with zero_ (made in the constructor)
   std::function<void(int chunk)> on_grads_final_;
   bool final_micro_batch_ = false;
   std::vector<bool> busy_;  // [chunk] (set_busy; pinned in the residency); empty: none
   void GradsFinal(int chunk);  // calls on_grads_final_ in the final micro-batch
-  std::vector<std::vector<int>> groups_of_block_;  // [block] groups its parameters are in
 };
 
 }  // namespace ps::chunkmem

@@ -2,7 +2,7 @@
 // has accumulated it (its last backward use in the micro-batch), and the step's
 // gradient bookkeeping. The fp32 grad chunks' path is the GradSink's (grad_sink.h);
 // with grads_in_compute_chunks the gradient overwrites the parameter's compute slot;
-// with ZeRO it goes into its group's buffer (runtime_zero.cc).
+// with ZeRO it goes into its group's buffer (zero_groups.h).
 // Called on the thread that runs backward (see runtime.h), never concurrently.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -23,9 +23,8 @@ void ChunkRuntime::OnGradAccumulated(int index) {
   at::NoGradGuard no_grad;
   at::Tensor grad = param.grad();
   TORCH_INTERNAL_ASSERT(grad.defined(), "grad hook without a gradient for ", params_[index].name);
-  if (reducing_group_ >= 0) overlapped_since_reduce_ = true;
   if (zero()) {
-    AddGroupGrad(index, grad);
+    zero_groups_->AddGrad(index, grad);
   } else if (options_.grads_in_compute_chunks) {
     // The parameter's last backward use is done: its slot now holds its gradient.
     View(ChunkKind::kCompute, index).copy_(grad);
@@ -37,8 +36,7 @@ void ChunkRuntime::OnGradAccumulated(int index) {
   if (states_[index] == TensorState::kCompute) Release(index, TensorState::kHoldAfterBwd);
   const int chunk = layout_.placements()[index].chunk_id;
   if (zero()) {
-    const int group = chunk / world_;
-    if (group_grad_[group].defined() && GroupGradsIn(group)) ReduceGroupGrads(group);
+    zero_groups_->ReduceIfComplete(chunk);
   } else if (options_.grads_in_compute_chunks) {  // the slots are the gradients: final once all are in
     if (grads_->UsedParamsHave(chunk, has_grad_)) GradsFinal(chunk);
   } else {
@@ -55,12 +53,7 @@ void ChunkRuntime::AfterBackward() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (states_[i] == TensorState::kCompute) Release(static_cast<int>(i), TensorState::kHoldAfterBwd);
   }
-  if (zero() && grads_->started()) {  // groups whose parameters were used without a gradient kept their buffer open
-    for (int g = 0; g < static_cast<int>(group_grad_.size()); ++g) {
-      if (group_grad_[g].defined() && g != reducing_group_) ReduceGroupGrads(g);
-    }
-    FinishReduction();  // every reduction is in before the optimizer reads the grad chunks
-  }
+  if (zero() && grads_->started()) zero_groups_->FinishBackward();
   grads_->FinishBackward();
 }
 
