@@ -1,14 +1,12 @@
 #include "chunkmem/runtime.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 
 namespace ps::chunkmem {
@@ -25,183 +23,88 @@ class GradArrivedHook final : public torch::autograd::PostAccumulateGradHook {
   int index_;
 };
 
-constexpr int kCompute = static_cast<int>(ChunkKind::kCompute);
-
 }  // namespace
 
 ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, const RuntimeOptions& options)
     : params_(std::move(params)), store_(store), options_(options) {
-  std::vector<ParamSpec> specs;
-  int max_block = 0;
-  for (const auto& p : params_) {
-    TORCH_CHECK(p.tensor.defined() && p.tensor.is_leaf() && p.tensor.requires_grad(),
-                "chunkmem: parameter '", p.name, "' must be a leaf that requires grad");
-    TORCH_CHECK(!p.used_by_blocks.empty(), "chunkmem: parameter '", p.name, "' is used by no block");
-    specs.push_back({p.name, p.tensor.numel(), p.used_by_blocks.front()});
-    for (int b : p.used_by_blocks) max_block = std::max(max_block, b);
-  }
   if (options.comm != nullptr) {
     zero_ = true;
     world_ = options.comm->world_size();
     rank_ = options.comm->rank();
   }
-  const int64_t chunk_numel = options.chunk_numel > 0 ? options.chunk_numel : ChooseChunkNumel(specs, world_);
-  layout_ = ChunkLayout::Plan(specs, {chunk_numel, world_, /*align_numel=*/32});
-  if (zero()) {
-    for (const auto& chunk : layout_.chunks()) {
-      TORCH_CHECK(chunk.capacity_numel == layout_.regular_capacity_numel(), "chunkmem: ZeRO gathers chunks of one "
-                  "size, but a parameter is larger than chunk.size_elements ", chunk_numel,
-                  " (use chunk.size_elements: auto, or at least the largest parameter)");
-    }
-  }
-
-  params_of_block_.resize(max_block + 1);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    for (int b : params_[i].used_by_blocks) params_of_block_[b].push_back(static_cast<int>(i));
-  }
-  const bool separate_master = options.compute_dtype != at::kFloat;
-  TORCH_CHECK(!options.grads_in_compute_chunks || separate_master,
+  TORCH_CHECK(!options.grads_in_compute_chunks || options.compute_dtype != at::kFloat,
               "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
   TORCH_CHECK(!options.block_major_backward || (!zero() && !options.grads_in_compute_chunks),
               "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
               "chunks; it is not built for ZeRO or for gradients in the compute slots");
+  PlanChunks();
   counts_.assign(layout_.num_chunks(), {});
   states_.assign(params_.size(), TensorState::kFree);
   has_grad_.assign(params_.size(), false);
-  for (const auto& p : params_) shapes_.push_back(p.tensor.sizes().vec());
-
-  // Where every chunk sits (placement.h; `--plan` calls the same function).
-  PlacementInput where = options_.placement;
-  where.compute_element_bytes = static_cast<int64_t>(c10::elementSize(options.compute_dtype));
-  where.grads_in_compute_chunks = options.grads_in_compute_chunks;
-  where.block_major_grads = options.block_major_backward;
-  where.device_budget_bytes = store_.Budget(Tier::kDevice);
-  where.host_budget_bytes = store_.Budget(Tier::kHost);
-  where.host_scratch_chunks = HostGradScratchChunks(options.grads_in_compute_chunks);
-  where.world_size = world_;
-  where.zero = zero_;
-  where.rank = rank_;
-  where.prefetch_groups = options.prefetch_depth > 0;
-  if (options.device_memory_bytes > 0 && where.warmup_share_bytes == 0) {
-    where.warmup_share_bytes =
-        static_cast<int64_t>(options.warmup_chunk_ratio * static_cast<double>(options.device_memory_bytes));
-  }
-  std::vector<std::vector<int>> used_by;
-  for (const auto& p : params_) used_by.push_back(p.used_by_blocks);
-  placement_ = PlanPlacement(layout_, used_by, where);
-
-  at::NoGradGuard no_grad;
-  const auto empty = at::empty({0}, at::TensorOptions().dtype(options.compute_dtype).device(compute_device()));
-  // Chunk by chunk: allocate its payloads, copy its parameters in, release their own
-  // storage. Host memory then peaks near the chunks' bytes plus one chunk's parameters,
-  // not chunks plus the whole model (a 1.5B model in fp32 is 6 GB more). Optimizer
-  // state placed on the device goes there directly, never through the host; it is
-  // allocated before any compute chunk moves, so in an arena it is one block.
-  struct Slots {  // with options.initial_values: where parameter `index`'s values go
-    int index;
-    at::Tensor master, compute;
-  };
-  std::vector<Slots> fill;
-  // Payloads are allocated uninitialised and zeroed below on many threads (start-up is
-  // bounded by memory bandwidth, issue #9 §4): m, v and grads whole; a chunk that
-  // receives its parameters' values only where no parameter lies (alignment gaps and
-  // the padding past the last one), so no byte is written twice.
-  struct Zeroing {
-    at::Tensor payload;
-    int chunk;  // -1: the whole payload; else zero the gaps between chunk's parameters
-  };
-  std::vector<Zeroing> zeroing;
-  using Clock = std::chrono::steady_clock;
-  const auto allocate_start = Clock::now();
-  for (int c = 0; c < layout_.num_chunks(); ++c) {
-    const auto& chunk = layout_.chunks()[c];
-    const Tier optimizer_tier = placement_.optimizer_on_device[c] ? Tier::kDevice : Tier::kHost;
-    std::array<int, 5> ids{};
-    if (!owned(c)) {  // ZeRO: only a compute entry, never given a payload (gathered views instead)
-      ids.fill(-1);
-      ids[kCompute] = store_.Add(chunk.capacity_numel, options.compute_dtype);
-      ids_.push_back(ids);
-      for (int index : chunk.param_indices) {
-        SetState(index, TensorState::kHold);
-        params_[index].tensor.set_data(empty);
-        torch::autograd::impl::set_post_acc_grad_hooks(params_[index].tensor,
-                                                       std::make_unique<GradArrivedHook>(this, index));
-      }
-      continue;
-    }
-    auto add = [&](at::ScalarType dtype, Tier tier, bool holds_values) {
-      const int id = store_.Add(chunk.capacity_numel, dtype);
-      store_.Allocate(id, tier, /*zero=*/false);  // zeroed below: m, v and grads start at 0
-      zeroing.push_back({store_.payload(id), holds_values ? c : -1});
-      return id;
-    };
-    ids[kCompute] = add(options.compute_dtype, Tier::kHost, true);
-    ids[static_cast<int>(ChunkKind::kGrad)] =
-        options.grads_in_compute_chunks ? ids[kCompute] : add(at::kFloat, Tier::kHost, false);
-    ids[static_cast<int>(ChunkKind::kMaster)] =
-        separate_master ? add(at::kFloat, optimizer_tier, true) : ids[kCompute];
-    ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat, optimizer_tier, false);
-    ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat, optimizer_tier, false);
-    ids_.push_back(ids);
-    for (int index : chunk.param_indices) {
-      auto& param = params_[index].tensor;
-      if (options.initial_values) {  // written on many threads below, after the zeroing
-        fill.push_back({index, View(ChunkKind::kMaster, index), View(ChunkKind::kCompute, index)});
-      } else {
-        View(ChunkKind::kCompute, index).copy_(param);
-        if (separate_master) View(ChunkKind::kMaster, index).copy_(param);
-      }
-      SetState(index, TensorState::kHold);  // kFree -> kHold: the init copy
-      param.set_data(empty);                // the model's own storage is released
-      torch::autograd::impl::set_post_acc_grad_hooks(param, std::make_unique<GradArrivedHook>(this, index));
-    }
-  }
-  // Initial values written in their slots, one parameter per task: each depends on the
-  // parameter alone (models/param_init.h), so the order and the threads do not matter.
-  // Masters on the host (or the simulated device, host memory too) are written in
-  // place; a master on a CUDA device through one host buffer per task, reused for its
-  // parameters (its pages are touched once per task, not once per parameter).
-  const auto zero_start = Clock::now();
-  startup_seconds_.allocate_s = std::chrono::duration<double>(zero_start - allocate_start).count();
-  at::parallel_for(0, static_cast<int64_t>(zeroing.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      at::Tensor& payload = zeroing[i].payload;
-      if (zeroing[i].chunk < 0) {
-        payload.zero_();
-        continue;
-      }
-      const ChunkSpec& spec = layout_.chunks()[zeroing[i].chunk];
-      int64_t from = 0;  // parameters lie in offset order (ChunkSpec::param_indices)
-      for (int index : spec.param_indices) {
-        const ParamPlacement& pl = layout_.placements()[index];
-        if (pl.offset_numel > from) payload.narrow(0, from, pl.offset_numel - from).zero_();
-        from = pl.offset_numel + pl.numel;
-      }
-      if (payload.numel() > spec.used_numel) payload.narrow(0, spec.used_numel, payload.numel() - spec.used_numel).zero_();
-    }
-  });
-  zeroing.clear();
-  const auto values_start = Clock::now();
-  startup_seconds_.zero_s = std::chrono::duration<double>(values_start - zero_start).count();
-  at::parallel_for(0, static_cast<int64_t>(fill.size()), 1, [&](int64_t begin, int64_t end) {
-    at::Tensor staging;  // host fp32, grown to the largest device-placed master of the task
-    for (int64_t i = begin; i < end; ++i) {
-      Slots& f = fill[i];
-      at::Tensor values = f.master;
-      if (!f.master.device().is_cpu()) {
-        if (!staging.defined() || staging.numel() < f.master.numel()) staging = at::empty({f.master.numel()}, at::kFloat);
-        values = staging.narrow(0, 0, f.master.numel()).view(f.master.sizes());
-      }
-      if (!options_.initial_values(f.index, values)) values.zero_();
-      if (!values.is_same(f.master)) f.master.copy_(values);
-      if (separate_master) f.compute.copy_(values);
-    }
-  });
+  std::vector<bool> owned_chunks;
+  for (int c = 0; c < layout_.num_chunks(); ++c) owned_chunks.push_back(owned(c));
+  const ChunkAllocation request{layout_,         shapes_, options.compute_dtype, options.grads_in_compute_chunks,
+                                placement_.optimizer_on_device, owned_chunks};
+  ChunkValues values;
+  values.current = [this](int index) { return params_[index].tensor; };
+  values.initial = options_.initial_values;
+  ids_ = AllocateChunks(store_, request, values, [this](int chunk) { BindChunk(chunk); }, &startup_seconds_);
   options_.initial_values = nullptr;  // what it holds (the model, names) is not needed again
-  startup_seconds_.initial_values_s = std::chrono::duration<double>(Clock::now() - values_start).count();
   MakeResidency();
   MakeGradSink();
   if (zero()) MakeZeroGroups();
+}
+
+void ChunkRuntime::PlanChunks() {
+  std::vector<ParamSpec> specs;
+  std::vector<std::vector<int>> used_by;
+  for (const auto& p : params_) {
+    TORCH_CHECK(p.tensor.defined() && p.tensor.is_leaf() && p.tensor.requires_grad(),
+                "chunkmem: parameter '", p.name, "' must be a leaf that requires grad");
+    TORCH_CHECK(!p.used_by_blocks.empty(), "chunkmem: parameter '", p.name, "' is used by no block");
+    specs.push_back({p.name, p.tensor.numel(), p.used_by_blocks.front()});
+    used_by.push_back(p.used_by_blocks);
+    shapes_.push_back(p.tensor.sizes().vec());
+    for (int b : p.used_by_blocks) {
+      if (static_cast<int>(params_of_block_.size()) <= b) params_of_block_.resize(b + 1);
+      params_of_block_[b].push_back(static_cast<int>(specs.size()) - 1);
+    }
+  }
+  const int64_t chunk_numel = options_.chunk_numel > 0 ? options_.chunk_numel : ChooseChunkNumel(specs, world_);
+  layout_ = ChunkLayout::Plan(specs, {chunk_numel, world_, /*align_numel=*/32});
+  for (const auto& chunk : layout_.chunks()) {
+    TORCH_CHECK(!zero() || chunk.capacity_numel == layout_.regular_capacity_numel(), "chunkmem: ZeRO gathers chunks "
+                "of one size, but a parameter is larger than chunk.size_elements ", chunk_numel,
+                " (use chunk.size_elements: auto, or at least the largest parameter)");
+  }
+  // Where every chunk sits (placement.h; `--plan` calls the same function).
+  PlacementInput where = options_.placement;
+  where.compute_element_bytes = static_cast<int64_t>(c10::elementSize(options_.compute_dtype));
+  where.grads_in_compute_chunks = options_.grads_in_compute_chunks;
+  where.block_major_grads = options_.block_major_backward;
+  where.device_budget_bytes = store_.Budget(Tier::kDevice);
+  where.host_budget_bytes = store_.Budget(Tier::kHost);
+  where.host_scratch_chunks = HostGradScratchChunks(options_.grads_in_compute_chunks);
+  where.world_size = world_;
+  where.zero = zero_;
+  where.rank = rank_;
+  where.prefetch_groups = options_.prefetch_depth > 0;
+  if (options_.device_memory_bytes > 0 && where.warmup_share_bytes == 0) {
+    where.warmup_share_bytes =
+        static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(options_.device_memory_bytes));
+  }
+  placement_ = PlanPlacement(layout_, used_by, where);
+}
+
+void ChunkRuntime::BindChunk(int chunk) {
+  at::NoGradGuard no_grad;
+  const auto empty = at::empty({0}, at::TensorOptions().dtype(options_.compute_dtype).device(compute_device()));
+  for (int index : layout_.chunks()[chunk].param_indices) {
+    auto& param = params_[index].tensor;
+    SetState(index, TensorState::kHold);  // kFree -> kHold: the values are in the chunks
+    param.set_data(empty);                // the model's own storage is released
+    torch::autograd::impl::set_post_acc_grad_hooks(param, std::make_unique<GradArrivedHook>(this, index));
+  }
 }
 
 void ChunkRuntime::MakeResidency() {

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "chunkmem/chunk_allocation.h"
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/grad_sink.h"
 #include "chunkmem/eviction.h"
@@ -112,7 +113,6 @@ struct RuntimeOptions {
   comm::Communicator* comm = nullptr;
 };
 
-enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
 
 // The residency's counters (residency.h), the gradient sink's (grad_sink.h) and ZeRO's
 // (zero_groups.h).
@@ -187,14 +187,7 @@ class ChunkRuntime {
   // the bytes per tier it plans for, and whether it fits (the runtime does not refuse a
   // placement that does not fit; the trainer does, before constructing it).
   const Placement& placement() const { return placement_; }
-  // Where the constructor's time went (start-up, issue #9 §4): allocating every payload,
-  // zeroing what no parameter's values cover (many threads), then writing the initial
-  // values (parameters' own, or initial_values on many threads).
-  struct StartupSeconds {
-    double allocate_s = 0.0;
-    double zero_s = 0.0;
-    double initial_values_s = 0.0;
-  };
+  // Where the constructor's time went (chunk_allocation.h).
   const StartupSeconds& startup_seconds() const { return startup_seconds_; }
   bool optimizer_on_device(int chunk) const { return placement_.optimizer_on_device.at(chunk); }
   // fp32 grad-chunk-sized host buffers the gradient path may hold at once (the
@@ -280,6 +273,8 @@ class ChunkRuntime {
   void Access(int index);
   void Release(int index, TensorState to);
   void SetState(int index, TensorState to);
+  void PlanChunks();                     // the layout, and the placement unless given (constructor)
+  void BindChunk(int chunk);             // its parameters to kHold, their storage released, hooks on
   void MakeResidency();                  // after the payloads exist (constructor)
   void MakeGradSink();
   std::string UsersOf(int chunk) const;  // a parameter of `chunk` in use, for errors
@@ -299,7 +294,7 @@ class ChunkRuntime {
   Placement placement_;                            // decided in the constructor
   StartupSeconds startup_seconds_;                 // measured in the constructor
   std::vector<std::vector<int>> params_of_block_;  // [block] -> param indices
-  std::vector<std::array<int, 5>> ids_;            // [chunk][kind] -> store id
+  std::vector<ChunkIds> ids_;                      // [chunk][kind] -> store id
   std::vector<TensorState> states_;                // [param]
   std::vector<std::array<int, kNumTensorStates>> counts_;  // [chunk][state] -> params
   std::vector<bool> has_grad_;                     // [param]

@@ -1,0 +1,136 @@
+#include "chunkmem/chunk_allocation.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+
+namespace ps::chunkmem {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+struct Zeroing {
+  at::Tensor payload;
+  int chunk;  // -1: the whole payload; else zero the gaps between chunk's parameters
+};
+
+struct Slots {  // with ChunkValues::initial: where parameter `index`'s values go
+  int index;
+  at::Tensor master, compute;
+};
+
+at::Tensor SlotView(const ChunkStore& store, const ChunkAllocation& r, int id, int index) {
+  const auto& pl = r.layout.placements()[index];
+  return store.payload(id).narrow(0, pl.offset_numel, pl.numel).view(r.shapes[index]);
+}
+
+// Chunk `c`'s payloads; `zeroing` gets what must be zeroed.
+ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::vector<Zeroing>& zeroing) {
+  ChunkIds ids;
+  ids.fill(-1);
+  const auto& chunk = r.layout.chunks()[c];
+  const int compute = static_cast<int>(ChunkKind::kCompute);
+  if (!r.owned[c]) {  // ZeRO: only a compute entry, never given a payload (gathered views instead)
+    ids[compute] = store.Add(chunk.capacity_numel, r.compute_dtype);
+    return ids;
+  }
+  const Tier optimizer_tier = r.optimizer_on_device[c] ? Tier::kDevice : Tier::kHost;
+  auto add = [&](at::ScalarType dtype, Tier tier, bool holds_values) {
+    const int id = store.Add(chunk.capacity_numel, dtype);
+    store.Allocate(id, tier, /*zero=*/false);  // zeroed later: m, v and grads start at 0
+    zeroing.push_back({store.payload(id), holds_values ? c : -1});
+    return id;
+  };
+  const bool separate_master = r.compute_dtype != at::kFloat;
+  ids[compute] = add(r.compute_dtype, Tier::kHost, true);
+  ids[static_cast<int>(ChunkKind::kGrad)] = r.grads_in_compute_chunks ? ids[compute] : add(at::kFloat, Tier::kHost, false);
+  ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat, optimizer_tier, true) : ids[compute];
+  ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat, optimizer_tier, false);
+  ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat, optimizer_tier, false);
+  return ids;
+}
+
+void ZeroPayloads(const ChunkLayout& layout, std::vector<Zeroing>& zeroing) {
+  at::parallel_for(0, static_cast<int64_t>(zeroing.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      at::Tensor& payload = zeroing[i].payload;
+      if (zeroing[i].chunk < 0) {
+        payload.zero_();
+        continue;
+      }
+      const ChunkSpec& spec = layout.chunks()[zeroing[i].chunk];
+      int64_t from = 0;  // parameters lie in offset order (ChunkSpec::param_indices)
+      for (int index : spec.param_indices) {
+        const ParamPlacement& pl = layout.placements()[index];
+        if (pl.offset_numel > from) payload.narrow(0, from, pl.offset_numel - from).zero_();
+        from = pl.offset_numel + pl.numel;
+      }
+      if (payload.numel() > spec.used_numel) payload.narrow(0, spec.used_numel, payload.numel() - spec.used_numel).zero_();
+    }
+  });
+}
+
+// One parameter per task: each depends on the parameter alone (models/param_init.h), so
+// the order and the threads do not matter. Masters on the host (or the simulated device,
+// host memory too) are written in place; a master on a CUDA device through one host
+// buffer per task, reused for its parameters.
+void WriteInitialValues(const std::vector<Slots>& fill, const ChunkValues& values, bool separate_master) {
+  at::parallel_for(0, static_cast<int64_t>(fill.size()), 1, [&](int64_t begin, int64_t end) {
+    at::Tensor staging;  // host fp32, grown to the largest device-placed master of the task
+    for (int64_t i = begin; i < end; ++i) {
+      const Slots& f = fill[i];
+      at::Tensor v = f.master;
+      if (!f.master.device().is_cpu()) {
+        if (!staging.defined() || staging.numel() < f.master.numel()) staging = at::empty({f.master.numel()}, at::kFloat);
+        v = staging.narrow(0, 0, f.master.numel()).view(f.master.sizes());
+      }
+      if (!values.initial(f.index, v)) v.zero_();
+      if (!v.is_same(f.master)) f.master.copy_(v);
+      if (separate_master) f.compute.copy_(v);
+    }
+  });
+}
+
+}  // namespace
+
+std::vector<ChunkIds> AllocateChunks(ChunkStore& store, const ChunkAllocation& r, const ChunkValues& values,
+                                     const std::function<void(int chunk)>& filled, StartupSeconds* seconds) {
+  at::NoGradGuard no_grad;
+  const bool separate_master = r.compute_dtype != at::kFloat;
+  std::vector<ChunkIds> ids;
+  std::vector<Zeroing> zeroing;
+  std::vector<Slots> fill;
+  const auto allocate_start = Clock::now();
+  for (int c = 0; c < r.layout.num_chunks(); ++c) {
+    ids.push_back(AddPayloads(store, r, c, zeroing));
+    const ChunkIds& cid = ids.back();
+    for (int index : r.layout.chunks()[c].param_indices) {
+      if (!r.owned[c]) break;
+      const at::Tensor compute = SlotView(store, r, cid[static_cast<int>(ChunkKind::kCompute)], index);
+      const at::Tensor master = SlotView(store, r, cid[static_cast<int>(ChunkKind::kMaster)], index);
+      if (values.initial) {  // written on many threads below, after the zeroing
+        fill.push_back({index, master, compute});
+        continue;
+      }
+      const at::Tensor current = values.current(index);
+      compute.copy_(current);
+      if (separate_master) master.copy_(current);
+    }
+    filled(c);
+  }
+  const auto zero_start = Clock::now();
+  seconds->allocate_s = std::chrono::duration<double>(zero_start - allocate_start).count();
+  ZeroPayloads(r.layout, zeroing);
+  zeroing.clear();
+  const auto values_start = Clock::now();
+  seconds->zero_s = std::chrono::duration<double>(values_start - zero_start).count();
+  if (values.initial) WriteInitialValues(fill, values, separate_master);
+  seconds->initial_values_s = SecondsSince(values_start);
+  return ids;
+}
+
+}  // namespace ps::chunkmem

@@ -1,0 +1,62 @@
+// Start-up: every chunk's payloads added to the store and the parameters' values written
+// into them (docs/chunkmem.md, "Start-up").
+//
+// Per layout chunk, kinds compute (compute dtype, host tier), grad (fp32, host; the
+// compute chunk itself when gradients reuse the compute slots), master (fp32 on the
+// optimizer's tier; the compute chunk in fp32), Adam m and v (fp32, optimizer's tier).
+// A chunk this rank does not own (ZeRO) gets a compute entry without payload only.
+// Payloads are allocated uninitialised and zeroed on many threads, a chunk holding
+// values only where no parameter lies, so no byte is written twice; initial values are
+// written one parameter per task on many threads.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <functional>
+#include <vector>
+
+#include "chunkmem/chunk_store.h"
+#include "chunkmem/layout.h"
+
+namespace ps::chunkmem {
+
+enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
+constexpr int kNumChunkKinds = 5;
+using ChunkIds = std::array<int, kNumChunkKinds>;  // [kind] -> store id; -1: none (not owned)
+
+// Where the start-up time went: allocating every payload, zeroing what no parameter's
+// values cover (many threads), writing the initial values (parameters' own, or
+// ChunkValues::initial on many threads).
+struct StartupSeconds {
+  double allocate_s = 0.0;
+  double zero_s = 0.0;
+  double initial_values_s = 0.0;
+};
+
+struct ChunkAllocation {
+  const ChunkLayout& layout;
+  const std::vector<std::vector<int64_t>>& shapes;  // [param]
+  at::ScalarType compute_dtype = at::kFloat;
+  bool grads_in_compute_chunks = false;
+  const std::vector<bool>& optimizer_on_device;  // [chunk] (the placement's)
+  const std::vector<bool>& owned;                // [chunk]
+};
+
+// A parameter's values: `current(index)` (any device, its shape) copied into its slots,
+// or, when `initial` is set, `initial(index, values)` writing them into `values` (fp32,
+// contiguous, host, its shape, uninitialised; called on several threads at once;
+// returns false to have them zeroed instead).
+struct ChunkValues {
+  std::function<at::Tensor(int index)> current;
+  std::function<bool(int index, at::Tensor values)> initial;
+};
+
+// Chunk by chunk: its payloads added, its parameters' current values copied in (without
+// `initial`), then `filled(chunk)`, where the caller may release the parameters' own
+// storage: host memory then peaks near the chunks' bytes plus one chunk's parameters.
+// Optimizer state placed on the device goes there directly. Returns [chunk] -> ids.
+std::vector<ChunkIds> AllocateChunks(ChunkStore& store, const ChunkAllocation& request, const ChunkValues& values,
+                                     const std::function<void(int chunk)>& filled, StartupSeconds* seconds);
+
+}  // namespace ps::chunkmem
