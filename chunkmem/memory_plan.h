@@ -75,7 +75,7 @@ struct MemoryPlan {
 
 MemoryPlan PlanMemory(const PlanInput& input);
 
-// The placement part of `input`, as the runtime takes it (RuntimeOptions::placement).
+// The placement part of `input`, as the runtime takes it (RuntimeOptions::placement_input).
 PlacementInput PlacementInputOf(const PlanInput& input);
 
 // Human-readable report (several lines, sizes in GiB/MiB).

@@ -9,8 +9,8 @@
 namespace ps::chunkmem {
 
 Residency::Residency(ChunkStore& store, std::vector<int> compute_ids, std::vector<bool> held,
-                     const ResidencySettings& settings)
-    : store_(store), ids_(std::move(compute_ids)), held_(std::move(held)), settings_(settings) {
+                     const ResidencySettings& settings, const PlacedDeviceBytes& placed)
+    : store_(store), ids_(std::move(compute_ids)), held_(std::move(held)), settings_(settings), placed_(placed) {
   if (held_.empty()) held_.assign(ids_.size(), true);
   TORCH_CHECK(held_.size() == ids_.size(), "chunkmem: residency of ", ids_.size(), " chunks given ", held_.size(),
               " held flags");
@@ -55,7 +55,7 @@ int64_t Residency::ChunkBudgetNow() const {
 }
 
 int64_t Residency::WarmupShareBytes() const {
-  return std::min(store_.Budget(Tier::kDevice), settings_.warmup_device_bytes);
+  return std::min(store_.Budget(Tier::kDevice), placed_.warmup_device_bytes);
 }
 
 int64_t Residency::MinChunkBudgetBytes() const {
@@ -235,9 +235,9 @@ void Residency::FinishWarmupIfDone() {
     for (int t = 0; t < moments; ++t) {
       const int64_t budget = settings_.device_memory_bytes - non_model_peak_[t];
       // The pinned optimizer state and the chunks this moment uses must be there.
-      int64_t needed = settings_.device_optimizer_bytes;
+      int64_t needed = placed_.device_optimizer_bytes;
       for (int c : trace_.ChunksAt(t)) needed += chunk_bytes(c);
-      int64_t b = settings_.static_placement ? std::min(budget, std::max(WarmupShareBytes(), needed)) : budget;
+      int64_t b = settings_.static_budgets ? std::min(budget, std::max(WarmupShareBytes(), needed)) : budget;
       if (b < needed) {
         // The activations measured more than the start-up placement assumed: the chunks
         // in use still get their room, up to the store's hard budget, and it is an overrun.
@@ -248,7 +248,7 @@ void Residency::FinishWarmupIfDone() {
     }
     if (!budget_at_.empty()) min_budget_at_ = *std::min_element(budget_at_.begin(), budget_at_.end());
   }
-  if (!belady_ && settings_.eviction == EvictionKind::kOpt) {
+  if (!belady_ && settings_.eviction == EvictionPolicyKind::kOpt) {
     trace_.set_total_moments(moments);
     belady_ = std::make_unique<BeladyPolicy>(trace_);
   }

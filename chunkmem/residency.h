@@ -24,14 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "chunkmem/chunk_config.h"
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/eviction.h"
 #include "chunkmem/memory_probe.h"
 #include "chunkmem/timeline.h"
 
 namespace ps::chunkmem {
-
-enum class EvictionKind { kOpt, kLru };
 
 // What the warm-up iterations learned (plain data, saved in checkpoints): with it a
 // resumed run budgets, evicts and prefetches as the run that saved it did, and needs no
@@ -43,20 +42,25 @@ struct WarmupState {
   std::vector<int64_t> non_model_peak_bytes;    // [moment] traced non-model peaks
 };
 
+// The residency's settings (ChunkConfig's keys of the same names).
 struct ResidencySettings {
-  EvictionKind eviction = EvictionKind::kOpt;
-  int64_t warmup_iterations = 1;  // iterations traced before Belady and the per-moment budgets apply
+  EvictionPolicyKind eviction = EvictionPolicyKind::kOpt;
+  int64_t warmup_steps = 1;  // iterations traced before Belady and the per-moment budgets apply
   // After warm-up, the chunks of the next `prefetch_depth` moments are brought to the
   // device ahead of use. 0 = off.
   int64_t prefetch_depth = 1;
   // Traced budget: chunks plus non-model memory (the probe's) must fit this many device
   // bytes. 0 = the store's device budget, fixed.
   int64_t device_memory_bytes = 0;
-  // With a traced budget: each moment's budget is the warm-up share (raised to what the
-  // moment's chunks need) capped by what its activations leave, instead of all they leave.
-  bool static_placement = false;
-  // From the start-up placement: device bytes allowed during a traced warm-up (pinned
-  // optimizer state included), and the optimizer state pinned on the device for good.
+  // With a traced budget (chunk.placement: static): each moment's budget is the warm-up
+  // share (raised to what the moment's chunks need) capped by what its activations
+  // leave, instead of all they leave.
+  bool static_budgets = false;
+};
+
+// From the start-up placement (placement.h): the device bytes allowed during a traced
+// warm-up (pinned optimizer state included), and the optimizer state on the device for good.
+struct PlacedDeviceBytes {
   int64_t warmup_device_bytes = 0;
   int64_t device_optimizer_bytes = 0;
 };
@@ -82,7 +86,8 @@ class Residency {
   // held): whether this rank holds its payload; a chunk it does not (ZeRO) is traced and
   // counted in the working set by its entry's bytes, never moved. Payloads start where
   // the store has them. `store` outlives this.
-  Residency(ChunkStore& store, std::vector<int> compute_ids, std::vector<bool> held, const ResidencySettings& settings);
+  Residency(ChunkStore& store, std::vector<int> compute_ids, std::vector<bool> held, const ResidencySettings& settings,
+            const PlacedDeviceBytes& placed = {});
 
   // The clock. BeginMoment starts the next moment (not while paused): during warm-up
   // the chunks still in use join its trace; after it, the device shrinks to the
@@ -137,7 +142,7 @@ class Residency {
   // moment's chunks plus those of the next prefetch_depth moments).
   int64_t PeakWorkingSetBytes() const;
 
-  bool warmed_up() const { return stats_.iterations >= settings_.warmup_iterations; }
+  bool warmed_up() const { return stats_.iterations >= settings_.warmup_steps; }
   const AccessTrace& trace() const { return trace_; }
   int moment() const { return moment_; }
   WarmupState SaveWarmup() const;
@@ -179,6 +184,7 @@ class Residency {
   std::vector<int> ids_;     // [chunk] compute entry's store id
   std::vector<bool> held_;  // [chunk] this rank holds the payload
   ResidencySettings settings_;
+  PlacedDeviceBytes placed_;
   std::vector<int> in_use_;       // [chunk]
   std::vector<int> pins_;         // [chunk]
   std::vector<bool> prefetched_;  // [chunk] fetched ahead and not used yet

@@ -78,7 +78,7 @@ void ChunkRuntime::PlanChunks() {
                 " (use chunk.size_elements: auto, or at least the largest parameter)");
   }
   // Where every chunk sits (placement.h; `--plan` calls the same function).
-  PlacementInput where = options_.placement;
+  PlacementInput where = options_.placement_input;
   where.compute_element_bytes = static_cast<int64_t>(c10::elementSize(options_.compute_dtype));
   where.grads_in_compute_chunks = options_.grads_in_compute_chunks;
   where.block_major_grads = options_.block_major_backward;
@@ -88,10 +88,10 @@ void ChunkRuntime::PlanChunks() {
   where.world_size = world_;
   where.zero = zero_;
   where.rank = rank_;
-  where.prefetch_groups = options_.prefetch_depth > 0;
-  if (options_.device_memory_bytes > 0 && where.warmup_share_bytes == 0) {
-    where.warmup_share_bytes =
-        static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(options_.device_memory_bytes));
+  where.prefetch_groups = options_.residency.prefetch_depth > 0;
+  const int64_t traced_bytes = options_.residency.device_memory_bytes;
+  if (traced_bytes > 0 && where.warmup_share_bytes == 0) {
+    where.warmup_share_bytes = static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(traced_bytes));
   }
   placement_ = PlanPlacement(layout_, used_by, where);
 }
@@ -108,21 +108,16 @@ void ChunkRuntime::BindChunk(int chunk) {
 }
 
 void ChunkRuntime::MakeResidency() {
-  ResidencySettings settings;
-  settings.eviction = options_.eviction;
-  settings.warmup_iterations = options_.warmup_iterations;
-  settings.prefetch_depth = options_.prefetch_depth;
-  settings.device_memory_bytes = options_.device_memory_bytes;
-  settings.static_placement = options_.static_placement;
-  settings.warmup_device_bytes = placement_.warmup_device_bytes;
-  settings.device_optimizer_bytes = placement_.device_optimizer_bytes;
+  PlacedDeviceBytes placed;
+  placed.warmup_device_bytes = placement_.warmup_device_bytes;
+  placed.device_optimizer_bytes = placement_.device_optimizer_bytes;
   std::vector<int> ids;
   std::vector<bool> held;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     ids.push_back(chunk_id(ChunkKind::kCompute, c));
     held.push_back(owned(c));
   }
-  residency_ = std::make_unique<Residency>(store_, std::move(ids), std::move(held), settings);
+  residency_ = std::make_unique<Residency>(store_, std::move(ids), std::move(held), options_.residency, placed);
   residency_->set_give_way([this](const std::function<bool()>& evict) { return grads_->GiveWay(evict); });
   residency_->set_describe_users([this](int chunk) { return UsersOf(chunk); });
 }

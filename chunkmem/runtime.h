@@ -55,35 +55,23 @@ struct ManagedParam {
 struct RuntimeOptions {
   int64_t chunk_numel = 0;                     // 0 = ChooseChunkNumel
   at::ScalarType compute_dtype = at::kFloat;   // kFloat, kBFloat16 or kHalf
-  EvictionKind eviction = EvictionKind::kOpt;
-  int64_t warmup_iterations = 1;               // iterations traced before Belady is used
   // Write each gradient into its parameter's compute-dtype slot at its last backward
   // use instead of into fp32 grad chunks (PatrickStar's reuse: 14 bytes/parameter in
   // bf16/fp16). Only safe with one backward per optimizer step and a compute dtype
   // other than fp32 (in fp32 the compute chunk is the master).
   bool grads_in_compute_chunks = false;
-  // After warm-up, bring the chunks of the next `prefetch_depth` moments to the device
-  // ahead of use (evicting only chunks needed later than them). 0 = off.
-  int64_t prefetch_depth = 1;
-  // Traced budget (docs/chunkmem.md, "Memory tracer"). When > 0, chunks plus non-model
-  // memory (measured by the probe, see set_memory_probe) must fit this many device
-  // bytes: during warm-up chunks are held to warmup_chunk_ratio of it (more only if the
-  // chunks in use need it, up to the store's budget); afterwards, at each moment, to
-  // device_memory_bytes minus the non-model peak traced at that moment in warm-up.
-  // 0 = the store's fixed device budget.
-  int64_t device_memory_bytes = 0;
+  // Moments, trace, budgets, eviction and prefetch (residency.h). With a traced budget
+  // (residency.device_memory_bytes > 0) chunks are held during warm-up to
+  // warmup_chunk_ratio of it (more only if the chunks in use need it, up to the store's
+  // budget).
+  ResidencySettings residency;
   double warmup_chunk_ratio = 0.1;
-  // With a traced budget: after warm-up each moment's budget is the warm-up share
-  // (raised to the chunks that moment uses, as in warm-up) capped by what the moment's
-  // activations leave, instead of all they leave (PatrickStar's static partition:
-  // fewer chunks on the device, more moves, more headroom). Belady still applies.
-  bool static_placement = false;
   // Budgets and ratios of the start-up placement (PlanPlacement). The runtime fills in
   // what it knows itself: compute_element_bytes, grads_in_compute_chunks, the store's
   // budgets (device_budget_bytes, host_budget_bytes) and, with a traced budget and no
-  // warmup_share_bytes, warmup_chunk_ratio x device_memory_bytes. The defaults put every
-  // chunk's optimizer state on the host (margin_use_ratio 0).
-  PlacementInput placement;
+  // warmup_share_bytes, warmup_chunk_ratio x residency.device_memory_bytes. The defaults
+  // put every chunk's optimizer state on the host (margin_use_ratio 0).
+  PlacementInput placement_input;
   // Start-up (issue #9 §4): when set, the runtime writes parameter `index`'s initial
   // values itself, into its slot in the fp32 master chunk (the compute chunk in fp32;
   // a lower compute dtype gets a rounded copy), in parallel over parameters

@@ -75,11 +75,11 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16   ? at::kBFloat16
                           : c.precision.dtype == optim::Dtype::kFp16 ? at::kHalf
                                                                      : at::kFloat;
-  options.eviction = c.chunk.eviction == chunkmem::EvictionPolicyKind::kOpt ? chunkmem::EvictionKind::kOpt
-                                                                            : chunkmem::EvictionKind::kLru;
-  options.warmup_iterations = c.chunk.warmup_steps;
+  options.residency.eviction = c.chunk.eviction;
+  options.residency.warmup_steps = c.chunk.warmup_steps;
+  options.residency.prefetch_depth = c.chunk.prefetch_depth;
+  options.residency.static_budgets = c.chunk.placement == chunkmem::PlacementKind::kStatic;
   options.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
-  options.prefetch_depth = c.chunk.prefetch_depth;
   options.block_major_backward = VerticalAccumulation(c.train, world_size);
   return options;
 }
@@ -134,10 +134,9 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   }
   chunkmem::RuntimeOptions options = RuntimeOptionsOf(c, world);
   options.comm = comm;  // MakeEngine passes one only for a data-parallel run
-  options.device_memory_bytes = budgets.traced_capacity_bytes;
+  options.residency.device_memory_bytes = budgets.traced_capacity_bytes;
   options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
-  options.static_placement = c.chunk.placement == chunkmem::PlacementKind::kStatic;
-  options.placement = chunkmem::PlacementInputOf(run_plan.input);
+  options.placement_input = chunkmem::PlacementInputOf(run_plan.input);
   std::vector<std::string> names;
   for (const auto& p : params) names.push_back(p.name);
   options.initial_values = [&model, init, names](int index, at::Tensor values) {  // in the constructor only

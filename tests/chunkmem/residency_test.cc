@@ -33,8 +33,8 @@ struct Fixture {
       store->Allocate(ids.back(), Tier::kHost);
     }
   }
-  std::unique_ptr<Residency> Make(const ResidencySettings& settings) {
-    return std::make_unique<Residency>(*store, ids, std::vector<bool>{}, settings);
+  std::unique_ptr<Residency> Make(const ResidencySettings& settings, const PlacedDeviceBytes& placed = {}) {
+    return std::make_unique<Residency>(*store, ids, std::vector<bool>{}, settings, placed);
   }
   std::set<int> OnDevice(const Residency& r) const {
     std::set<int> out;
@@ -47,11 +47,11 @@ struct Fixture {
 
 using Script = std::vector<std::vector<int>>;  // [moment] -> chunks used
 
-ResidencySettings Settings(EvictionKind eviction, int64_t prefetch_depth) {
+ResidencySettings Settings(EvictionPolicyKind eviction, int64_t prefetch_depth) {
   ResidencySettings s;
   s.eviction = eviction;
   s.prefetch_depth = prefetch_depth;
-  s.warmup_iterations = 1;
+  s.warmup_steps = 1;
   return s;
 }
 
@@ -73,7 +73,7 @@ void RunIteration(Residency& r, const Script& script) {
 
 TEST_CASE("chunks in use are on the device and the device budget holds", "[residency]") {
   const Script script = {{0}, {1, 2}, {3}, {0, 4}, {5}, {4, 3}, {2}, {1, 0}};
-  for (EvictionKind eviction : {EvictionKind::kLru, EvictionKind::kOpt}) {
+  for (EvictionPolicyKind eviction : {EvictionPolicyKind::kLru, EvictionPolicyKind::kOpt}) {
     for (int64_t depth : {0, 1, 2}) {
       Fixture f(6, 3);
       auto r = f.Make(Settings(eviction, depth));
@@ -95,7 +95,7 @@ TEST_CASE("warm-up evicts least recently used; afterwards the chunk needed furth
   // moment 2, so Belady evicts 0 while LRU evicts 2 (touched before 0).
   const Script script = {{0}, {1}, {2}, {0}};
   Fixture f(3, 2);
-  auto opt = f.Make(Settings(EvictionKind::kOpt, /*prefetch_depth=*/0));
+  auto opt = f.Make(Settings(EvictionPolicyKind::kOpt, /*prefetch_depth=*/0));
   RunIteration(*opt, script, [&](int t) {
     if (t == 2) CHECK(f.OnDevice(*opt) == std::set<int>{1, 2});  // LRU: 0 was used first
   });
@@ -105,7 +105,7 @@ TEST_CASE("warm-up evicts least recently used; afterwards the chunk needed furth
   });
 
   Fixture g(3, 2);
-  auto lru = g.Make(Settings(EvictionKind::kLru, /*prefetch_depth=*/0));
+  auto lru = g.Make(Settings(EvictionPolicyKind::kLru, /*prefetch_depth=*/0));
   RunIteration(*lru, script);
   RunIteration(*lru, script, [&](int t) {
     if (t == 1) CHECK(g.OnDevice(*lru) == std::set<int>{0, 1});
@@ -121,7 +121,7 @@ TEST_CASE("warm-up evicts least recently used; afterwards the chunk needed furth
 TEST_CASE("prefetch brings the next moment's chunk, evicting only chunks needed later", "[residency][prefetch]") {
   const Script script = {{0}, {1}, {2}, {3}};
   Fixture f(4, 2);
-  auto r = f.Make(Settings(EvictionKind::kOpt, /*prefetch_depth=*/1));
+  auto r = f.Make(Settings(EvictionPolicyKind::kOpt, /*prefetch_depth=*/1));
   RunIteration(*r, script);  // warm-up: no prefetch
   CHECK(r->stats().prefetches == 0);
   RunIteration(*r, script, [&](int t) {
@@ -133,7 +133,7 @@ TEST_CASE("prefetch brings the next moment's chunk, evicting only chunks needed 
   // Depth 2, two chunks fit: at moment 0 (chunk 0 in use), chunk 1 (next use 1) is
   // prefetched, but chunk 2 (next use 2) may not evict chunk 1, needed sooner.
   Fixture g(4, 2);
-  auto deep = g.Make(Settings(EvictionKind::kOpt, /*prefetch_depth=*/2));
+  auto deep = g.Make(Settings(EvictionPolicyKind::kOpt, /*prefetch_depth=*/2));
   RunIteration(*deep, script);
   RunIteration(*deep, script, [&](int t) {
     if (t == 0) CHECK(g.OnDevice(*deep) == std::set<int>{0, 1});
@@ -143,7 +143,7 @@ TEST_CASE("prefetch brings the next moment's chunk, evicting only chunks needed 
 TEST_CASE("pinned chunks are neither evicted, prefetched nor moved", "[residency][pin]") {
   const Script script = {{0}, {1}, {2}};
   Fixture f(3, 2);
-  auto r = f.Make(Settings(EvictionKind::kOpt, /*prefetch_depth=*/1));
+  auto r = f.Make(Settings(EvictionPolicyKind::kOpt, /*prefetch_depth=*/1));
   RunIteration(*r, script);
   RunIteration(*r, script);
   // Between iterations (the optimizer's time): 1 and 2 on the device, 2 pinned. At
@@ -171,7 +171,7 @@ TEST_CASE("pinned chunks are neither evicted, prefetched nor moved", "[residency
 
 TEST_CASE("a chunk in use cannot be placed; chunks in use beyond the budget name their users", "[residency][errors]") {
   Fixture f(3, 2);
-  auto r = f.Make(Settings(EvictionKind::kOpt, 0));
+  auto r = f.Make(Settings(EvictionPolicyKind::kOpt, 0));
   r->set_describe_users([](int chunk) { return "param" + std::to_string(chunk); });
   r->BeginMoment("forward", 0);
   r->Acquire(0);
@@ -183,7 +183,7 @@ TEST_CASE("a chunk in use cannot be placed; chunks in use beyond the budget name
 
 TEST_CASE("give-way: other device bytes are released when eviction alone cannot make room", "[residency]") {
   Fixture f(2, 2);
-  auto r = f.Make(Settings(EvictionKind::kOpt, 0));
+  auto r = f.Make(Settings(EvictionPolicyKind::kOpt, 0));
   at::Tensor slot = f.store->Borrow(Tier::kDevice, kChunkNumel, at::kFloat, true);  // a staging slot
   int calls = 0;
   r->set_give_way([&](const std::function<bool()>& evict) {
@@ -216,10 +216,9 @@ TEST_CASE("traced budget: each moment holds the chunks its activations leave roo
   const Script script = {{0}, {1}, {2}, {3}};
   const std::vector<int64_t> peaks = {1024, 4096, 2048, 0};
   Fixture f(4, 5);
-  ResidencySettings s = Settings(EvictionKind::kOpt, 0);
+  ResidencySettings s = Settings(EvictionPolicyKind::kOpt, 0);
   s.device_memory_bytes = 6 * 1024;
-  s.warmup_device_bytes = 1 * kChunkBytes;  // the warm-up share (one chunk)
-  auto r = f.Make(s);
+  auto r = f.Make(s, {/*warmup_device_bytes=*/1 * kChunkBytes, 0});  // the warm-up share: one chunk
   ScriptedProbe probe;
   r->set_probe(&probe);
   // Warm-up: one chunk at a time fits the share.
@@ -243,10 +242,9 @@ TEST_CASE("traced budget: each moment holds the chunks its activations leave roo
 TEST_CASE("traced budget: a moment whose chunks in use exceed what activations leave is an overrun", "[residency][budget]") {
   const Script script = {{0, 1, 2}, {3}};
   Fixture f(4, 4);
-  ResidencySettings s = Settings(EvictionKind::kOpt, 0);
+  ResidencySettings s = Settings(EvictionPolicyKind::kOpt, 0);
   s.device_memory_bytes = 4 * kChunkBytes;
-  s.warmup_device_bytes = 4 * kChunkBytes;
-  auto r = f.Make(s);
+  auto r = f.Make(s, {/*warmup_device_bytes=*/4 * kChunkBytes, 0});
   ScriptedProbe probe;
   r->set_probe(&probe);
   RunIteration(*r, script, [&](int t) { probe.peak = t == 0 ? 2 * kChunkBytes : 0; });
@@ -260,12 +258,12 @@ TEST_CASE("traced budget: a moment whose chunks in use exceed what activations l
 TEST_CASE("a restored warm-up is used from the first iteration", "[residency][resume]") {
   const Script script = {{0}, {1, 3}, {2}, {0}, {3}};
   Fixture f(4, 2);
-  auto traced = f.Make(Settings(EvictionKind::kOpt, 1));
+  auto traced = f.Make(Settings(EvictionPolicyKind::kOpt, 1));
   RunIteration(*traced, script);
   const WarmupState saved = traced->SaveWarmup();
 
   Fixture g(4, 2);
-  auto restored = g.Make(Settings(EvictionKind::kOpt, 1));
+  auto restored = g.Make(Settings(EvictionPolicyKind::kOpt, 1));
   restored->RestoreWarmup(saved);
   CHECK(restored->warmed_up());
   for (int t = 0; t < 5; ++t) CHECK(restored->trace().ChunksAt(t) == traced->trace().ChunksAt(t));
@@ -274,7 +272,7 @@ TEST_CASE("a restored warm-up is used from the first iteration", "[residency][re
   CHECK(restored->stats().iterations == 2);
 
   Fixture h(5, 2);
-  auto other = h.Make(Settings(EvictionKind::kOpt, 1));
+  auto other = h.Make(Settings(EvictionPolicyKind::kOpt, 1));
   CHECK_THROWS_WITH(other->RestoreWarmup(saved), Catch::Contains("4 chunks, this layout 5"));
 }
 

@@ -14,12 +14,12 @@ namespace ps::chunkmem {
 namespace {
 
 // The options these tests vary, by name (RuntimeOptions has more fields).
-RuntimeOptions Options(int64_t chunk_numel, at::ScalarType dtype, EvictionKind eviction, int64_t warmup_iterations) {
+RuntimeOptions Options(int64_t chunk_numel, at::ScalarType dtype, EvictionPolicyKind eviction, int64_t warmup_steps) {
   RuntimeOptions o;
   o.chunk_numel = chunk_numel;
   o.compute_dtype = dtype;
-  o.eviction = eviction;
-  o.warmup_iterations = warmup_iterations;
+  o.residency.eviction = eviction;
+  o.residency.warmup_steps = warmup_steps;
   return o;
 }
 
@@ -103,7 +103,7 @@ TEST_CASE("tied and unused parameters: gradients as plain autograd, states as do
                    {"unused", chunked.unused, {1}},
                    {"middle", chunked.middle, {1}},
                    {"tail", chunked.tail, {3}}},
-                  *store, Options(64, at::kFloat, EvictionKind::kLru, 1));
+                  *store, Options(64, at::kFloat, EvictionPolicyKind::kLru, 1));
   REQUIRE(rt.layout().num_chunks() == 4);
   CHECK(chunked.shared.numel() == 0);  // released to the chunks
   CHECK(rt.state(0) == TensorState::kHold);
@@ -138,7 +138,7 @@ TEST_CASE("the model gets its values back when the runtime ends", "[runtime]") {
   const at::Tensor original = w.detach().clone();
   {
     auto store = Store(1 << 20);
-    ChunkRuntime rt({{"w", w, {0}}}, *store, Options(64, at::kFloat, EvictionKind::kOpt, 1));
+    ChunkRuntime rt({{"w", w, {0}}}, *store, Options(64, at::kFloat, EvictionPolicyKind::kOpt, 1));
     CHECK(w.numel() == 0);
     rt.PreForward(0);
     CHECK(w.data_ptr() == rt.View(ChunkKind::kCompute, 0).data_ptr());  // bound to the chunk slot
@@ -161,7 +161,7 @@ TEST_CASE("gradients reuse the bf16 compute slots at the last backward use", "[r
     chunked.tail.copy_(plain.tail);
   }
   auto store = Store(1 << 20);
-  RuntimeOptions options = Options(64, at::kBFloat16, EvictionKind::kOpt, 1);
+  RuntimeOptions options = Options(64, at::kBFloat16, EvictionPolicyKind::kOpt, 1);
   options.grads_in_compute_chunks = true;
   ChunkRuntime rt({{"shared", chunked.shared, {0, 2}},
                    {"unused", chunked.unused, {1}},
@@ -189,7 +189,7 @@ TEST_CASE("gradients reuse the bf16 compute slots at the last backward use", "[r
   CHECK(at::equal(rt.View(ChunkKind::kCompute, 3), ref.tail.grad()));
   CHECK(at::equal(rt.View(ChunkKind::kCompute, 1), plain.unused.to(at::kBFloat16)));  // untouched: no gradient
   CHECK_FALSE(rt.has_grad(1));
-  RuntimeOptions fp32 = Options(64, at::kFloat, EvictionKind::kOpt, 1);
+  RuntimeOptions fp32 = Options(64, at::kFloat, EvictionPolicyKind::kOpt, 1);
   fp32.grads_in_compute_chunks = true;
   at::Tensor w = at::randn({4}).requires_grad_();
   auto other = Store(1 << 20);
@@ -200,7 +200,7 @@ TEST_CASE("bf16 compute chunks keep an fp32 master", "[runtime]") {
   at::Tensor w = at::randn({4, 4}).requires_grad_();
   const at::Tensor original = w.detach().clone();
   auto store = Store(1 << 20);
-  ChunkRuntime rt({{"w", w, {0}}}, *store, Options(64, at::kBFloat16, EvictionKind::kOpt, 1));
+  ChunkRuntime rt({{"w", w, {0}}}, *store, Options(64, at::kBFloat16, EvictionPolicyKind::kOpt, 1));
   CHECK(rt.View(ChunkKind::kCompute, 0).scalar_type() == at::kBFloat16);
   CHECK(at::equal(rt.View(ChunkKind::kMaster, 0), original));  // exact fp32 copy
   CHECK(rt.chunk_id(ChunkKind::kMaster, 0) != rt.chunk_id(ChunkKind::kCompute, 0));
@@ -221,7 +221,7 @@ TEST_CASE("a graph that outlives its runtime fails cleanly in backward", "[runti
   {
     ChunkRuntime rt({{"shared", m.shared, {0, 2}}, {"unused", m.unused, {1}}, {"middle", m.middle, {1}},
                      {"tail", m.tail, {3}}},
-                    *store, Options(64, at::kFloat, EvictionKind::kLru, 1));
+                    *store, Options(64, at::kFloat, EvictionPolicyKind::kLru, 1));
     loss = Forward(m, x, &rt);
   }  // the runtime is gone; the graph in `loss` still has its pre-backward nodes
   CHECK_THROWS_WITH(loss.backward(), Catch::Contains("chunk runtime is gone"));

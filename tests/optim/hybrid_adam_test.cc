@@ -61,11 +61,11 @@ struct Rig {
     chunkmem::RuntimeOptions ro;
     ro.chunk_numel = 448;  // w1 + b1 share chunk 0; w2 + norm share chunk 1
     ro.compute_dtype = dtype;
-    ro.eviction = chunkmem::EvictionKind::kLru;
-    ro.warmup_iterations = 0;
+    ro.residency.eviction = chunkmem::EvictionPolicyKind::kLru;
+    ro.residency.warmup_steps = 0;
     ro.grads_in_compute_chunks = dtype != at::kFloat && !fp32_grads;
     // Hybrid: optimizer state into the device margin at start-up (chunkmem/placement.h).
-    ro.placement.margin_use_ratio = hybrid ? 0.8 : 0.0;
+    ro.placement_input.margin_use_ratio = hybrid ? 0.8 : 0.0;
     runtime = std::make_unique<chunkmem::ChunkRuntime>(managed, *store, ro);
     HybridAdamOptions o;
     o.optimizer.lr = 1e-2;
