@@ -14,6 +14,7 @@ allowed_for() {
     models) echo "models" ;;
     data) echo "data" ;;
     tokenizer) echo "tokenizer" ;;
+    chat) echo "chat" ;;
     trainer) echo "comm chunkmem optim models data tokenizer trainer third_party" ;;
   esac
 }
@@ -52,7 +53,7 @@ fi
 # 2. The real tree.
 status=0
 checked=0
-for layer in comm chunkmem optim models data tokenizer trainer; do
+for layer in comm chunkmem optim models data tokenizer chat trainer; do
   [ -d "$layer" ] || { echo "FAIL: folder $layer missing from test data"; exit 1; }
   out=$(violations "$layer" "$layer")
   checked=$((checked + $(ls "$layer" | wc -l)))
