@@ -181,7 +181,7 @@ void ParseSftOptions(const cxxopts::ParseResult& args, Options& opt) {
   for (const std::string& f : list("sft-field")) {
     const auto [key, name] = NameValue("sft-field", f);
     const auto it = std::find_if(sft.fields.begin(), sft.fields.end(), [&](const auto& p) { return p.first == key; });
-    if (it == sft.fields.end()) throw tools::OptionError("--sft-field " + f + ": unknown key " + key + " (see --help)");
+    if (it == sft.fields.end()) throw tools::OptionError("--sft-field " + f + ": unknown key " + key);
     it->second = name;
   }
   for (const std::string& v : list("template-var")) sft.template_vars.push_back(NameValue("template-var", v));

@@ -56,7 +56,7 @@ std::string SftEncoder::Render(const chat::Value& messages, const chat::RenderOp
   try {
     return setup_.tmpl->Render(Context(messages, add_generation_prompt), options).text;
   } catch (const chat::TemplateError& e) {
-    Bad(std::string("chat template (") + setup_.template_origin + ") " + e.what());
+    Bad(setup_.template_origin + ": " + e.what());
   }
 }
 
