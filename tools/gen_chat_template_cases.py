@@ -72,12 +72,49 @@ CASES = [
 ]
 
 
+# The family templates of the sft fixtures (tests/tools/testdata/sft/templates/) with
+# tools, tool calls, a generation prompt and template variables: the branches the sft
+# fixtures' conversations do not reach. A template that raises records the message.
+TEMPLATES = os.path.join(ROOT, "tests", "tools", "testdata", "sft", "templates")
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                          "required": ["city"]}}}]
+TOOL_CHAT = [
+    {"role": "system", "content": "You can call tools."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "id": "call_1234", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "content": "{\"temp_c\": 21.5}"},
+    {"role": "tool", "content": "sunny"},
+    {"role": "assistant", "content": "21.5 °C and sunny."},
+    {"role": "user", "content": "Thanks"},
+]
+FAMILY_CONTEXTS = [
+    ("tools", {"messages": TOOL_CHAT, "tools": TOOLS, "add_generation_prompt": True}),
+    ("no_tools_prompt", {"messages": TOOL_CHAT[:2], "tools": None, "add_generation_prompt": True,
+                         "enable_thinking": False, "date_string": "02 Feb 2026", "custom_tools": None}),
+    ("bad_roles", {"messages": [{"role": "assistant", "content": "x"}, {"role": "assistant", "content": "y"}],
+                   "tools": None}),
+]
+
+
+def family_cases():
+    for file in sorted(os.listdir(TEMPLATES)):
+        template = open(os.path.join(TEMPLATES, file)).read()
+        for name, context in FAMILY_CONTEXTS:
+            yield ("family_" + file.split(".")[0] + "_" + name, template,
+                   dict(context, bos_token="<s>", eos_token="</s>"))
+
+
 def main():
     out = []
-    for name, template, context in CASES:
+    for name, template, context in CASES + list(family_cases()):
         compiled = _compile_jinja_template(template)
-        text = compiled.render(**context)
-        out.append({"name": name, "template": template, "context": context, "expected": text})
+        try:
+            text = compiled.render(**context)
+            out.append({"name": name, "template": template, "context": context, "expected": text})
+        except Exception as e:  # raise_exception: the template's own message
+            out.append({"name": name, "template": template, "context": context, "error": str(e)})
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
