@@ -44,7 +44,8 @@ Value PySplit(const std::string& s, const Value& sep, int64_t maxsplit) {
   const std::string& d = StrOf(sep, "split");
   if (d.empty()) throw TemplateError("split: empty separator");
   size_t start = 0, found;
-  while ((maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) && (found = s.find(d, start)) != std::string::npos) {
+  while ((maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) &&
+         (found = s.find(d, start)) != std::string::npos) {
     parts.push_back(Value::String(s.substr(start, found - start)));
     start = found + d.size();
   }
@@ -193,22 +194,24 @@ Value FilterOnSequence(const std::string& name, const Value& v, const List& args
 
 bool IsSupportedFilter(const std::string& name) {
   static const std::set<std::string> kFilters = {
-      "trim", "length", "count", "tojson", "upper", "lower", "default", "d", "first", "last", "join", "replace",
-      "items", "string", "list", "selectattr", "rejectattr", "map", "reverse", "int", "float", "abs", "capitalize",
-      "title", "safe", "indent", "round"};
+      "trim",    "length", "count",   "tojson", "upper",      "lower", "default",    "d",          "first",
+      "last",    "join",   "replace", "items",  "string",     "list",  "selectattr", "rejectattr", "map",
+      "reverse", "int",    "float",   "abs",    "capitalize", "title", "safe",       "indent",     "round"};
   return kFilters.count(name) > 0;
 }
 
 bool IsSupportedTest(const std::string& name) {
   static const std::set<std::string> kTests = {
-      "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number", "integer", "float",
-      "boolean", "true", "false", "odd", "even", "divisibleby", "eq", "equalto", "ne", "lt", "le", "gt", "ge",
-      "lessthan", "greaterthan", "in", "sameas", "callable", "lower", "upper"};
+      "defined",     "undefined", "none",    "string",   "mapping", "iterable", "sequence", "number",
+      "integer",     "float",     "boolean", "true",     "false",   "odd",      "even",     "divisibleby",
+      "eq",          "equalto",   "ne",      "lt",       "le",      "gt",       "ge",       "lessthan",
+      "greaterthan", "in",        "sameas",  "callable", "lower",   "upper"};
   return kTests.count(name) > 0;
 }
 
 Value ApplyFilter(const std::string& name, const Value& v, const List& args, const Kwargs& kwargs) {
-  if (name == "trim") return Value::String(PyStrip(v.ToString(), Arg(args, kwargs, 0, "chars", Value::None()), true, true));
+  if (name == "trim")
+    return Value::String(PyStrip(v.ToString(), Arg(args, kwargs, 0, "chars", Value::None()), true, true));
   if (name == "length" || name == "count") {
     if (v.is_string()) return Value::Int(CodePointCount(v.str()));
     return Value::Int(static_cast<int64_t>(Iterate(v).size()));
@@ -226,18 +229,22 @@ Value ApplyFilter(const std::string& name, const Value& v, const List& args, con
   if (name == "replace") {
     const Value count = Arg(args, kwargs, 2, "count", Value::None());
     return Value::String(PyReplace(v.ToString(), Arg(args, kwargs, 0, "old", Value()).ToString(),
-                                   Arg(args, kwargs, 1, "new", Value()).ToString(), count.is_none() ? -1 : count.int_value()));
+                                   Arg(args, kwargs, 1, "new", Value()).ToString(),
+                                   count.is_none() ? -1 : count.int_value()));
   }
   if (name == "string" || name == "safe") return Value::String(v.ToString());
   if (name == "int") return ToInt(v, Arg(args, kwargs, 0, "default", Value::Int(0)));
   if (name == "float") return v.is_number() ? Value::Float(v.float_value()) : Value::Float(0);
-  if (name == "abs") return v.kind() == Value::Kind::kFloat ? Value::Float(std::fabs(v.float_value())) : Value::Int(std::llabs(v.int_value()));
+  if (name == "abs")
+    return v.kind() == Value::Kind::kFloat ? Value::Float(std::fabs(v.float_value()))
+                                           : Value::Int(std::llabs(v.int_value()));
   if (name == "round") {
     const double p = std::pow(10.0, static_cast<double>(Arg(args, kwargs, 0, "precision", Value::Int(0)).int_value()));
     return Value::Float(std::round(v.float_value() * p) / p);
   }
   if (name == "indent") {
-    return Indent(v.ToString(), Arg(args, kwargs, 0, "width", Value::Int(4)), Arg(args, kwargs, 1, "first", Value::Bool(false)).Truthy(),
+    return Indent(v.ToString(), Arg(args, kwargs, 0, "width", Value::Int(4)),
+                  Arg(args, kwargs, 1, "first", Value::Bool(false)).Truthy(),
                   Arg(args, kwargs, 2, "blank", Value::Bool(false)).Truthy());
   }
   return FilterOnSequence(name, v, args, kwargs);

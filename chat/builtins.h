@@ -25,6 +25,9 @@ bool IsGlobalFunction(const std::string& name);
 
 // Python semantics used by filters and the evaluator.
 std::string PyStrip(const std::string& s, const Value& chars, bool left, bool right);
+// `a op b` for + - * / // % **: ints stay ints (but /), Python's floor division and
+// modulo signs, str + str, list + list, str * int.
+Value PyArith(const std::string& op, const Value& a, const Value& b);
 // str.split(sep, maxsplit): sep none splits on runs of whitespace.
 Value PySplit(const std::string& s, const Value& sep, int64_t maxsplit);
 Value PySlice(const Value& seq, const Value& start, const Value& stop, const Value& step);

@@ -51,7 +51,8 @@ ExprPtr ExprParser::ParseCompare() {
   while (true) {
     const int line = Cur().line;
     std::string op;
-    if (Cur().kind == TokenKind::kOp && (IsOp("==") || IsOp("!=") || IsOp("<") || IsOp("<=") || IsOp(">") || IsOp(">="))) {
+    if (Cur().kind == TokenKind::kOp &&
+        (IsOp("==") || IsOp("!=") || IsOp("<") || IsOp("<=") || IsOp(">") || IsOp(">="))) {
       op = Next().text;
     } else if (SkipName("in")) {
       op = "in";
@@ -132,8 +133,10 @@ ExprPtr ExprParser::ParsePrimary() {
       while (Cur().kind == TokenKind::kString) s += Next().text;  // adjacent literals concatenate
       return literal(Value::String(std::move(s)));
     }
-    case TokenKind::kInt: return literal(Value::Int(std::stoll(tok.text)));
-    case TokenKind::kFloat: return literal(Value::Float(std::stod(tok.text)));
+    case TokenKind::kInt:
+      return literal(Value::Int(std::stoll(tok.text)));
+    case TokenKind::kFloat:
+      return literal(Value::Float(std::stod(tok.text)));
     case TokenKind::kOp:
       if (tok.text == "(") {
         if (SkipOp(")")) return Make(Expr::Kind::kList, tok.line, "", {});
@@ -147,7 +150,8 @@ ExprPtr ExprParser::ParsePrimary() {
       if (tok.text == "[") return ParseSequence("]", Expr::Kind::kList, tok.line);
       if (tok.text == "{") return ParseSequence("}", Expr::Kind::kDict, tok.line);
       break;
-    default: break;
+    default:
+      break;
   }
   Fail("unexpected '" + Describe(tok) + "' in an expression", tok.line);
 }

@@ -40,15 +40,20 @@ class ExprParser {
     return Next().text;
   }
   void ExpectBlockEnd() {
-    if (Cur().kind != TokenKind::kBlockEnd) Fail("expected the end of the statement (%}), got '" + Describe(Cur()) + "'", Cur().line);
+    if (Cur().kind != TokenKind::kBlockEnd)
+      Fail("expected the end of the statement (%}), got '" + Describe(Cur()) + "'", Cur().line);
     ++i_;
   }
   static std::string Describe(const Token& t) {
     switch (t.kind) {
-      case TokenKind::kVarEnd: return "}}";
-      case TokenKind::kBlockEnd: return "%}";
-      case TokenKind::kEnd: return "end of template";
-      default: return t.text;
+      case TokenKind::kVarEnd:
+        return "}}";
+      case TokenKind::kBlockEnd:
+        return "%}";
+      case TokenKind::kEnd:
+        return "end of template";
+      default:
+        return t.text;
     }
   }
   static std::unique_ptr<Expr> Make(Expr::Kind kind, int line, std::string name, std::vector<ExprPtr> args) {
@@ -66,8 +71,6 @@ class ExprParser {
     return v;
   }
 
-
-
  private:
   ExprPtr ParseAnd();
   ExprPtr ParseNot();
@@ -83,7 +86,6 @@ class ExprParser {
   ExprPtr ParseFilterExpr(ExprPtr node);
   void ParseCallArgs(Expr& call);
   ExprPtr ParseSequence(const char* close, Expr::Kind kind, int line);
-
 
  protected:
   const std::vector<Token>& t_;

@@ -1,6 +1,7 @@
 // Python semantics of the builtins (chat/builtins.h): str and dict methods, global
-// functions, indexing, slicing, `in` and iteration.
+// functions, arithmetic, indexing, slicing, `in` and iteration.
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 
 #include "chat/builtins.h"
@@ -19,7 +20,8 @@ const Value& Arg(const List& args, const Kwargs& kwargs, size_t i, const char* n
 bool PrefixOrSuffix(const std::string& s, const Value& options, bool suffix) {
   const List all = options.is_list() ? options.list() : List{options};
   for (const Value& o : all) {
-    if (!o.is_string()) throw TemplateError(std::string(suffix ? "endswith" : "startswith") + " expects a str or a tuple of str");
+    if (!o.is_string())
+      throw TemplateError(std::string(suffix ? "endswith" : "startswith") + " expects a str or a tuple of str");
     const std::string& x = o.str();
     if (x.size() <= s.size() && s.compare(suffix ? s.size() - x.size() : 0, x.size(), x) == 0) return true;
   }
@@ -49,8 +51,10 @@ Value StringMethod(const std::string& s, const std::string& name, const List& ar
   }
   if (name == "replace") {
     const Value count = Arg(args, kwargs, 2, "count", Value::Int(-1));
-    return ApplyFilter("replace", Value::String(s), {Arg(args, kwargs, 0, "old", Value()), Arg(args, kwargs, 1, "new", Value()),
-                       count.int_value() < 0 ? none : count}, {});
+    return ApplyFilter("replace", Value::String(s),
+                       {Arg(args, kwargs, 0, "old", Value()), Arg(args, kwargs, 1, "new", Value()),
+                        count.int_value() < 0 ? none : count},
+                       {});
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
     return ApplyFilter(name, Value::String(s), {}, {});
@@ -80,9 +84,12 @@ Value DictMethod(const Value& d, const std::string& name, const List& args, cons
   if (name == "items") return ApplyFilter("items", d, {}, {});
   List out;
   for (const auto& [k, v] : d.dict()) {
-    if (name == "keys") out.push_back(Value::String(k));
-    else if (name == "values") out.push_back(v);
-    else throw TemplateError("unsupported method '" + name + "' of a dict");
+    if (name == "keys")
+      out.push_back(Value::String(k));
+    else if (name == "values")
+      out.push_back(v);
+    else
+      throw TemplateError("unsupported method '" + name + "' of a dict");
   }
   return Value::MakeList(std::move(out));
 }
@@ -118,8 +125,10 @@ Value PySlice(const Value& seq, const Value& start, const Value& stop, const Val
   std::string s;
   List items;
   for (int64_t i = b; step > 0 ? i < e : i > e; i += step) {
-    if (is_str) s += cps[static_cast<size_t>(i)];
-    else items.push_back(seq.list()[static_cast<size_t>(i)]);
+    if (is_str)
+      s += cps[static_cast<size_t>(i)];
+    else
+      items.push_back(seq.list()[static_cast<size_t>(i)]);
   }
   return is_str ? Value::String(s) : Value::MakeList(std::move(items));
 }
@@ -139,7 +148,8 @@ Value PyIndex(const Value& seq, const Value& index) {
 
 bool PyContains(const Value& container, const Value& item) {
   if (container.is_string()) {
-    if (!item.is_string()) throw TemplateError(std::string("'in <string>' requires a str as left operand, not ") + item.TypeName());
+    if (!item.is_string())
+      throw TemplateError(std::string("'in <string>' requires a str as left operand, not ") + item.TypeName());
     return container.str().find(item.str()) != std::string::npos;
   }
   if (container.is_mapping()) return item.is_string() && !container.Get(item.str()).is_undefined();
@@ -151,8 +161,10 @@ bool PyContains(const Value& container, const Value& item) {
 
 List Iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: return v.list();
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      return v.list();
     case Value::Kind::kDict: {
       List keys;
       for (const auto& [k, x] : v.dict()) keys.push_back(Value::String(k));
@@ -163,7 +175,8 @@ List Iterate(const Value& v) {
       for (std::string& cp : CodePoints(v.str())) chars.push_back(Value::String(std::move(cp)));
       return chars;
     }
-    default: throw TemplateError(std::string("'") + v.TypeName() + "' object is not iterable");
+    default:
+      throw TemplateError(std::string("'") + v.TypeName() + "' object is not iterable");
   }
 }
 
@@ -173,8 +186,46 @@ Value CallMethod(const Value& object, const std::string& name, const List& args,
   throw TemplateError("unsupported method '" + name + "' of a " + object.TypeName());
 }
 
+Value PyArith(const std::string& op, const Value& a, const Value& b) {
+  if (op == "+" && a.is_string() && b.is_string()) return Value::String(a.str() + b.str());
+  if (op == "+" && a.is_list() && b.is_list()) {
+    List items = a.list();
+    items.insert(items.end(), b.list().begin(), b.list().end());
+    return Value::MakeList(std::move(items));
+  }
+  if (op == "*" && a.is_string() && b.kind() == Value::Kind::kInt) {
+    std::string out;
+    for (int64_t i = 0; i < b.int_value(); ++i) out += a.str();
+    return Value::String(out);
+  }
+  if (!a.is_number() || !b.is_number()) {
+    throw TemplateError("unsupported operand types for " + op + ": '" + a.TypeName() + "' and '" + b.TypeName() + "'" +
+                        (op == "%" && a.is_string() ? " (% string formatting is not supported)" : ""));
+  }
+  const bool ints = a.kind() != Value::Kind::kFloat && b.kind() != Value::Kind::kFloat;
+  if ((op == "/" || op == "//" || op == "%") && b.float_value() == 0) throw TemplateError("division by zero");
+  if (ints && op != "/" && !(op == "**" && b.int_value() < 0)) {
+    const int64_t x = a.int_value(), y = b.int_value();
+    if (op == "+") return Value::Int(x + y);
+    if (op == "-") return Value::Int(x - y);
+    if (op == "*") return Value::Int(x * y);
+    if (op == "//") return Value::Int(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
+    if (op == "%") return Value::Int(((x % y) + y) % y);
+    return Value::Int(static_cast<int64_t>(std::llround(std::pow(x, y))));
+  }
+  const double x = a.float_value(), y = b.float_value();
+  if (op == "+") return Value::Float(x + y);
+  if (op == "-") return Value::Float(x - y);
+  if (op == "*") return Value::Float(x * y);
+  if (op == "/") return Value::Float(x / y);
+  if (op == "//") return Value::Float(std::floor(x / y));
+  if (op == "%") return Value::Float(x - y * std::floor(x / y));
+  return Value::Float(std::pow(x, y));
+}
+
 bool IsGlobalFunction(const std::string& name) {
-  return name == "raise_exception" || name == "namespace" || name == "strftime_now" || name == "range" || name == "dict";
+  return name == "raise_exception" || name == "namespace" || name == "strftime_now" || name == "range" ||
+         name == "dict";
 }
 
 Value CallGlobal(const std::string& name, const List& args, const Kwargs& kwargs) {
@@ -189,7 +240,8 @@ Value CallGlobal(const std::string& name, const List& args, const Kwargs& kwargs
     std::tm local{};
     localtime_r(&now, &local);
     char buf[256];
-    const size_t n = std::strftime(buf, sizeof(buf), Arg(args, kwargs, 0, "format", Value::String("")).ToString().c_str(), &local);
+    const size_t n =
+        std::strftime(buf, sizeof(buf), Arg(args, kwargs, 0, "format", Value::String("")).ToString().c_str(), &local);
     return Value::String(std::string(buf, n));
   }
   if (name == "range") {

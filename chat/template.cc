@@ -1,6 +1,5 @@
 #include "chat/template.h"
 
-#include <cmath>
 #include <unordered_map>
 
 #include "chat/builtins.h"
@@ -25,48 +24,15 @@ bool HasGeneration(const Body& body) {
 // "name", "a.b", "x[...]": how an expression reads in an error message.
 std::string Describe(const Expr& e) {
   switch (e.kind) {
-    case Expr::Kind::kName: return e.name;
-    case Expr::Kind::kAttr: return Describe(*e.args[0]) + "." + e.name;
-    case Expr::Kind::kItem: return Describe(*e.args[0]) + "[...]";
-    default: return "the expression";
+    case Expr::Kind::kName:
+      return e.name;
+    case Expr::Kind::kAttr:
+      return Describe(*e.args[0]) + "." + e.name;
+    case Expr::Kind::kItem:
+      return Describe(*e.args[0]) + "[...]";
+    default:
+      return "the expression";
   }
-}
-
-Value Arith(const std::string& op, const Value& a, const Value& b) {
-  if (op == "+" && a.is_string() && b.is_string()) return Value::String(a.str() + b.str());
-  if (op == "+" && a.is_list() && b.is_list()) {
-    List items = a.list();
-    items.insert(items.end(), b.list().begin(), b.list().end());
-    return Value::MakeList(std::move(items));
-  }
-  if (op == "*" && a.is_string() && b.kind() == Value::Kind::kInt) {
-    std::string out;
-    for (int64_t i = 0; i < b.int_value(); ++i) out += a.str();
-    return Value::String(out);
-  }
-  if (!a.is_number() || !b.is_number()) {
-    throw TemplateError("unsupported operand types for " + op + ": '" + a.TypeName() + "' and '" + b.TypeName() +
-                        "'" + (op == "%" && a.is_string() ? " (% string formatting is not supported)" : ""));
-  }
-  const bool ints = a.kind() != Value::Kind::kFloat && b.kind() != Value::Kind::kFloat;
-  if ((op == "/" || op == "//" || op == "%") && b.float_value() == 0) throw TemplateError("division by zero");
-  if (ints && op != "/" && !(op == "**" && b.int_value() < 0)) {
-    const int64_t x = a.int_value(), y = b.int_value();
-    if (op == "+") return Value::Int(x + y);
-    if (op == "-") return Value::Int(x - y);
-    if (op == "*") return Value::Int(x * y);
-    if (op == "//") return Value::Int(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
-    if (op == "%") return Value::Int(((x % y) + y) % y);
-    return Value::Int(static_cast<int64_t>(std::llround(std::pow(x, y))));
-  }
-  const double x = a.float_value(), y = b.float_value();
-  if (op == "+") return Value::Float(x + y);
-  if (op == "-") return Value::Float(x - y);
-  if (op == "*") return Value::Float(x * y);
-  if (op == "/") return Value::Float(x / y);
-  if (op == "//") return Value::Float(std::floor(x / y));
-  if (op == "%") return Value::Float(x - y * std::floor(x / y));
-  return Value::Float(std::pow(x, y));
 }
 
 class Renderer {
@@ -106,6 +72,7 @@ class Renderer {
   Value EvalCall(const Expr& e);
   Value EvalBinary(const Expr& e);
   Value EvalAccess(const Expr& e);
+  Value EvalFilterOrTest(const Expr& e);
 
   const Value& context_;
   const RenderOptions& options_;
@@ -134,19 +101,30 @@ Flow Renderer::Exec(const Body& body) {
 
 Flow Renderer::ExecNode(const Node& n) {
   switch (n.kind) {
-    case Node::Kind::kText: out_ += n.text; return Flow::kNormal;
-    case Node::Kind::kOutput: out_ += EvalChecked(*n.expr).ToString(); return Flow::kNormal;
+    case Node::Kind::kText:
+      out_ += n.text;
+      return Flow::kNormal;
+    case Node::Kind::kOutput:
+      out_ += EvalChecked(*n.expr).ToString();
+      return Flow::kNormal;
     case Node::Kind::kIf:
       for (const auto& [cond, body] : n.branches) {
         if (EvalChecked(*cond).Truthy()) return Exec(body);
       }
       return Exec(n.else_body);
-    case Node::Kind::kFor: return ExecFor(n);
+    case Node::Kind::kFor:
+      return ExecFor(n);
     case Node::Kind::kSet:
-    case Node::Kind::kSetBlock: ExecSet(n); return Flow::kNormal;
-    case Node::Kind::kBreak: return Flow::kBreak;
-    case Node::Kind::kContinue: return Flow::kContinue;
-    case Node::Kind::kGeneration: ExecGeneration(n); return Flow::kNormal;
+    case Node::Kind::kSetBlock:
+      ExecSet(n);
+      return Flow::kNormal;
+    case Node::Kind::kBreak:
+      return Flow::kBreak;
+    case Node::Kind::kContinue:
+      return Flow::kContinue;
+    case Node::Kind::kGeneration:
+      ExecGeneration(n);
+      return Flow::kNormal;
   }
   return Flow::kNormal;
 }
@@ -157,7 +135,10 @@ Flow Renderer::ExecFor(const Node& n) {
     const List all = Iterate(EvalChecked(*n.expr));
     scopes_.emplace_back();
     for (const Value& item : all) {
-      if (n.filter == nullptr) { items.push_back(item); continue; }
+      if (n.filter == nullptr) {
+        items.push_back(item);
+        continue;
+      }
       if (n.targets.size() == 1) scopes_.back()[n.targets[0]] = item;
       if (EvalChecked(*n.filter).Truthy()) items.push_back(item);
     }
@@ -169,12 +150,18 @@ Flow Renderer::ExecFor(const Node& n) {
       scope[n.targets[0]] = items[i];
     } else {
       const List parts = Iterate(items[i]);
-      if (parts.size() != n.targets.size()) Fail("cannot unpack " + std::to_string(parts.size()) + " values into " + std::to_string(n.targets.size()) + " loop variables", n.line);
+      if (parts.size() != n.targets.size())
+        Fail("cannot unpack " + std::to_string(parts.size()) + " values into " + std::to_string(n.targets.size()) +
+                 " loop variables",
+             n.line);
       for (size_t t = 0; t < parts.size(); ++t) scope[n.targets[t]] = parts[t];
     }
-    scope["loop"] = Value::MakeDict({{"index0", Value::Int(i)}, {"index", Value::Int(i + 1)},
-                                     {"revindex0", Value::Int(length - i - 1)}, {"revindex", Value::Int(length - i)},
-                                     {"first", Value::Bool(i == 0)}, {"last", Value::Bool(i == length - 1)},
+    scope["loop"] = Value::MakeDict({{"index0", Value::Int(i)},
+                                     {"index", Value::Int(i + 1)},
+                                     {"revindex0", Value::Int(length - i - 1)},
+                                     {"revindex", Value::Int(length - i)},
+                                     {"first", Value::Bool(i == 0)},
+                                     {"last", Value::Bool(i == length - 1)},
                                      {"length", Value::Int(length)},
                                      {"previtem", i > 0 ? items[i - 1] : Value()},
                                      {"nextitem", i + 1 < length ? items[i + 1] : Value()}});
@@ -197,7 +184,10 @@ void Renderer::ExecSet(const Node& n) {
   }
   if (!n.attr.empty()) {
     const Value ns = Lookup(n.targets[0]);
-    if (ns.kind() != Value::Kind::kNamespace) Fail("cannot set " + n.targets[0] + "." + n.attr + ": " + n.targets[0] + " is a " + ns.TypeName() + ", not a namespace()", n.line);
+    if (ns.kind() != Value::Kind::kNamespace)
+      Fail("cannot set " + n.targets[0] + "." + n.attr + ": " + n.targets[0] + " is a " + ns.TypeName() +
+               ", not a namespace()",
+           n.line);
     ns.SetAttr(n.attr, std::move(v));
     return;
   }
@@ -206,7 +196,10 @@ void Renderer::ExecSet(const Node& n) {
     return;
   }
   const List parts = Iterate(v);
-  if (parts.size() != n.targets.size()) Fail("cannot unpack " + std::to_string(parts.size()) + " values into " + std::to_string(n.targets.size()) + " names", n.line);
+  if (parts.size() != n.targets.size())
+    Fail(
+        "cannot unpack " + std::to_string(parts.size()) + " values into " + std::to_string(n.targets.size()) + " names",
+        n.line);
   for (size_t t = 0; t < parts.size(); ++t) scopes_.back()[n.targets[t]] = parts[t];
 }
 
@@ -236,8 +229,10 @@ Value Renderer::EvalChecked(const Expr& e) {
 
 Value Renderer::Eval(const Expr& e) {
   switch (e.kind) {
-    case Expr::Kind::kLiteral: return e.literal;
-    case Expr::Kind::kName: return Lookup(e.name);
+    case Expr::Kind::kLiteral:
+      return e.literal;
+    case Expr::Kind::kName:
+      return Lookup(e.name);
     case Expr::Kind::kList: {
       List items;
       for (const ExprPtr& a : e.args) items.push_back(Eval(*a));
@@ -254,21 +249,13 @@ Value Renderer::Eval(const Expr& e) {
     }
     case Expr::Kind::kAttr:
     case Expr::Kind::kItem:
-    case Expr::Kind::kSlice: return EvalAccess(e);
-    case Expr::Kind::kCall: return EvalCall(e);
+    case Expr::Kind::kSlice:
+      return EvalAccess(e);
+    case Expr::Kind::kCall:
+      return EvalCall(e);
     case Expr::Kind::kFilter:
-    case Expr::Kind::kTest: {
-      const Value v = Eval(*e.args[0]);
-      List args;
-      for (size_t i = 1; i < e.args.size(); ++i) args.push_back(Eval(*e.args[i]));
-      if (e.kind == Expr::Kind::kTest) {
-        const bool negated = e.name[0] == '!';
-        return Value::Bool(ApplyTest(negated ? e.name.substr(1) : e.name, v, args) != negated);
-      }
-      Kwargs kwargs;
-      for (const auto& [k, a] : e.kwargs) kwargs.emplace_back(k, Eval(*a));
-      return ApplyFilter(e.name, v, args, kwargs);
-    }
+    case Expr::Kind::kTest:
+      return EvalFilterOrTest(e);
     case Expr::Kind::kUnary: {
       const Value v = Eval(*e.args[0]);
       if (e.name == "not") return Value::Bool(!v.Truthy());
@@ -276,7 +263,8 @@ Value Renderer::Eval(const Expr& e) {
       if (e.name == "+") return v;
       return v.kind() == Value::Kind::kFloat ? Value::Float(-v.float_value()) : Value::Int(-v.int_value());
     }
-    case Expr::Kind::kBinary: return EvalBinary(e);
+    case Expr::Kind::kBinary:
+      return EvalBinary(e);
     case Expr::Kind::kAnd: {
       const Value a = Eval(*e.args[0]);
       return a.Truthy() ? Eval(*e.args[1]) : a;
@@ -290,6 +278,19 @@ Value Renderer::Eval(const Expr& e) {
       return e.args[2] ? Eval(*e.args[2]) : Value();
   }
   return Value();
+}
+
+Value Renderer::EvalFilterOrTest(const Expr& e) {
+  const Value v = Eval(*e.args[0]);
+  List args;
+  for (size_t i = 1; i < e.args.size(); ++i) args.push_back(Eval(*e.args[i]));
+  if (e.kind == Expr::Kind::kTest) {
+    const bool negated = e.name[0] == '!';
+    return Value::Bool(ApplyTest(negated ? e.name.substr(1) : e.name, v, args) != negated);
+  }
+  Kwargs kwargs;
+  for (const auto& [k, a] : e.kwargs) kwargs.emplace_back(k, Eval(*a));
+  return ApplyFilter(e.name, v, args, kwargs);
 }
 
 Value Renderer::EvalAccess(const Expr& e) {
@@ -323,8 +324,8 @@ Value Renderer::EvalCall(const Expr& e) {
   const Value f = Eval(callee);
   if (f.kind() == Value::Kind::kFunction) {
     if (f.function_name() == "raise_exception") {
-      throw TemplateRaised("chat template line " + std::to_string(e.line) + ": raise_exception: " +
-                           (args.empty() ? std::string() : args[0].ToString()));
+      throw TemplateRaised("chat template line " + std::to_string(e.line) +
+                           ": raise_exception: " + (args.empty() ? std::string() : args[0].ToString()));
     }
     return CallGlobal(f.function_name(), args, kwargs);
   }
@@ -348,7 +349,7 @@ Value Renderer::EvalBinary(const Expr& e) {
   if (a.is_undefined() || b.is_undefined()) {
     Fail("'" + Describe(*e.args[a.is_undefined() ? 0 : 1]) + "' is undefined (in " + op + ")", e.line);
   }
-  return Arith(op, a, b);
+  return PyArith(op, a, b);
 }
 
 }  // namespace

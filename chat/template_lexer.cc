@@ -50,7 +50,8 @@ class Lexer {
   std::vector<Token> Run() {
     while (pos_ < src_.size()) {
       size_t k = pos_;
-      while ((k = src_.find('{', k)) != std::string::npos && (k + 1 >= src_.size() || !std::strchr("{%#", src_[k + 1]))) ++k;
+      while ((k = src_.find('{', k)) != std::string::npos && (k + 1 >= src_.size() || !std::strchr("{%#", src_[k + 1])))
+        ++k;
       if (k == std::string::npos) {
         Emit(TokenKind::kText, src_.substr(pos_), line_);
         break;
@@ -135,7 +136,8 @@ class Lexer {
       ExpressionToken();
       const Token& last = out_.back();
       if (last.kind == TokenKind::kOp && last.text.size() == 1 && std::strchr("([{", last.text[0])) ++depth;
-      if (last.kind == TokenKind::kOp && last.text.size() == 1 && std::strchr(")]}", last.text[0]) && depth > 0) --depth;
+      if (last.kind == TokenKind::kOp && last.text.size() == 1 && std::strchr(")]}", last.text[0]) && depth > 0)
+        --depth;
     }
   }
 
@@ -163,18 +165,21 @@ void Lexer::ExpressionToken() {
     while (p < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[p])) || src_[p] == '_')) ++p;
     if (p + 1 < src_.size() && src_[p] == '.' && std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
       is_float = true;
-      for (++p; p < src_.size() && std::isdigit(static_cast<unsigned char>(src_[p])); ++p) {}
+      for (++p; p < src_.size() && std::isdigit(static_cast<unsigned char>(src_[p])); ++p) {
+      }
     }
     if (p < src_.size() && (src_[p] == 'e' || src_[p] == 'E')) {
       size_t q = p + 1;
       if (q < src_.size() && (src_[q] == '+' || src_[q] == '-')) ++q;
       if (q < src_.size() && std::isdigit(static_cast<unsigned char>(src_[q]))) {
         is_float = true;
-        for (p = q; p < src_.size() && std::isdigit(static_cast<unsigned char>(src_[p])); ++p) {}
+        for (p = q; p < src_.size() && std::isdigit(static_cast<unsigned char>(src_[p])); ++p) {
+        }
       }
     }
     std::string number;
-    for (size_t i = pos_; i < p; ++i) if (src_[i] != '_') number += src_[i];
+    for (size_t i = pos_; i < p; ++i)
+      if (src_[i] != '_') number += src_[i];
     Emit(is_float ? TokenKind::kFloat : TokenKind::kInt, number, line_);
     return Advance(p);
   }

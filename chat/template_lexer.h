@@ -22,8 +22,8 @@ enum class TokenKind {
   kString,      // a string literal, escapes resolved
   kInt,
   kFloat,
-  kOp,          // an operator or punctuation: + - * / // % ** ~ == != < <= > >= = . , : | ( ) [ ] { }
-  kEnd,         // end of the template
+  kOp,   // an operator or punctuation: + - * / // % ** ~ == != < <= > >= = . , : | ( ) [ ] { }
+  kEnd,  // end of the template
 };
 
 struct Token {

@@ -1,8 +1,8 @@
 #include "chat/template_parser.h"
 
-#include "chat/expression_parser.h"
-
 #include <set>
+
+#include "chat/expression_parser.h"
 
 namespace ps::chat {
 namespace {
@@ -24,7 +24,6 @@ class Parser : public ExprParser {
   Node ParseSet(int line);
 };
 
-
 // Nodes up to a `{% <end> %}` whose keyword is in `ends` (left unconsumed past the
 // keyword; *end_found names it) or to the end of the template when `ends` is empty.
 Body Parser::ParseBody(const std::set<std::string>& ends, std::string* end_found) {
@@ -34,7 +33,8 @@ Body Parser::ParseBody(const std::set<std::string>& ends, std::string* end_found
     if (tok.kind == TokenKind::kEnd) {
       if (!ends.empty()) {
         std::string closing = *ends.begin();
-        for (const std::string& e : ends) if (e.rfind("end", 0) == 0) closing = e;
+        for (const std::string& e : ends)
+          if (e.rfind("end", 0) == 0) closing = e;
         Fail("unexpected end of template: expected {% " + closing + " %}", tok.line);
       }
       return body;
@@ -84,8 +84,8 @@ void Parser::ParseStatement(Body& body) {
     ExpectBlockEnd();
     return body.push_back(std::move(n));
   }
-  static const std::set<std::string> kKnown = {"macro", "call", "filter", "include", "import", "from", "extends",
-                                               "block", "raw", "with", "autoescape", "do", "trans"};
+  static const std::set<std::string> kKnown = {"macro", "call", "filter", "include",    "import", "from", "extends",
+                                               "block", "raw",  "with",   "autoescape", "do",     "trans"};
   if (kKnown.count(keyword)) Fail("unsupported statement '{% " + keyword + " %}'", line);
   Fail("unknown statement '{% " + keyword + " %}' (or a tag closed without its opening)", line);
 }

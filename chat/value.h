@@ -11,12 +11,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace ps::chat {
 
@@ -56,8 +55,8 @@ class Value {
   bool is_mapping() const { return kind_ == Kind::kDict || kind_ == Kind::kNamespace; }
 
   bool bool_value() const { return b_; }
-  int64_t int_value() const;  // bool and int
-  double float_value() const; // bool, int and float
+  int64_t int_value() const;       // bool and int
+  double float_value() const;      // bool, int and float
   const std::string& str() const;  // kString only
   const List& list() const;        // kList only
   const Dict& dict() const;        // kDict and kNamespace

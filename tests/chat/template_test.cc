@@ -14,12 +14,14 @@ namespace {
 
 const char kCases[] = "tests/chat/testdata/template_cases.json";
 
-std::string Render(const std::string& source, const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
+std::string Render(const std::string& source,
+                   const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
   return ChatTemplate(source).Render(Value::FromJson(context)).text;
 }
 
 // The message of the TemplateError that rendering `source` throws ("" if none).
-std::string ErrorOf(const std::string& source, const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
+std::string ErrorOf(const std::string& source,
+                    const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
   try {
     Render(source, context);
   } catch (const TemplateError& e) {
@@ -46,7 +48,9 @@ TEST_CASE("every construct renders as transformers renders it", "[chat]") {
 }
 
 TEST_CASE("generation blocks: byte spans, and one block replaced", "[chat]") {
-  const ChatTemplate t("{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}!{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}");
+  const ChatTemplate t(
+      "{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}!{% "
+      "endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}");
   CHECK(t.has_generation_blocks());
   const auto ctx = Value::FromJson(nlohmann::ordered_json::parse(
       R"({"messages": [{"role": "user", "content": "é"}, {"role": "assistant", "content": "ab"},
@@ -64,7 +68,8 @@ TEST_CASE("generation blocks: byte spans, and one block replaced", "[chat]") {
 }
 
 TEST_CASE("raise_exception stops the render with the template's message and line", "[chat]") {
-  const std::string source = "a\n{% if messages[0].role != 'user' %}\n{{ raise_exception('Roles must alternate') }}\n{% endif %}";
+  const std::string source =
+      "a\n{% if messages[0].role != 'user' %}\n{{ raise_exception('Roles must alternate') }}\n{% endif %}";
   try {
     Render(source, {{"messages", {{{"role", "bot"}, {"content", "x"}}}}});
     FAIL("no exception");
@@ -86,8 +91,9 @@ TEST_CASE("unsupported constructs are errors naming them and their line", "[chat
   CHECK(ErrorOf("{{ x is escaped }}") == "chat template line 1: unsupported test 'is escaped'");
   CHECK(ErrorOf("{{ 'a'.zfill(3) }}") == "chat template line 1: unsupported method 'zfill' of a str");
   CHECK(ErrorOf("{{ foo(1) }}") == "chat template line 1: 'foo' is undefined (not a supported function)");
-  CHECK(ErrorOf("{{ '%s' % 1 }}") ==
-        "chat template line 1: unsupported operand types for %: 'str' and 'int' (% string formatting is not supported)");
+  CHECK(
+      ErrorOf("{{ '%s' % 1 }}") ==
+      "chat template line 1: unsupported operand types for %: 'str' and 'int' (% string formatting is not supported)");
   CHECK(ErrorOf("{{ 1 < 2 < 3 }}") == "chat template line 1: unsupported: chained comparison (a < b < c); use 'and'");
   CHECK(ErrorOf("{% for x in y recursive %}{% endfor %}") == "chat template line 1: unsupported: recursive for loops");
 }
@@ -97,7 +103,8 @@ TEST_CASE("syntax errors name the line", "[chat]") {
   CHECK(ErrorOf("a\n{{ x ") == "chat template line 2: unclosed tag (no }})");
   CHECK(ErrorOf("{# never closed") == "chat template line 1: unclosed comment {# ... (no #})");
   CHECK(ErrorOf("{{ 'abc }}") == "chat template line 1: unclosed string literal");
-  CHECK(ErrorOf("{% endfor %}") == "chat template line 1: unknown statement '{% endfor %}' (or a tag closed without its opening)");
+  CHECK(ErrorOf("{% endfor %}") ==
+        "chat template line 1: unknown statement '{% endfor %}' (or a tag closed without its opening)");
   CHECK(ErrorOf("{{ a ; b }}") == "chat template line 1: unexpected character ';' in an expression");
   CHECK(ErrorOf("{% set x = %}") == "chat template line 1: unexpected '%}' in an expression");
 }

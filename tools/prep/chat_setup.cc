@@ -96,8 +96,8 @@ void AddSpecialIds(const fs::path& dir, ChatSetup& setup) {
 }  // namespace
 
 ChatSetup LoadChatSetup(const Options& opt, const tokenizer::Tokenizer& tok) {
-  const fs::path dir = fs::is_directory(opt.tokenizer_path) ? fs::path(opt.tokenizer_path)
-                                                            : fs::path(opt.tokenizer_path).parent_path();
+  const fs::path dir =
+      fs::is_directory(opt.tokenizer_path) ? fs::path(opt.tokenizer_path) : fs::path(opt.tokenizer_path).parent_path();
   const Json config = ReadJson(dir / "tokenizer_config.json");
   ChatSetup setup;
   const auto [source, origin] = TemplateSource(opt, dir, config);
@@ -109,7 +109,8 @@ ChatSetup LoadChatSetup(const Options& opt, const tokenizer::Tokenizer& tok) {
   }
   for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
     const auto it = config.find(key);
-    if (it != config.end() && !TokenText(*it).empty()) setup.variables.emplace_back(key, chat::Value::String(TokenText(*it)));
+    if (it != config.end() && !TokenText(*it).empty())
+      setup.variables.emplace_back(key, chat::Value::String(TokenText(*it)));
   }
   setup.variables.emplace_back("tools", chat::Value::None());
   setup.variables.emplace_back("documents", chat::Value::None());
@@ -122,7 +123,8 @@ ChatSetup LoadChatSetup(const Options& opt, const tokenizer::Tokenizer& tok) {
       value = text;  // not JSON: a string
     }
     chat::Dict kept;
-    for (auto& entry : setup.variables) if (entry.first != name) kept.push_back(entry);
+    for (auto& entry : setup.variables)
+      if (entry.first != name) kept.push_back(entry);
     kept.emplace_back(name, chat::Value::FromJson(value));
     setup.variables = std::move(kept);
   }

@@ -17,7 +17,8 @@ std::pair<size_t, size_t> DiffSpan(const std::vector<int32_t>& a, const std::vec
   size_t prefix = 0;
   while (prefix < a.size() && prefix < b.size() && a[prefix] == b[prefix]) ++prefix;
   size_t suffix = 0;
-  while (suffix < a.size() - prefix && suffix < b.size() - prefix && a[a.size() - 1 - suffix] == b[b.size() - 1 - suffix]) {
+  while (suffix < a.size() - prefix && suffix < b.size() - prefix &&
+         a[a.size() - 1 - suffix] == b[b.size() - 1 - suffix]) {
     ++suffix;
   }
   return {prefix, a.size() - suffix};
@@ -75,7 +76,8 @@ SftExample SftEncoder::Encode(const chat::Value& messages) const {
     const chat::Value& m = messages.list()[i];
     if (!m.Get("role").is_string() || m.Get("role").str() != "assistant") continue;
     const chat::Value content = m.Get("content");
-    if (!content.is_string()) Bad("message " + std::to_string(i + 1) + ": an assistant content must be a string, not a " + content.TypeName());
+    if (!content.is_string())
+      Bad("message " + std::to_string(i + 1) + ": an assistant content must be a string, not a " + content.TypeName());
     if (chat::PyStrip(content.str(), chat::Value::None(), true, true).empty()) {
       Bad("message " + std::to_string(i + 1) + ": empty assistant turn");
     }

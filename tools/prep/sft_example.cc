@@ -128,11 +128,20 @@ chat::Value ExampleMessages(const Json& line, const SftOptions& opt) {
   if (!line.is_object()) Bad(std::string("the line is a JSON ") + line.type_name() + ", not an object");
   Json messages;
   switch (Detect(line, opt)) {
-    case SftInput::kMessages: messages = MessageList(Need(line, opt, "messages", ""), opt, "messages", false); break;
-    case SftInput::kShareGpt: messages = MessageList(Need(line, opt, "conversations", ""), opt, "conversations", true); break;
-    case SftInput::kAlpaca: messages = Alpaca(line, opt); break;
-    case SftInput::kPromptCompletion: messages = PromptCompletion(line, opt); break;
-    case SftInput::kAuto: break;
+    case SftInput::kMessages:
+      messages = MessageList(Need(line, opt, "messages", ""), opt, "messages", false);
+      break;
+    case SftInput::kShareGpt:
+      messages = MessageList(Need(line, opt, "conversations", ""), opt, "conversations", true);
+      break;
+    case SftInput::kAlpaca:
+      messages = Alpaca(line, opt);
+      break;
+    case SftInput::kPromptCompletion:
+      messages = PromptCompletion(line, opt);
+      break;
+    case SftInput::kAuto:
+      break;
   }
   if (messages.empty()) Bad("no messages");
   return chat::Value::FromJson(Normalize(messages));

@@ -32,11 +32,18 @@ struct SftOptions {
   SftInput input = SftInput::kAuto;
   // Field names (--sft-field KEY=NAME): keys messages, role, content, conversations, from,
   // value, instruction, input, output, system, prompt, completion.
-  std::vector<std::pair<std::string, std::string>> fields = {
-      {"messages", "messages"},         {"role", "role"},       {"content", "content"},
-      {"conversations", "conversations"}, {"from", "from"},     {"value", "value"},
-      {"instruction", "instruction"},   {"input", "input"},     {"output", "output"},
-      {"system", "system"},             {"prompt", "prompt"},   {"completion", "completion"}};
+  std::vector<std::pair<std::string, std::string>> fields = {{"messages", "messages"},
+                                                             {"role", "role"},
+                                                             {"content", "content"},
+                                                             {"conversations", "conversations"},
+                                                             {"from", "from"},
+                                                             {"value", "value"},
+                                                             {"instruction", "instruction"},
+                                                             {"input", "input"},
+                                                             {"output", "output"},
+                                                             {"system", "system"},
+                                                             {"prompt", "prompt"},
+                                                             {"completion", "completion"}};
   std::string chat_template_path;  // a .jinja file; "": the tokenizer folder's template
   // --template-var NAME=VALUE: extra template variables (VALUE as JSON, else a string),
   // as apply_chat_template(**kwargs): enable_thinking=false, date_string="26 Jul 2024".
