@@ -111,17 +111,48 @@ Value AttrOf(const Value& item, const std::string& path) {
   }
 }
 
-Value SelectAttr(const Value& seq, const List& args, bool reject) {
-  if (args.empty()) throw TemplateError("selectattr/rejectattr: the attribute name is missing");
-  const std::string attr = StrOf(args[0], "selectattr");
-  const List test_args(args.begin() + std::min<size_t>(2, args.size()), args.end());
+// select/reject (by_attr false: args = [test, test args...]) and selectattr/rejectattr
+// (args = [attribute, test, test args...]); no test: the value's truthiness.
+Value Select(const Value& seq, const List& args, bool reject, bool by_attr) {
+  if (by_attr && args.empty()) throw TemplateError("selectattr/rejectattr: the attribute name is missing");
+  const size_t test_at = by_attr ? 1 : 0;
+  const List test_args(args.begin() + std::min(test_at + 1, args.size()), args.end());
   List out;
   for (const Value& item : Iterate(seq)) {
-    const Value v = AttrOf(item, attr);
-    const bool pass = args.size() < 2 ? v.Truthy() : ApplyTest(StrOf(args[1], "selectattr"), v, test_args);
+    const Value v = by_attr ? AttrOf(item, StrOf(args[0], "selectattr")) : item;
+    const bool pass = args.size() <= test_at ? v.Truthy() : ApplyTest(StrOf(args[test_at], "select"), v, test_args);
     if (pass != reject) out.push_back(item);
   }
   return Value::MakeList(std::move(out));
+}
+
+// sort (reverse=, attribute=), unique, min, max, sum (attribute=, start=).
+Value Reduce(const std::string& name, const Value& seq, const List& args, const Kwargs& kwargs) {
+  const Value attribute = Arg({}, kwargs, 0, "attribute", Value());
+  const auto key = [&](const Value& item) {
+    return attribute.is_undefined() ? item : AttrOf(item, attribute.ToString());
+  };
+  List items = Iterate(seq);
+  if (name == "sum") {
+    Value total = Arg(args, kwargs, 2, "start", Value::Int(0));
+    for (const Value& item : items) total = PyArith("+", total, key(item));
+    return total;
+  }
+  if (name == "unique") {
+    List out;
+    for (const Value& item : items) {
+      bool seen = false;
+      for (const Value& o : out) seen = seen || Equal(key(o), key(item));
+      if (!seen) out.push_back(item);
+    }
+    return Value::MakeList(std::move(out));
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [&](const Value& x, const Value& y) { return Compare(key(x), key(y)) < 0; });
+  if (name == "min") return items.empty() ? Value() : items.front();
+  if (name == "max") return items.empty() ? Value() : items.back();
+  if (Arg(args, kwargs, 0, "reverse", Value::Bool(false)).Truthy()) std::reverse(items.begin(), items.end());
+  return Value::MakeList(std::move(items));
 }
 
 Value MapFilter(const Value& seq, const List& args, const Kwargs& kwargs) {
@@ -185,7 +216,11 @@ Value FilterOnSequence(const std::string& name, const Value& v, const List& args
     List items = Iterate(v);
     return Value::MakeList(List(items.rbegin(), items.rend()));
   }
-  if (name == "selectattr" || name == "rejectattr") return SelectAttr(v, args, name == "rejectattr");
+  if (name == "selectattr" || name == "rejectattr") return Select(v, args, name == "rejectattr", true);
+  if (name == "select" || name == "reject") return Select(v, args, name == "reject", false);
+  if (name == "sort" || name == "unique" || name == "min" || name == "max" || name == "sum") {
+    return Reduce(name, v, args, kwargs);
+  }
   if (name == "map") return MapFilter(v, args, kwargs);
   throw TemplateError("unsupported filter '" + name + "'");
 }
@@ -194,9 +229,10 @@ Value FilterOnSequence(const std::string& name, const Value& v, const List& args
 
 bool IsSupportedFilter(const std::string& name) {
   static const std::set<std::string> kFilters = {
-      "trim",    "length", "count",   "tojson", "upper",      "lower", "default",    "d",          "first",
-      "last",    "join",   "replace", "items",  "string",     "list",  "selectattr", "rejectattr", "map",
-      "reverse", "int",    "float",   "abs",    "capitalize", "title", "safe",       "indent",     "round"};
+      "trim",   "length", "count",      "tojson", "upper",  "lower",  "default",    "d",          "first",
+      "last",   "join",   "replace",    "items",  "string", "list",   "selectattr", "rejectattr", "select",
+      "reject", "sort",   "unique",     "min",    "max",    "sum",    "map",        "reverse",    "int",
+      "float",  "abs",    "capitalize", "title",  "safe",   "indent", "round"};
   return kFilters.count(name) > 0;
 }
 
