@@ -146,6 +146,7 @@ Flow Renderer::ExecFor(const Node& n) {
   const int64_t length = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < length; ++i) {
     auto& scope = scopes_.back();
+    scope.clear();  // as Jinja2: what one iteration sets, the next does not see
     if (n.targets.size() == 1) {
       scope[n.targets[0]] = items[i];
     } else {
@@ -206,7 +207,9 @@ void Renderer::ExecSet(const Node& n) {
 void Renderer::ExecGeneration(const Node& n) {
   const int index = generation_blocks_++;
   const int64_t start = static_cast<int64_t>(out_.size());
+  scopes_.emplace_back();  // a block of its own (Jinja2 renders it as a caller() macro)
   Exec(n.body);
+  scopes_.pop_back();
   if (index == options_.replace_generation_block) {
     out_.resize(static_cast<size_t>(start));
     out_ += options_.replacement;

@@ -43,6 +43,8 @@ CASES = [
     ("set_scope", "{% set x = 1 %}{% for i in [1, 2] %}{% set x = i * 10 %}{{ x }}{% endfor %}{{ x }}", {}),
     ("namespace", "{% set ns = namespace(found=false, n=0) %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.found = true %}{% set ns.n = ns.n + 1 %}{% endif %}{% endfor %}{{ ns.found }}{{ ns.n }}", {"messages": MSGS}),
     ("namespace_last_query", "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}{%- if ns.multi_step_tool and message.role == 'user' and not message.content.startswith('<tool_response>') %}{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}{{ ns.last_query_index }}", {"messages": MSGS}),
+    ("set_per_iteration", "{% for i in [1, 2] %}{% if i == 2 %}[{{ x }}]{% endif %}{% set x = i %}{% endfor %}{% set x = 5 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}{% endfor %}[{{ x }}]", {}),
+    ("generation_scope", "{% for i in [1, 2] %}{% generation %}{% set y = i %}{{ y }}{% endgeneration %}[{{ y }}]{% endfor %}", {}),
     ("set_block", "{% set s %}a{{ 1 + 1 }}b{% endset %}[{{ s }}]", {}),
     ("set_tuple", "{% set a, b = [1, 2] %}{{ b }}{{ a }}", {}),
     ("subscripts", "{{ messages[0]['role'] }}{{ messages[-1].role }}{{ messages[1:] | length }}{{ messages[:1][0].role }}{{ messages[::-1][0].role }}{{ 'hello'[1:3] }}{{ 'hello'[-1] }}{{ '日本語'[1] }}{{ messages[9] is defined }}", {"messages": MSGS}),

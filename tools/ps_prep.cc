@@ -93,9 +93,15 @@ void PrintSftSummary(const Options& opt, const PrepReport& r) {
   std::printf("ps_prep: chat template %s; %lld of %lld tokens trained on (--train-on %s)\n", s.template_origin.c_str(),
               static_cast<long long>(s.trained_tokens), static_cast<long long>(r.tokens),
               opt.sft.train_on == TrainOn::kAll ? "all" : "assistant");
-  std::printf("ps_prep: over --max-tokens %lld: %lld truncated, %lld dropped; %lld dropped with no trained token left\n",
-              static_cast<long long>(opt.sft.max_tokens), static_cast<long long>(s.truncated),
-              static_cast<long long>(s.dropped_overlong), static_cast<long long>(s.dropped_untrained));
+  if (opt.sft.max_tokens > 0) {
+    std::printf("ps_prep: over --max-tokens %lld: %lld truncated, %lld dropped\n",
+                static_cast<long long>(opt.sft.max_tokens), static_cast<long long>(s.truncated),
+                static_cast<long long>(s.dropped_overlong));
+  }
+  if (s.dropped_untrained > 0) {
+    std::printf("ps_prep: %lld examples dropped with no token to train on (left)\n",
+                static_cast<long long>(s.dropped_untrained));
+  }
   if (s.turns_without_eot > 0) {
     std::printf("ps_prep: %lld assistant turns have no end-of-turn token after them (--eot-token names one)\n",
                 static_cast<long long>(s.turns_without_eot));
