@@ -73,6 +73,10 @@ says no_assistant "no_assistant.jsonl:1: no assistant message to train on"
 run 0 all_tokens --tokenizer "$llama" --input no_assistant.jsonl --train-on all
 says all_tokens "tokens trained on (--train-on all)"
 
+printf '{%% for m in messages %%}<{{ m.role }}>{%% if m.role != "assistant" %%}{{ m.content }}{%% endif %%}{%% endfor %%}' > ignores.jinja
+run 1 ignores --tokenizer "$llama" --input "$data/sft/alpaca.jsonl" --chat-template ignores.jinja
+says ignores "alpaca.jsonl:1: message 2: the chat template does not render this assistant turn's content"
+
 echo 'plain text' > plain.txt
 run 1 plain --tokenizer "$llama" --input plain.txt
 says plain "plain.txt: --format sft reads JSONL (.jsonl/.ndjson), one example per line"

@@ -103,6 +103,11 @@ void SftEncoder::MarkGenerationBlocks(const chat::Value& messages, SftExample& e
 void SftEncoder::MarkAssistantTurn(const chat::Value& messages, size_t index, const std::string& text,
                                    SftExample& ex) const {
   auto [begin, end] = DiffSpan(ex.ids, tok_.Encode(Render(WithContent(messages, index, kSentinel))));
+  if (begin >= end && begin == ex.ids.size()) {
+    Bad("message " + std::to_string(index + 1) +
+        ": the chat template does not render this assistant turn's content, so its tokens cannot be found "
+        "(a template with {% generation %} blocks marks them)");
+  }
   // The start: after the generation prompt of messages[:index], when the text begins with it.
   std::string prompt;
   try {

@@ -47,7 +47,7 @@ class SftEncoder {
 
   // std::invalid_argument for an example the template rejects (raise_exception, an
   // undefined value: the template's message and line), a non-string or empty assistant
-  // content, or no assistant message (kAssistant).
+  // content, content the template does not render, or no assistant message (kAssistant).
   SftExample Encode(const chat::Value& messages) const;
 
  private:
