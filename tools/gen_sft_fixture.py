@@ -61,6 +61,12 @@ def sharegpt_role(r):
             "bot": "assistant", "chatgpt": "assistant"}.get(r, r)
 
 
+def tools_of(line):
+    """The example's tools: a list, or a string holding one (LLaMA-Factory); None."""
+    tools = line.get("tools")
+    return json.loads(tools) if isinstance(tools, str) else tools
+
+
 def messages_of(line):
     """tools/prep/sft_example.cc's mapping, default field names."""
     if "messages" in line:
@@ -112,10 +118,11 @@ def expected_for(family, folder):
         rows = []
         for line in open(os.path.join(OUT, name), encoding="utf-8"):
             messages = messages_of(json.loads(line))
-            r = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
-                                        chat_template=with_generation, **variables)
-            text = tok.apply_chat_template(messages, tokenize=False, **variables)  # the folder's plain template
-            assert text == tok.apply_chat_template(messages, tokenize=False, chat_template=with_generation,
+            tools = tools_of(json.loads(line))
+            r = tok.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
+                                        return_assistant_tokens_mask=True, chat_template=with_generation, **variables)
+            text = tok.apply_chat_template(messages, tools=tools, tokenize=False, **variables)  # the plain template
+            assert text == tok.apply_chat_template(messages, tools=tools, tokenize=False, chat_template=with_generation,
                                                    **variables), (family, name, "generation tags change the text")
             assert r["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]
             assert any(r["assistant_masks"]), (family, name, "nothing to train on")

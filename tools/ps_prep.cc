@@ -258,7 +258,7 @@ void AddOptions(cxxopts::Options& spec) {
     ("sft-input", "layout of a line: auto, messages, sharegpt, alpaca or prompt-completion",
      cxxopts::value<std::string>()->default_value("auto"))
     ("sft-field", "KEY=NAME: the field NAME holds KEY (messages, role, content, conversations, from, value, "
-     "instruction, input, output, system, prompt, completion); repeatable", cxxopts::value<std::vector<std::string>>())
+     "instruction, input, output, system, prompt, completion, tools); repeatable", cxxopts::value<std::vector<std::string>>())
     ("chat-template", "a Jinja file to render with (default: the tokenizer folder's chat template)",
      cxxopts::value<std::string>())
     ("template-var", "NAME=VALUE: a template variable (VALUE as JSON, else a string), e.g. enable_thinking=false; "

@@ -34,7 +34,7 @@ llama="$data/sft/llama3"
 # 1. A good run: the summary, one BOS per example, a mask byte per token.
 run 0 good --tokenizer "$llama" --input "$data/sft/messages.jsonl" --max-tokens 120 --overlong drop
 says good "chat template $llama/tokenizer_config.json (chat_template)" "tokens trained on (--train-on assistant)" \
-  "over --max-tokens 120: 0 truncated, 4 dropped"
+  "over --max-tokens 120: 0 truncated, 5 dropped"
 [ "$(stat -c %s out/good_train.mask)" -eq $(( $(stat -c %s out/good_train.bin) / 2 )) ] || fail "mask size != tokens"
 bos=$(od -An -v -tu2 -N2 out/good_train.bin | tr -d ' ')
 second=$(od -An -v -tu2 -j2 -N2 out/good_train.bin | tr -d ' ')

@@ -61,7 +61,7 @@ Encoded Encoder::EncodeSft(const Document& d) const {
   }
   SftExample ex;
   try {
-    ex = sft_->Encode(ExampleMessages(nlohmann::ordered_json::parse(d.text), opt_.sft));
+    ex = sft_->Encode(ParseExample(nlohmann::ordered_json::parse(d.text), opt_.sft));
   } catch (const nlohmann::json::exception& e) {
     out.error = where + ": not a JSON line: " + e.what();
     return out;

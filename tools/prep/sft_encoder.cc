@@ -30,45 +30,47 @@ size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b
   return n;
 }
 
-// `messages` with message `index`'s content replaced by `content`.
-chat::Value WithContent(const chat::Value& messages, size_t index, const std::string& content) {
-  chat::List list = messages.list();
+// `c` with message `index`'s content replaced by `content`.
+Conversation WithContent(const Conversation& c, size_t index, const std::string& content) {
+  chat::List list = c.messages.list();
   chat::Dict message = list[index].dict();
   for (auto& [k, v] : message) {
     if (k == "content") v = chat::Value::String(content);
   }
   list[index] = chat::Value::MakeDict(std::move(message));
-  return chat::Value::MakeList(std::move(list));
+  return {chat::Value::MakeList(std::move(list)), c.tools};
 }
 
 }  // namespace
 
-chat::Value SftEncoder::Context(const chat::Value& messages, bool add_generation_prompt) const {
+chat::Value SftEncoder::Context(const Conversation& c, bool add_generation_prompt) const {
   chat::Dict context = setup_.variables;
   for (auto& [k, v] : context) {
     if (k == "add_generation_prompt") v = chat::Value::Bool(add_generation_prompt);
+    if (k == "tools" && c.tools.is_list()) v = c.tools;
   }
-  context.emplace_back("messages", messages);
+  context.emplace_back("messages", c.messages);
   return chat::Value::MakeDict(std::move(context));
 }
 
-std::string SftEncoder::Render(const chat::Value& messages, const chat::RenderOptions& options,
+std::string SftEncoder::Render(const Conversation& c, const chat::RenderOptions& options,
                                bool add_generation_prompt) const {
   try {
-    return setup_.tmpl->Render(Context(messages, add_generation_prompt), options).text;
+    return setup_.tmpl->Render(Context(c, add_generation_prompt), options).text;
   } catch (const chat::TemplateError& e) {
     Bad(setup_.template_origin + ": " + e.what());
   }
 }
 
-SftExample SftEncoder::Encode(const chat::Value& messages) const {
+SftExample SftEncoder::Encode(const Conversation& c) const {
+  const chat::Value& messages = c.messages;
   SftExample ex;
-  const std::string text = Render(messages);
+  const std::string text = Render(c);
   ex.ids = tok_.Encode(text);
   ex.mask.assign(ex.ids.size(), opt_.train_on == TrainOn::kAll ? 1 : 0);
   if (opt_.train_on == TrainOn::kAll) return ex;
   if (setup_.tmpl->has_generation_blocks()) {
-    MarkGenerationBlocks(messages, ex);
+    MarkGenerationBlocks(c, ex);
     return ex;
   }
   bool any = false;
@@ -81,28 +83,27 @@ SftExample SftEncoder::Encode(const chat::Value& messages) const {
     if (chat::PyStrip(content.str(), chat::Value::None(), true, true).empty()) {
       Bad("message " + std::to_string(i + 1) + ": empty assistant turn");
     }
-    MarkAssistantTurn(messages, i, text, ex);
+    MarkAssistantTurn(c, i, text, ex);
     any = true;
   }
   if (!any) Bad("no assistant message to train on (--train-on all trains on every token)");
   return ex;
 }
 
-void SftEncoder::MarkGenerationBlocks(const chat::Value& messages, SftExample& ex) const {
-  const size_t blocks = setup_.tmpl->Render(Context(messages, false)).generation_spans_bytes.size();
+void SftEncoder::MarkGenerationBlocks(const Conversation& c, SftExample& ex) const {
+  const size_t blocks = setup_.tmpl->Render(Context(c, false)).generation_spans_bytes.size();
   if (blocks == 0) Bad("the chat template's {% generation %} blocks marked nothing in this example");
   for (size_t k = 0; k < blocks; ++k) {
     chat::RenderOptions replace;
     replace.replace_generation_block = static_cast<int>(k);
     replace.replacement = kSentinel;
-    const auto [begin, end] = DiffSpan(ex.ids, tok_.Encode(Render(messages, replace)));
+    const auto [begin, end] = DiffSpan(ex.ids, tok_.Encode(Render(c, replace)));
     std::fill(ex.mask.begin() + begin, ex.mask.begin() + std::max(begin, end), 1);
   }
 }
 
-void SftEncoder::MarkAssistantTurn(const chat::Value& messages, size_t index, const std::string& text,
-                                   SftExample& ex) const {
-  auto [begin, end] = DiffSpan(ex.ids, tok_.Encode(Render(WithContent(messages, index, kSentinel))));
+void SftEncoder::MarkAssistantTurn(const Conversation& c, size_t index, const std::string& text, SftExample& ex) const {
+  auto [begin, end] = DiffSpan(ex.ids, tok_.Encode(Render(WithContent(c, index, kSentinel))));
   if (begin >= end && begin == ex.ids.size()) {
     Bad("message " + std::to_string(index + 1) +
         ": the chat template does not render this assistant turn's content, so its tokens cannot be found "
@@ -111,8 +112,8 @@ void SftEncoder::MarkAssistantTurn(const chat::Value& messages, size_t index, co
   // The start: after the generation prompt of messages[:index], when the text begins with it.
   std::string prompt;
   try {
-    chat::List before(messages.list().begin(), messages.list().begin() + index);
-    prompt = Render(chat::Value::MakeList(std::move(before)), {}, true);
+    chat::List before(c.messages.list().begin(), c.messages.list().begin() + index);
+    prompt = Render({chat::Value::MakeList(std::move(before)), c.tools}, {}, true);
   } catch (const std::invalid_argument&) {
     prompt.clear();  // the template refuses the prefix: keep the content's start
   }

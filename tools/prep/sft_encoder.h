@@ -29,6 +29,7 @@
 #include "chat/value.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/prep/chat_setup.h"
+#include "tools/prep/sft_example.h"
 #include "tools/prep/sft_options.h"
 
 namespace ps::prep {
@@ -48,14 +49,14 @@ class SftEncoder {
   // std::invalid_argument for an example the template rejects (raise_exception, an
   // undefined value: the template's message and line), a non-string or empty assistant
   // content, content the template does not render, or no assistant message (kAssistant).
-  SftExample Encode(const chat::Value& messages) const;
+  SftExample Encode(const Conversation& c) const;
 
  private:
-  chat::Value Context(const chat::Value& messages, bool add_generation_prompt) const;
-  std::string Render(const chat::Value& messages, const chat::RenderOptions& options = {},
+  chat::Value Context(const Conversation& c, bool add_generation_prompt) const;
+  std::string Render(const Conversation& c, const chat::RenderOptions& options = {},
                      bool add_generation_prompt = false) const;
-  void MarkGenerationBlocks(const chat::Value& messages, SftExample& ex) const;
-  void MarkAssistantTurn(const chat::Value& messages, size_t index, const std::string& text, SftExample& ex) const;
+  void MarkGenerationBlocks(const Conversation& c, SftExample& ex) const;
+  void MarkAssistantTurn(const Conversation& c, size_t index, const std::string& text, SftExample& ex) const;
 
   const ChatSetup& setup_;
   const tokenizer::Tokenizer& tok_;

@@ -122,9 +122,25 @@ Json Normalize(const Json& messages) {
   return out;
 }
 
+// The "tools" field: a list, or a string holding one; none when absent.
+chat::Value Tools(const Json& line, const SftOptions& opt) {
+  const auto it = line.find(opt.Field("tools"));
+  if (it == line.end() || it->is_null()) return chat::Value::None();
+  Json tools = *it;
+  if (tools.is_string()) {
+    try {
+      tools = Json::parse(it->get<std::string>());
+    } catch (const Json::exception&) {
+      Bad("\"" + opt.Field("tools") + "\" is a string that is not JSON");
+    }
+  }
+  if (!tools.is_array()) Bad("\"" + opt.Field("tools") + "\" is a " + tools.type_name() + ", not a list of tools");
+  return chat::Value::FromJson(tools);
+}
+
 }  // namespace
 
-chat::Value ExampleMessages(const Json& line, const SftOptions& opt) {
+Conversation ParseExample(const Json& line, const SftOptions& opt) {
   if (!line.is_object()) Bad(std::string("the line is a JSON ") + line.type_name() + ", not an object");
   Json messages;
   switch (Detect(line, opt)) {
@@ -144,7 +160,7 @@ chat::Value ExampleMessages(const Json& line, const SftOptions& opt) {
       break;
   }
   if (messages.empty()) Bad("no messages");
-  return chat::Value::FromJson(Normalize(messages));
+  return {chat::Value::FromJson(Normalize(messages)), Tools(line, opt)};
 }
 
 }  // namespace ps::prep

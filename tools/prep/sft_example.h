@@ -9,7 +9,9 @@
 //   prompt/completion  user: prompt, assistant: completion; lists of messages are
 //                      concatenated (TRL's conversational prompt-completion)
 // Then, as transformers does before rendering: keys whose value is null are dropped, and
-// reasoning_content is filled from `thinking`/`reasoning` when present.
+// reasoning_content is filled from `thinking`/`reasoning` when present. A "tools" field
+// (a list of function schemas, or a string holding one as LLaMA-Factory writes it) is the
+// template's `tools` for this example.
 // Pure; any thread.
 #pragma once
 
@@ -22,7 +24,12 @@
 
 namespace ps::prep {
 
-// The messages of `line`; std::invalid_argument naming the missing or mistyped field.
-chat::Value ExampleMessages(const nlohmann::ordered_json& line, const SftOptions& opt);
+struct Conversation {
+  chat::Value messages;  // a list of {role, content, ...} dicts
+  chat::Value tools;     // a list, or none
+};
+
+// The conversation of `line`; std::invalid_argument naming the missing or mistyped field.
+Conversation ParseExample(const nlohmann::ordered_json& line, const SftOptions& opt);
 
 }  // namespace ps::prep

@@ -31,7 +31,7 @@ enum class Overlong { kTruncate, kDrop };
 struct SftOptions {
   SftInput input = SftInput::kAuto;
   // Field names (--sft-field KEY=NAME): keys messages, role, content, conversations, from,
-  // value, instruction, input, output, system, prompt, completion.
+  // value, instruction, input, output, system, prompt, completion, tools.
   std::vector<std::pair<std::string, std::string>> fields = {{"messages", "messages"},
                                                              {"role", "role"},
                                                              {"content", "content"},
