@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Layering check (docs/architecture.md, "Layers"): comm <- chunkmem <- optim <- trainer;
 # models and data depend on LibTorch only; tokenizer on ICU, JSON and c10 only; chat on
-# JSON only; trainer wires everything. Every project #include "x/..." and every Bazel dependency "//x..." of
-# a folder must name a folder it may use.
+# JSON only; trainer wires everything. Every project #include "x/..." and every Bazel
+# dependency "//x..." of a folder must name a folder it may use.
 # The check first proves it can fail, on a planted violation.
 set -euo pipefail
 
