@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Layering check (docs/architecture.md, "Layers"): comm <- chunkmem <- optim <- trainer;
-# models and data depend on LibTorch only; tokenizer on ICU, JSON and c10 only; trainer
-# wires everything. Every project #include "x/..." and every Bazel dependency "//x..." of
-# a folder must name a folder it may use.
+# models and data depend on LibTorch only; tokenizer on ICU, JSON and c10 only; chat on
+# JSON only; trainer wires everything. Every project #include "x/..." and every Bazel
+# dependency "//x..." of a folder must name a folder it may use.
 # The check first proves it can fail, on a planted violation.
 set -euo pipefail
 
@@ -14,6 +14,7 @@ allowed_for() {
     models) echo "models" ;;
     data) echo "data" ;;
     tokenizer) echo "tokenizer" ;;
+    chat) echo "chat" ;;
     trainer) echo "comm chunkmem optim models data tokenizer trainer third_party" ;;
   esac
 }
@@ -52,7 +53,7 @@ fi
 # 2. The real tree.
 status=0
 checked=0
-for layer in comm chunkmem optim models data tokenizer trainer; do
+for layer in comm chunkmem optim models data tokenizer chat trainer; do
   [ -d "$layer" ] || { echo "FAIL: folder $layer missing from test data"; exit 1; }
   out=$(violations "$layer" "$layer")
   checked=$((checked + $(ls "$layer" | wc -l)))

@@ -22,7 +22,7 @@ import os
 import re
 import sys
 
-FOLDERS = ["chunkmem", "optim", "trainer", "models", "data", "tokenizer", "comm", "tools"]
+FOLDERS = ["chunkmem", "optim", "trainer", "models", "data", "tokenizer", "chat", "comm", "tools"]
 FILE_LIMIT_LINES = 400
 FUNCTION_LIMIT_LINES = 60
 EXEMPT = {"trainer/config_schema.cc"}  # declarative tables

@@ -40,6 +40,7 @@
 
 #include "tokenizer/tokenizer.h"
 #include "tools/option_values.h"
+#include "tools/prep/chat_setup.h"
 #include "tools/prep/document_reader.h"
 #include "tools/prep/options.h"
 #include "tools/prep/outputs.h"
@@ -86,7 +87,29 @@ std::string InputAlsoOutput(const Options& opt) {
   }
   return "";
 }
+// --format sft: the template, the trained share and what was cut or left out.
+void PrintSftSummary(const Options& opt, const PrepReport& r) {
+  const SftReport& s = r.sft;
+  std::printf("ps_prep: chat template %s; %lld of %lld tokens trained on (--train-on %s)\n", s.template_origin.c_str(),
+              static_cast<long long>(s.trained_tokens), static_cast<long long>(r.tokens),
+              opt.sft.train_on == TrainOn::kAll ? "all" : "assistant");
+  if (opt.sft.max_tokens > 0) {
+    std::printf("ps_prep: over --max-tokens %lld: %lld truncated, %lld dropped\n",
+                static_cast<long long>(opt.sft.max_tokens), static_cast<long long>(s.truncated),
+                static_cast<long long>(s.dropped_overlong));
+  }
+  if (s.dropped_untrained > 0) {
+    std::printf("ps_prep: %lld examples dropped with no token to train on (left)\n",
+                static_cast<long long>(s.dropped_untrained));
+  }
+  if (s.turns_without_eot > 0) {
+    std::printf("ps_prep: %lld assistant turns have no end-of-turn token after them (--eot-token names one)\n",
+                static_cast<long long>(s.turns_without_eot));
+  }
+}
+
 void PrintSummary(const Options& opt, const PrepReport& r) {
+  if (opt.format == OutputFormat::kSft) PrintSftSummary(opt, r);
   const double secs = r.elapsed_s;
   std::printf("ps_prep: tokenizer %s (%s, vocab %lld, end-of-text %s)\n", opt.tokenizer_path.c_str(),
               tokenizer::ToString(r.tokenizer_kind), static_cast<long long>(r.vocab_size),
@@ -132,13 +155,61 @@ std::string ParseChoices(const cxxopts::ParseResult& args, Options& opt) {
   const std::string format = args["format"].as<std::string>();
   if (format == "megatron") opt.format = OutputFormat::kMegatron;
   else if (format == "llmc") opt.format = OutputFormat::kLlmc;
-  else return "--format " + format + ": expected megatron or llmc";
+  else if (format == "sft") opt.format = OutputFormat::kSft;
+  else return "--format " + format + ": expected megatron, llmc or sft";
   const std::string split = args["text-split"].as<std::string>();
   if (split == "file") opt.text_split = TextSplit::kFile;
   else if (split == "blank-line") opt.text_split = TextSplit::kBlankLine;
   else if (split == "line") opt.text_split = TextSplit::kLine;
   else return "--text-split " + split + ": expected file, blank-line or line";
   return "";
+}
+
+// "NAME=VALUE" -> {NAME, VALUE}; OptionError naming `option` without an '=' or a NAME.
+std::pair<std::string, std::string> NameValue(const std::string& option, const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) throw tools::OptionError("--" + option + " " + text + ": expected NAME=VALUE");
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+// The --format sft options into opt.sft; OptionError for a bad value.
+void ParseSftOptions(const cxxopts::ParseResult& args, Options& opt) {
+  SftOptions& sft = opt.sft;
+  const std::string input = args["sft-input"].as<std::string>();
+  const std::vector<std::pair<const char*, SftInput>> inputs = {{"auto", SftInput::kAuto}, {"messages", SftInput::kMessages},
+      {"sharegpt", SftInput::kShareGpt}, {"alpaca", SftInput::kAlpaca}, {"prompt-completion", SftInput::kPromptCompletion}};
+  const auto found = std::find_if(inputs.begin(), inputs.end(), [&](const auto& p) { return input == p.first; });
+  if (found == inputs.end()) throw tools::OptionError("--sft-input " + input + ": expected auto, messages, sharegpt, alpaca or prompt-completion");
+  sft.input = found->second;
+  const auto list = [&](const char* name) {
+    return args.count(name) ? args[name].as<std::vector<std::string>>() : std::vector<std::string>{};
+  };
+  for (const std::string& f : list("sft-field")) {
+    const auto [key, name] = NameValue("sft-field", f);
+    const auto it = std::find_if(sft.fields.begin(), sft.fields.end(), [&](const auto& p) { return p.first == key; });
+    if (it == sft.fields.end()) throw tools::OptionError("--sft-field " + f + ": unknown key " + key);
+    it->second = name;
+  }
+  for (const std::string& v : list("template-var")) sft.template_vars.push_back(NameValue("template-var", v));
+  sft.eot_tokens = list("eot-token");
+  if (args.count("chat-template")) sft.chat_template_path = args["chat-template"].as<std::string>();
+  const std::string train_on = args["train-on"].as<std::string>();
+  if (train_on != "assistant" && train_on != "all") throw tools::OptionError("--train-on " + train_on + ": expected assistant or all");
+  sft.train_on = train_on == "all" ? TrainOn::kAll : TrainOn::kAssistant;
+  sft.max_tokens = tools::IntOption("max-tokens", args["max-tokens"].as<std::string>(), 0, INT64_MAX);
+  const std::string overlong = args["overlong"].as<std::string>();
+  if (overlong != "truncate" && overlong != "drop") throw tools::OptionError("--overlong " + overlong + ": expected truncate or drop");
+  sft.overlong = overlong == "drop" ? Overlong::kDrop : Overlong::kTruncate;
+}
+
+// The chat template and token sets of --format sft, or null after printing why not.
+std::unique_ptr<ChatSetup> LoadChatSetupOrExplain(const Options& opt, const tokenizer::Tokenizer& tok) {
+  try {
+    return std::make_unique<ChatSetup>(LoadChatSetup(opt, tok));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ps_prep: %s\n", ErrorText(e).c_str());
+    return nullptr;
+  }
 }
 
 // --print-ids: one line of space-separated ids per line of stdin (its newline not encoded).
@@ -160,14 +231,14 @@ int PrintIds(const tokenizer::Tokenizer* tok) {
   return 0;
 }
 
-int Main(int argc, char** argv) {
-  cxxopts::Options spec("ps_prep", "Text / JSONL -> token files for ps_train (docs/data.md)");
+void AddOptions(cxxopts::Options& spec) {
   // clang-format off
   spec.add_options()
     ("tokenizer", "tokenizer.json, vocab.json/merges.txt/vocab.txt, or a folder holding them", cxxopts::value<std::string>())
     ("input", "input files: .jsonl/.ndjson (one JSON object per line) or text", cxxopts::value<std::vector<std::string>>())
     ("output-prefix", "writes <prefix>_train.* and <prefix>_valid.*", cxxopts::value<std::string>())
-    ("format", "megatron (.bin + .idx) or llmc (one shard per split)", cxxopts::value<std::string>()->default_value("megatron"))
+    ("format", "megatron (.bin + .idx), llmc (one shard per split), or sft (chat/instruction JSONL: .bin + .idx + .mask)",
+     cxxopts::value<std::string>()->default_value("megatron"))
     ("jsonl-field", "the JSON string field holding a document's text", cxxopts::value<std::string>()->default_value("text"))
     ("text-split", "documents of a text input: file (the whole file), blank-line (paragraphs) or line",
      cxxopts::value<std::string>()->default_value("file"))
@@ -183,7 +254,26 @@ int Main(int argc, char** argv) {
     ("no-eot", "do not append the end-of-text token after each document")
     ("print-ids", "encode each line of stdin; print its ids space-separated, one line per line")
     ("h,help", "this help");
+  spec.add_options("sft (--format sft; docs/data.md, \"Chat and instruction data\")")
+    ("sft-input", "layout of a line: auto, messages, sharegpt, alpaca or prompt-completion",
+     cxxopts::value<std::string>()->default_value("auto"))
+    ("sft-field", "KEY=NAME: the field NAME holds KEY (messages, role, content, conversations, from, value, "
+     "instruction, input, output, system, prompt, completion, tools); repeatable", cxxopts::value<std::vector<std::string>>())
+    ("chat-template", "a Jinja file to render with (default: the tokenizer folder's chat template)",
+     cxxopts::value<std::string>())
+    ("template-var", "NAME=VALUE: a template variable (VALUE as JSON, else a string), e.g. enable_thinking=false; "
+     "repeatable", cxxopts::value<std::vector<std::string>>())
+    ("eot-token", "a token that ends an assistant turn, besides the eos tokens; repeatable",
+     cxxopts::value<std::vector<std::string>>())
+    ("train-on", "assistant (its turns and their end-of-turn token) or all", cxxopts::value<std::string>()->default_value("assistant"))
+    ("max-tokens", "longest example in tokens, 0 = no limit", cxxopts::value<std::string>()->default_value("0"))
+    ("overlong", "an example over --max-tokens: truncate or drop", cxxopts::value<std::string>()->default_value("truncate"));
   // clang-format on
+}
+
+int Main(int argc, char** argv) {
+  cxxopts::Options spec("ps_prep", "Text / JSONL -> token files for ps_train (docs/data.md)");
+  AddOptions(spec);
   // cxxopts leaves positional options out of the option list: the usage line names --input.
   spec.parse_positional({"input"});
   spec.custom_help("--tokenizer T --input FILE [FILE...] --output-prefix P [OPTION...]\n"
@@ -229,6 +319,7 @@ int Main(int argc, char** argv) {
       opt.valid_docs = tools::IntOption("valid-docs", args["valid-docs"].as<std::string>(), 0, INT64_MAX);
     }
     opt.seed = tools::Uint64Option("seed", args["seed"].as<std::string>());
+    if (opt.format == OutputFormat::kSft) ParseSftOptions(args, opt);
     opt.threads = args.count("threads")
                       ? static_cast<int>(tools::IntOption("threads", args["threads"].as<std::string>(), 1, kMaxThreads))
                       : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMaxThreads);
@@ -241,9 +332,11 @@ int Main(int argc, char** argv) {
   opt.append_eot = !args.count("no-eot");
   const std::string clash = InputAlsoOutput(opt);
   if (!clash.empty()) return usage(clash);
+  std::unique_ptr<ChatSetup> chat;
+  if (opt.format == OutputFormat::kSft && (chat = LoadChatSetupOrExplain(opt, *tok)) == nullptr) return kExitUsage;
   InstallStopHandlers();
   opt.stop_signal = &g_stop_signal;
-  PrintSummary(opt, Prepare(opt, *tok));
+  PrintSummary(opt, Prepare(opt, *tok, chat.get()));
   return 0;
 }
 

@@ -1,8 +1,12 @@
 #include "tools/prep/encode_pool.h"
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
+
+#include "tools/prep/sft_example.h"
 
 namespace ps::prep {
 
@@ -22,6 +26,7 @@ EncodedBatch Encoder::EncodeBatch(Batch batch) const {
 }
 
 Encoded Encoder::EncodeOne(const Document& d) const {
+  if (opt_.format == OutputFormat::kSft) return EncodeSft(d);
   Encoded out;
   std::string field;  // the JSONL document's text
   std::string_view text;
@@ -40,6 +45,44 @@ Encoded Encoder::EncodeOne(const Document& d) const {
   }
   // The separator, unless the post-processor ended the document with it (add_eos_token).
   if (eot_ && (out.ids.empty() || out.ids.back() != *eot_)) out.ids.push_back(*eot_);
+  return out;
+}
+
+Encoded Encoder::EncodeSft(const Document& d) const {
+  Encoded out;
+  const std::string where = DocumentLocation(d, opt_);
+  if (!d.error.empty()) {
+    out.error = d.error;
+    return out;
+  }
+  if (!d.is_json) {
+    out.error = opt_.inputs[d.file_index] + ": --format sft reads JSONL (.jsonl/.ndjson), one example per line";
+    return out;
+  }
+  SftExample ex;
+  try {
+    ex = sft_->Encode(ParseExample(nlohmann::ordered_json::parse(d.text), opt_.sft));
+  } catch (const nlohmann::json::exception& e) {
+    out.error = where + ": not a JSON line: " + e.what();
+    return out;
+  } catch (const std::exception& e) {
+    out.error = where + ": " + ErrorText(e);
+    return out;
+  }
+  const SftOptions& sft = opt_.sft;
+  if (sft.max_tokens > 0 && static_cast<int64_t>(ex.ids.size()) > sft.max_tokens) {
+    if (sft.overlong == Overlong::kDrop) {
+      out.dropped_overlong = true;
+      return out;
+    }
+    ex.ids.resize(static_cast<size_t>(sft.max_tokens));
+    ex.mask.resize(static_cast<size_t>(sft.max_tokens));
+    out.truncated = true;
+  }
+  out.dropped_untrained = std::find(ex.mask.begin(), ex.mask.end(), 1) == ex.mask.end();
+  out.ids = std::move(ex.ids);
+  out.mask = std::move(ex.mask);
+  out.turns_without_eot = ex.turns_without_eot;
   return out;
 }
 

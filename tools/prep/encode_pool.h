@@ -17,6 +17,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/prep/document_reader.h"
 #include "tools/prep/options.h"
+#include "tools/prep/sft_encoder.h"
 
 namespace ps::prep {
 
@@ -24,6 +25,12 @@ struct Encoded {
   std::vector<int32_t> ids;  // end-of-text included
   std::string error;         // a bad input: "file:line: what"
   bool empty = false;        // a JSONL document with an empty text
+  // --format sft: the loss mask ([ids.size()]) and what happened to the example.
+  std::vector<uint8_t> mask;
+  bool truncated = false;          // cut to --max-tokens
+  bool dropped_overlong = false;   // longer than --max-tokens, --overlong drop: not written
+  bool dropped_untrained = false;  // no trained token left after truncation: not written
+  int64_t turns_without_eot = 0;
 };
 
 struct Batch {
@@ -41,18 +48,22 @@ struct EncodedBatch {
 // left in a batch are not encoded (the run is being abandoned).
 class Encoder {
  public:
-  // `eot`: appended after each document's ids, when set.
-  Encoder(const Options& opt, const tokenizer::Tokenizer& tok, std::optional<int32_t> eot)
-      : opt_(opt), tok_(tok), eot_(eot) {}
+  // `eot`: appended after each document's ids, when set. `sft`: encodes the examples of
+  // --format sft (then required).
+  Encoder(const Options& opt, const tokenizer::Tokenizer& tok, std::optional<int32_t> eot,
+          const SftEncoder* sft = nullptr)
+      : opt_(opt), tok_(tok), eot_(eot), sft_(sft) {}
 
   EncodedBatch EncodeBatch(Batch batch) const;
 
  private:
   Encoded EncodeOne(const Document& d) const;
+  Encoded EncodeSft(const Document& d) const;
 
   const Options& opt_;
   const tokenizer::Tokenizer& tok_;
   std::optional<int32_t> eot_;
+  const SftEncoder* sft_;
 };
 
 // A fixed pool of threads running Encoder::EncodeBatch. Submit from one thread only.

@@ -9,9 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "tools/prep/sft_options.h"
+
 namespace ps::prep {
 
-enum class OutputFormat { kMegatron, kLlmc };
+// kSft: chat/instruction JSONL rendered with the chat template -> Megatron .bin/.idx plus
+// a .mask of one uint8 per token (sft_options.h, docs/data.md).
+enum class OutputFormat { kMegatron, kLlmc, kSft };
 // How a text (non-JSONL) input becomes documents: the whole file, one per paragraph
 // (blank lines between), or one per line.
 enum class TextSplit { kFile, kBlankLine, kLine };
@@ -28,7 +32,8 @@ struct Options {
   uint64_t seed = 1234;          // of the train/valid split
   int threads = 1;               // encoding threads
   bool skip_bad_input = false;   // count and skip bad inputs (else stop at the first)
-  bool append_eot = true;        // the end-of-text id after each document
+  bool append_eot = true;        // the end-of-text id after each document (not with kSft)
+  SftOptions sft;                // format kSft only
   // Set (to the signal number) by ps_prep's SIGTERM/SIGINT handler; Prepare and the
   // encoding threads poll it and stop with Stopped. nullptr: never stopped.
   const std::atomic<int>* stop_signal = nullptr;

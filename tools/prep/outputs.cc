@@ -19,7 +19,7 @@ class MegatronSplitWriter final : public SplitWriter {
  public:
   MegatronSplitWriter(const std::string& prefix, int64_t vocab_size)
       : dtype_(data::MegatronDtypeForVocab(vocab_size)), writer_(prefix, dtype_) {}
-  void AddDocument(const std::vector<int32_t>& ids) override {
+  void AddDocument(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) override {
     writer_.AddDocument(ids.data(), static_cast<int64_t>(ids.size()));
   }
   void Finish() override { writer_.Finish(); }
@@ -52,7 +52,7 @@ class LlmcSplitWriter final : public SplitWriter {
     std::fclose(file_);
     std::remove(tmp_.c_str());
   }
-  void AddDocument(const std::vector<int32_t>& ids) override;
+  void AddDocument(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) override;
   void Finish() override;
   int64_t num_documents() const override { return num_documents_; }
   int64_t num_tokens() const override { return num_tokens_; }
@@ -72,7 +72,7 @@ class LlmcSplitWriter final : public SplitWriter {
   int64_t num_tokens_ = 0, num_documents_ = 0;
 };
 
-void LlmcSplitWriter::AddDocument(const std::vector<int32_t>& ids) {
+void LlmcSplitWriter::AddDocument(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) {
   TORCH_CHECK(num_tokens_ + static_cast<int64_t>(ids.size()) <= INT32_MAX, path_,
               ": an llm.c shard holds at most 2^31 - 1 tokens (int32 count); use --format megatron");
   if (wide_) {
@@ -100,6 +100,50 @@ void LlmcSplitWriter::Finish() {
               std::strerror(errno));
 }
 
+// Megatron .bin/.idx plus <prefix>.mask: one uint8 per token of the .bin, in order (no
+// header). Written as "<path>.tmp", renamed by Finish(); removed if never finished.
+class SftSplitWriter final : public SplitWriter {
+ public:
+  SftSplitWriter(const std::string& prefix, int64_t vocab_size)
+      : tokens_(prefix, vocab_size), path_(prefix + ".mask"), tmp_(path_ + ".tmp") {
+    file_ = std::fopen(tmp_.c_str(), "wb");
+    TORCH_CHECK(file_ != nullptr, tmp_, ": cannot create: ", std::strerror(errno));
+  }
+  ~SftSplitWriter() override {
+    if (file_ == nullptr) return;
+    std::fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+  void AddDocument(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) override {
+    TORCH_INTERNAL_ASSERT(mask.size() == ids.size(), "sft: a mask of ", mask.size(), " for ", ids.size(), " tokens");
+    TORCH_CHECK(mask.empty() || std::fwrite(mask.data(), 1, mask.size(), file_) == mask.size(), tmp_,
+                ": write failed: ", std::strerror(errno));
+    tokens_.AddDocument(ids, mask);
+  }
+  void Finish() override {
+    const bool ok = std::ferror(file_) == 0;
+    const int rc = std::fclose(file_);
+    file_ = nullptr;
+    TORCH_CHECK(ok && rc == 0, tmp_, ": write failed: ", std::strerror(errno));
+    tokens_.Finish();
+    TORCH_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, path_, ": cannot rename from ", tmp_, ": ",
+                std::strerror(errno));
+  }
+  int64_t num_documents() const override { return tokens_.num_documents(); }
+  int64_t num_tokens() const override { return tokens_.num_tokens(); }
+  std::vector<std::string> files() const override {
+    std::vector<std::string> out = tokens_.files();
+    out.push_back(path_);
+    return out;
+  }
+  std::string dtype() const override { return tokens_.dtype(); }
+
+ private:
+  MegatronSplitWriter tokens_;
+  std::string path_, tmp_;
+  std::FILE* file_ = nullptr;
+};
+
 }  // namespace
 
 int64_t ValidCount(const Options& opt, int64_t num_docs) {
@@ -114,7 +158,8 @@ std::vector<std::string> OutputPaths(const Options& opt) {
   for (const char* split : {"train", "valid"}) {
     const std::string name = opt.output_prefix + "_" + split;
     std::vector<std::string> files = {name + ".bin"};
-    if (opt.format == OutputFormat::kMegatron) files.push_back(name + ".idx");
+    if (opt.format != OutputFormat::kLlmc) files.push_back(name + ".idx");
+    if (opt.format == OutputFormat::kSft) files.push_back(name + ".mask");
     for (const std::string& f : files) {
       out.push_back(f);
       out.push_back(f + ".tmp");
@@ -126,6 +171,7 @@ std::vector<std::string> OutputPaths(const Options& opt) {
 std::unique_ptr<SplitWriter> MakeWriter(const Options& opt, const std::string& split, int64_t vocab_size) {
   const std::string name = opt.output_prefix + "_" + split;
   if (opt.format == OutputFormat::kLlmc) return std::make_unique<LlmcSplitWriter>(name + ".bin", vocab_size);
+  if (opt.format == OutputFormat::kSft) return std::make_unique<SftSplitWriter>(name, vocab_size);
   return std::make_unique<MegatronSplitWriter>(name, vocab_size);
 }
 

@@ -1,6 +1,7 @@
 // Where ps_prep's documents go: ValidSplit chooses the validation documents (a seeded,
 // exact-size random subset, in input order) and a SplitWriter per split writes their ids
-// as Megatron .bin/.idx or as an llm.c shard. Main thread only.
+// as Megatron .bin/.idx or as an llm.c shard; --format sft adds a .mask beside the
+// .bin/.idx: one uint8 per token, 1 = trained on (docs/data.md). Main thread only.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +44,8 @@ class ValidSplit {
 class SplitWriter {
  public:
   virtual ~SplitWriter() = default;
-  virtual void AddDocument(const std::vector<int32_t>& ids) = 0;
+  // `mask`: [ids.size()] for --format sft, else empty.
+  virtual void AddDocument(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) = 0;
   // Completes the files; until then (and if never called) none is in place.
   virtual void Finish() = 0;
   virtual int64_t num_documents() const = 0;

@@ -1,5 +1,7 @@
 #include "tools/prep/prepare.h"
 
+#include <c10/util/Exception.h>
+
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -51,15 +53,36 @@ SplitReport ReportOf(const SplitWriter& w) {
   return r;
 }
 
+// Counts result `r` into `report`; whether its ids are to be written. BadInput for a bad
+// input unless skipped.
+bool Collect(const Options& opt, const Encoded& r, PrepReport& report, int& shown_warnings) {
+  if (!r.error.empty()) {
+    if (!opt.skip_bad_input) throw BadInput(r.error + " (--on-bad-input skip skips it)");
+    ++report.bad_inputs;
+    if (++shown_warnings <= kMaxShownWarnings) std::fprintf(stderr, "ps_prep: skipped %s\n", r.error.c_str());
+    if (shown_warnings == kMaxShownWarnings) std::fprintf(stderr, "ps_prep: (further skipped inputs not shown)\n");
+    return false;
+  }
+  report.empty_documents += r.empty;
+  report.sft.dropped_overlong += r.dropped_overlong;
+  report.sft.dropped_untrained += r.dropped_untrained;
+  if (r.empty || r.dropped_overlong || r.dropped_untrained) return false;
+  report.sft.truncated += r.truncated;
+  report.sft.turns_without_eot += r.turns_without_eot;
+  for (uint8_t m : r.mask) report.sft.trained_tokens += m;
+  report.tokens += static_cast<int64_t>(r.ids.size());
+  return true;
+}
+
 }  // namespace
 
-PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& loaded) {
+PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& loaded, const ChatSetup* chat) {
   const tokenizer::Tokenizer* tok = &loaded;
   PrepReport report;
   report.tokenizer_kind = tok->kind();
   report.vocab_size = tok->vocab_size();
-  report.eot = opt.append_eot ? tok->end_of_text_id() : std::nullopt;
-  if (opt.append_eot && !report.eot) {
+  report.eot = opt.append_eot && opt.format != OutputFormat::kSft ? tok->end_of_text_id() : std::nullopt;
+  if (opt.append_eot && !report.eot && opt.format != OutputFormat::kSft) {
     throw BadInput(opt.tokenizer_path + ": the tokenizer has no end-of-text token to separate "
                    "documents; pass --no-eot to write documents back to back");
   }
@@ -79,7 +102,11 @@ PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& loaded) {
 
   std::unique_ptr<SplitWriter> train = MakeWriter(opt, "train", tok->vocab_size());
   std::unique_ptr<SplitWriter> valid = MakeWriter(opt, "valid", tok->vocab_size());
-  Encoder encoder(opt, *tok, report.eot);
+  TORCH_INTERNAL_ASSERT(opt.format != OutputFormat::kSft || chat != nullptr, "--format sft needs its chat setup");
+  std::optional<SftEncoder> sft;
+  if (chat != nullptr) sft.emplace(*chat, *tok, opt.sft);
+  if (chat != nullptr) report.sft.template_origin = chat->template_origin;
+  Encoder encoder(opt, *tok, report.eot, sft ? &*sft : nullptr);
   EncodePool pool(opt.threads, encoder);
   std::deque<std::future<EncodedBatch>> in_flight;
   const size_t max_in_flight = 2 * static_cast<size_t>(opt.threads) + 2;
@@ -92,21 +119,9 @@ PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& loaded) {
     in_flight.pop_front();
     CheckStop(opt);  // the batch may be partly encoded
     for (size_t i = 0; i < b.results.size(); ++i) {
-      const Encoded& r = b.results[i];
       consumed_bytes += b.docs[i].input_bytes;
-      if (!r.error.empty()) {
-        if (!opt.skip_bad_input) throw BadInput(r.error + " (--on-bad-input skip skips it)");
-        ++report.bad_inputs;
-        if (++shown_warnings <= kMaxShownWarnings) std::fprintf(stderr, "ps_prep: skipped %s\n", r.error.c_str());
-        if (shown_warnings == kMaxShownWarnings) std::fprintf(stderr, "ps_prep: (further skipped inputs not shown)\n");
-        continue;
-      }
-      if (r.empty) {
-        ++report.empty_documents;
-        continue;
-      }
-      (b.docs[i].valid ? valid : train)->AddDocument(r.ids);
-      report.tokens += static_cast<int64_t>(r.ids.size());
+      SplitWriter* out = (b.docs[i].valid ? valid : train).get();
+      if (Collect(opt, b.results[i], report, shown_warnings)) out->AddDocument(b.results[i].ids, b.results[i].mask);
     }
     progress.Update(consumed_bytes, report.tokens);
   };

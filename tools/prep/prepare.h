@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
+#include "tools/prep/chat_setup.h"
 #include "tools/prep/options.h"
 
 namespace ps::prep {
@@ -19,6 +20,16 @@ struct SplitReport {
   int64_t num_documents = 0;
   int64_t num_tokens = 0;
   std::string dtype;  // of the ids on disk
+};
+
+// --format sft: what happened to the examples (counted, not errors).
+struct SftReport {
+  std::string template_origin;  // where the chat template came from
+  int64_t trained_tokens = 0;   // mask 1
+  int64_t truncated = 0;        // cut to --max-tokens (written)
+  int64_t dropped_overlong = 0;   // over --max-tokens with --overlong drop (not written)
+  int64_t dropped_untrained = 0;  // no trained token (left after truncation): not written
+  int64_t turns_without_eot = 0;  // assistant turns not followed by an end-of-turn token
 };
 
 struct PrepReport {
@@ -33,12 +44,15 @@ struct PrepReport {
   bool want_valid = false;  // a validation split was asked for
   int64_t counted_docs = 0;  // readable documents (counted only when want_valid)
   SplitReport train, valid;
+  SftReport sft;
 };
 
 // Runs `opt` with `tok` (loaded from opt.tokenizer_path by the caller, so that an
 // unusable tokenizer is reported before anything is read or written). Throws BadInput for a user error (a missing input, a bad line unless
 // skipped, nothing to write), Stopped when opt.stop_signal is set before the outputs
 // are complete; either way no output file (temporary ones included) is left behind.
-PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& tok);
+// `chat`: the chat template and token sets of --format sft (required then; loaded by the
+// caller so that a bad template is reported before anything is read).
+PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& tok, const ChatSetup* chat = nullptr);
 
 }  // namespace ps::prep
