@@ -9,7 +9,6 @@
 #include "chat/template_parser.h"
 
 namespace ps::chat {
-namespace {
 
 const Value& Arg(const List& args, const Kwargs& kwargs, size_t i, const char* name, const Value& fallback) {
   if (i < args.size()) return args[i];
@@ -18,6 +17,8 @@ const Value& Arg(const List& args, const Kwargs& kwargs, size_t i, const char* n
   }
   return fallback;
 }
+
+namespace {
 
 std::string StrOf(const Value& v, const char* what) {
   if (!v.is_string()) throw TemplateError(std::string(what) + " expects a str, got " + v.TypeName());

@@ -23,6 +23,9 @@ Value CallMethod(const Value& object, const std::string& name, const List& args,
 Value CallGlobal(const std::string& name, const List& args, const Kwargs& kwargs);
 bool IsGlobalFunction(const std::string& name);
 
+// Argument `i` of a call, or the keyword argument `name`, or `fallback`.
+const Value& Arg(const List& args, const Kwargs& kwargs, size_t i, const char* name, const Value& fallback);
+
 // Python semantics used by filters and the evaluator.
 std::string PyStrip(const std::string& s, const Value& chars, bool left, bool right);
 // `a op b` for + - * / // % **: ints stay ints (but /), Python's floor division and

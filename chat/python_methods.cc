@@ -9,14 +9,6 @@
 namespace ps::chat {
 namespace {
 
-const Value& Arg(const List& args, const Kwargs& kwargs, size_t i, const char* name, const Value& fallback) {
-  if (i < args.size()) return args[i];
-  for (const auto& [k, v] : kwargs) {
-    if (k == name) return v;
-  }
-  return fallback;
-}
-
 bool PrefixOrSuffix(const std::string& s, const Value& options, bool suffix) {
   const List all = options.is_list() ? options.list() : List{options};
   for (const Value& o : all) {
