@@ -187,6 +187,13 @@ std::unique_ptr<TokenSource> OpenMegatron(const std::string& path, const std::st
                   " (data.format megatron reads <prefix>.bin and <prefix>.idx; the path '", path,
                   "'", key, " may be the prefix or either file)");
   }
+  // Chat data (ps_prep --format sft) has a loss mask beside it: read as plain tokens,
+  // every token, the prompts included, would be trained on.
+  struct stat mask {};
+  PS_DATA_CHECK(::stat((paths.prefix + ".mask").c_str(), &mask) != 0, paths.prefix,
+                ".mask: this is chat data with a loss mask (ps_prep --format sft); training on it "
+                "(data.format: sft) is not built yet, and read as megatron data every token, the prompts "
+                "included, would be trained on (remove the .mask file to train on every token)", key);
   const MappedFile idx(paths.idx_path, path_key);
   auto bin = std::make_unique<MappedFile>(paths.bin_path, path_key);
   const MegatronIndexInfo info =

@@ -190,5 +190,15 @@ TEST_CASE("megatron: a missing file names both files and the key", "[data][megat
   CHECK_THROWS_WITH(Open(q + ".idx"), Catch::Contains(q + ".bin: cannot open"));
 }
 
+TEST_CASE("megatron: chat data with a loss mask is refused, naming the .mask", "[data][megatron][errors]") {
+  const std::string p = WriteSmall("with_mask");
+  Spit(p + ".mask", std::vector<char>(7, 1));
+  CHECK_THROWS_AS(Open(p), DataError);
+  CHECK_THROWS_WITH(Open(p + ".bin"), Catch::Contains(p + ".mask: this is chat data") &&
+                                          Catch::Contains("(data.train_path)"));
+  std::filesystem::remove(p + ".mask");
+  CHECK(ReadAll(*Open(p)).size() == 7);
+}
+
 }  // namespace
 }  // namespace ps::data
