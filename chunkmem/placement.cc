@@ -33,47 +33,73 @@ std::string Bytes(int64_t b) {
   return buf;
 }
 
-}  // namespace
+// Per chunk: compute-dtype bytes and optimizer-state bytes; the owned totals into `p`.
+struct ChunkSizes {
+  std::vector<int64_t> compute, optimizer;
+  int64_t largest_grad = 0, largest_fp32 = 0;  // fp32 chunk bytes: a grad chunk's (if any), any chunk's
+};
 
-Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
-                        const PlacementInput& in) {
-  TORCH_CHECK(used_by_blocks.size() == layout.placements().size(), "placement: ", used_by_blocks.size(),
-              " parameters' blocks for a layout of ", layout.placements().size());
-  const int64_t world = in.world_size;
-  TORCH_CHECK(world >= 1 && in.rank >= 0 && in.rank < world, "placement: rank ", in.rank, " of world size ", world);
-  TORCH_CHECK(layout.num_chunks() % world == 0, "placement: ", layout.num_chunks(),
-              " chunks are not a multiple of the world size ", world, " (plan the layout with it)");
-  auto owned = [&](int c) { return c % world == in.rank; };
-  Placement p;
+ChunkSizes SizeChunks(const ChunkLayout& layout, const PlacementInput& in, Placement& p) {
   const int n = layout.num_chunks();
   const int64_t k = in.compute_element_bytes;
-  const bool separate_master = k != 4;
-  const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (separate_master ? 4 : 0);
-  std::vector<int64_t> compute(n), optimizer(n);
-  int64_t largest_grad = 0, largest_fp32 = 0;  // fp32 chunk bytes: a grad chunk's (if any), any chunk's
+  const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*separate master*/ : 0);
+  ChunkSizes z;
+  z.compute.resize(n);
+  z.optimizer.resize(n);
   for (int c = 0; c < n; ++c) {
     const int64_t capacity = layout.chunks()[c].capacity_numel;
-    largest_fp32 = std::max(largest_fp32, Mul(capacity, 4));
-    if (!in.grads_in_compute_chunks) largest_grad = largest_fp32;
-    compute[c] = Mul(capacity, k);
-    optimizer[c] = Mul(capacity, optimizer_per_element);
-    if (!owned(c)) continue;
+    z.largest_fp32 = std::max(z.largest_fp32, Mul(capacity, 4));
+    if (!in.grads_in_compute_chunks) z.largest_grad = z.largest_fp32;
+    z.compute[c] = Mul(capacity, k);
+    z.optimizer[c] = Mul(capacity, optimizer_per_element);
+    if (c % in.world_size != in.rank) continue;
     ++p.owned_chunks;
-    p.compute_bytes = Add(p.compute_bytes, compute[c]);
+    p.compute_bytes = Add(p.compute_bytes, z.compute[c]);
     if (!in.grads_in_compute_chunks) p.grad_bytes = Add(p.grad_bytes, Mul(capacity, 4));
   }
+  return z;
+}
 
-  // Working set: the chunks of block b's parameters plus the chunks of shared
-  // parameters (in use from their first access through backward).
+// Device bytes of one block's working set, `chunks` the chunks it uses; `buffers`: of
+// which ZeRO's gathered and gradient buffers.
+int64_t WorkingSetBytes(const ChunkLayout& layout, const PlacementInput& in, const ChunkSizes& z,
+                        const std::set<int>& chunks, bool zero, int64_t& buffers) {
+  const int64_t world = in.world_size;
+  int64_t bytes = 0;
+  buffers = 0;
+  if (!zero) {
+    for (int c : chunks) {
+      bytes += z.compute[c];  // <= compute_bytes, which did not overflow
+      if (in.block_major_grads) bytes = Add(bytes, Mul(layout.chunks()[c].capacity_numel, 4));
+    }
+    return bytes;
+  }
+  std::set<int64_t> groups;
+  for (int c : chunks) groups.insert(c / world);
+  for (int64_t g : groups) {
+    int64_t widest = 0;  // a group's chunks are gathered as world_size slots of its widest
+    for (int64_t c = g * world; c < (g + 1) * world; ++c) widest = std::max(widest, layout.chunks()[c].capacity_numel);
+    const int64_t gathered = Mul(Mul(widest, world), in.compute_element_bytes);
+    const int64_t grads = Mul(Mul(widest, world), 4);
+    buffers = Add(buffers, Add(gathered, grads));
+    bytes = Add(bytes, z.compute[g * world + in.rank]);  // the owned chunk, the gather's input
+  }
+  return Add(bytes, buffers);
+}
+
+// The largest block working set: the chunks of block b's parameters plus the chunks of
+// shared parameters (in use from their first access through backward); ZeRO with
+// prefetch: blocks b and b + 1 together (forward gathers b + 1 during b, backward b
+// during b + 1).
+void PlanWorkingSet(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
+                    const PlacementInput& in, const ChunkSizes& z, Placement& p) {
   std::set<int> shared;
   int max_block = 0;
   for (size_t i = 0; i < used_by_blocks.size(); ++i) {
     if (used_by_blocks[i].size() > 1) shared.insert(layout.placements()[i].chunk_id);
     for (int b : used_by_blocks[i]) max_block = std::max(max_block, b);
   }
-  // ZeRO with prefetch: blocks b and b + 1 together (forward gathers b + 1 during b,
-  // backward b during b + 1).
-  const bool zero = world > 1 || in.zero;
+  const bool zero = in.world_size > 1 || in.zero;
   const int span = zero && in.prefetch_groups ? 2 : 1;
   for (int b = 0; b <= max_block; ++b) {
     std::set<int> chunks = shared;
@@ -82,51 +108,33 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
         if (u >= b && u < b + span) chunks.insert(layout.placements()[i].chunk_id);
       }
     }
-    int64_t bytes = 0;
     int64_t buffers = 0;
-    if (!zero) {
-      for (int c : chunks) {
-        bytes += compute[c];  // <= compute_bytes, which did not overflow
-        if (in.block_major_grads) bytes = Add(bytes, Mul(layout.chunks()[c].capacity_numel, 4));
-      }
-    } else {
-      std::set<int64_t> groups;
-      for (int c : chunks) groups.insert(c / world);
-      for (int64_t g : groups) {
-        int64_t widest = 0;  // a group's chunks are gathered as world_size slots of its widest
-        for (int64_t c = g * world; c < (g + 1) * world; ++c) {
-          widest = std::max(widest, layout.chunks()[c].capacity_numel);
-        }
-        const int64_t gathered = Mul(Mul(widest, world), k);
-        const int64_t grads = Mul(Mul(widest, world), 4);
-        buffers = Add(buffers, Add(gathered, grads));
-        bytes = Add(bytes, compute[g * world + in.rank]);  // the owned chunk, the gather's input
-      }
-      bytes = Add(bytes, buffers);
-    }
+    const int64_t bytes = WorkingSetBytes(layout, in, z, chunks, zero, buffers);
     if (bytes > p.working_set_bytes) {
       p.working_set_bytes = bytes;
       p.group_buffer_bytes = buffers;
     }
   }
+}
 
-  const int64_t room = std::min(in.device_budget_bytes,
-                                in.device_chunk_room_bytes >= 0 ? in.device_chunk_room_bytes : in.device_budget_bytes);
-  // Optimizer state into the margin, in layout order.
+// Optimizer state into the device margin, in layout order; then the tiers' totals.
+void PlaceOptimizerState(const PlacementInput& in, const ChunkSizes& z, int64_t room, Placement& p) {
+  const int n = static_cast<int>(z.optimizer.size());
+  auto owned = [&](int c) { return c % in.world_size == in.rank; };
   p.optimizer_on_device.assign(n, false);
   if (in.margin_use_ratio > 0 && room > p.working_set_bytes) {
     double allowed = in.margin_use_ratio * static_cast<double>(room - p.working_set_bytes);
     for (int c = 0; c < n; ++c) {
-      if (!owned(c) || static_cast<double>(optimizer[c]) > allowed) continue;
-      allowed -= static_cast<double>(optimizer[c]);
+      if (!owned(c) || static_cast<double>(z.optimizer[c]) > allowed) continue;
+      allowed -= static_cast<double>(z.optimizer[c]);
       p.optimizer_on_device[c] = true;
       ++p.device_optimizer_chunks;
-      p.device_optimizer_bytes += optimizer[c];
+      p.device_optimizer_bytes += z.optimizer[c];
     }
   }
   int64_t all_optimizer = 0;
   for (int c = 0; c < n; ++c) {
-    if (owned(c)) all_optimizer = Add(all_optimizer, optimizer[c]);
+    if (owned(c)) all_optimizer = Add(all_optimizer, z.optimizer[c]);
   }
   p.host_optimizer_bytes = all_optimizer - p.device_optimizer_bytes;
   const int64_t compute_room = std::max<int64_t>(0, room - p.device_optimizer_bytes);
@@ -137,27 +145,48 @@ Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector
   p.speculation_slots = std::min<int64_t>(in.speculation_slots, p.owned_chunks - p.device_optimizer_chunks);
   // Backups counted in fp32 chunks of the largest chunk, rounded up.
   const int64_t backup_chunks = (Mul(p.speculation_slots, in.backup_bytes_per_element) + 3) / 4;
-  p.host_scratch_bytes = Add(Mul(in.host_scratch_chunks, largest_grad), Mul(backup_chunks, largest_fp32));
+  p.host_scratch_bytes = Add(Mul(in.host_scratch_chunks, z.largest_grad), Mul(backup_chunks, z.largest_fp32));
   p.host_chunk_bytes = Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes);
   p.host_bytes = Add(p.host_chunk_bytes, in.host_param_bytes);
+}
 
+// Why the placement does not fit (empty when it does).
+std::string WhyNot(const PlacementInput& in, int64_t room, const Placement& p) {
   if (p.working_set_bytes > room) {
-    p.why_not = in.device_room_name + " leaves " + Bytes(room) + " for chunks, " + Bytes(p.working_set_bytes - room) +
-                " short of the largest block working set of " + Bytes(p.working_set_bytes) +
-                " (lower chunk.size_elements or raise the device budget)";
-  } else if (p.host_bytes > in.host_budget_bytes) {
-    std::string parts = "compute chunks " + Bytes(p.compute_bytes);
-    if (p.grad_bytes > 0) parts += ", fp32 grad chunks " + Bytes(p.grad_bytes);
-    if (p.host_scratch_bytes > 0) parts += ", gradient landing buffers " + Bytes(p.host_scratch_bytes);
-    parts += ", optimizer state of " + std::to_string(p.owned_chunks - p.device_optimizer_chunks) + " of " +
-             std::to_string(p.owned_chunks) + " chunks " + Bytes(p.host_optimizer_bytes);
-    if (in.host_param_bytes > 0) parts += ", parameters outside the chunks " + Bytes(in.host_param_bytes);
-    p.why_not = "the host budget of " + Bytes(in.host_budget_bytes) + " is " +
-                Bytes(p.host_bytes - in.host_budget_bytes) + " short: the host holds " + Bytes(p.host_bytes) +
-                " from start-up (" + parts + "; the device holds the optimizer state of " +
-                std::to_string(p.device_optimizer_chunks) + " chunks, " + Bytes(p.device_optimizer_bytes) +
-                ") (raise chunk.host_budget_bytes or give the optimizer more device memory)";
+    return in.device_room_name + " leaves " + Bytes(room) + " for chunks, " + Bytes(p.working_set_bytes - room) +
+           " short of the largest block working set of " + Bytes(p.working_set_bytes) +
+           " (lower chunk.size_elements or raise the device budget)";
   }
+  if (p.host_bytes <= in.host_budget_bytes) return "";
+  std::string parts = "compute chunks " + Bytes(p.compute_bytes);
+  if (p.grad_bytes > 0) parts += ", fp32 grad chunks " + Bytes(p.grad_bytes);
+  if (p.host_scratch_bytes > 0) parts += ", gradient landing buffers " + Bytes(p.host_scratch_bytes);
+  parts += ", optimizer state of " + std::to_string(p.owned_chunks - p.device_optimizer_chunks) + " of " +
+           std::to_string(p.owned_chunks) + " chunks " + Bytes(p.host_optimizer_bytes);
+  if (in.host_param_bytes > 0) parts += ", parameters outside the chunks " + Bytes(in.host_param_bytes);
+  return "the host budget of " + Bytes(in.host_budget_bytes) + " is " + Bytes(p.host_bytes - in.host_budget_bytes) +
+         " short: the host holds " + Bytes(p.host_bytes) + " from start-up (" + parts +
+         "; the device holds the optimizer state of " + std::to_string(p.device_optimizer_chunks) + " chunks, " +
+         Bytes(p.device_optimizer_bytes) + ") (raise chunk.host_budget_bytes or give the optimizer more device memory)";
+}
+
+}  // namespace
+
+Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
+                        const PlacementInput& in) {
+  TORCH_CHECK(used_by_blocks.size() == layout.placements().size(), "placement: ", used_by_blocks.size(),
+              " parameters' blocks for a layout of ", layout.placements().size());
+  const int64_t world = in.world_size;
+  TORCH_CHECK(world >= 1 && in.rank >= 0 && in.rank < world, "placement: rank ", in.rank, " of world size ", world);
+  TORCH_CHECK(layout.num_chunks() % world == 0, "placement: ", layout.num_chunks(),
+              " chunks are not a multiple of the world size ", world, " (plan the layout with it)");
+  Placement p;
+  const ChunkSizes sizes = SizeChunks(layout, in, p);
+  PlanWorkingSet(layout, used_by_blocks, in, sizes, p);
+  const int64_t room = std::min(in.device_budget_bytes,
+                                in.device_chunk_room_bytes >= 0 ? in.device_chunk_room_bytes : in.device_budget_bytes);
+  PlaceOptimizerState(in, sizes, room, p);
+  p.why_not = WhyNot(in, room, p);
   return p;
 }
 
