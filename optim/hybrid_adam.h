@@ -94,14 +94,14 @@ class HybridAdam {
   // optimizer chunks are not in host memory, or whose device compute chunk must come
   // to the host but still has parameters in use. A compute chunk that only receives the
   // new parameters (fp32 grad chunks) is not moved: they are staged in the slot and
-  // Step writes them in where the chunk is, if the speculation stands. A compute chunk on a CUDA device
-  // (the gradients, in bf16/fp16 runs) is sent to the host on the copy engine first,
-  // its sum of squares queued on the device before it (where Step would take it), and
-  // it goes back after Step when it fits, as the end-of-step pipeline does. The copy
-  // and work list are started at once; the wait for the copy, the backup, a host sum
-  // of squares and the update run on the speculation worker thread while the caller
-  // (backward) goes on, the chunk marked busy in the runtime (not moved) until Step has
-  // waited for it.
+  // Step writes them in where the chunk is, if the speculation stands. A compute chunk
+  // on a CUDA device (the gradients, in bf16/fp16 runs) is sent to the host on the copy
+  // engine first by the host pipeline, its sum of squares queued on the device before
+  // it (where Step would take it), and it goes back after Step when it fits, as at the
+  // end of a step. The copy and work list are started at once; the wait for the copy,
+  // the backup, a host sum of squares and the update run on the speculation worker
+  // thread while the caller (backward) goes on, the chunk held by the pipeline (pinned:
+  // the runtime's busy mark; not moved) until Step has waited for it.
   void BeginSpeculation(double lr, double loss_scale);
   bool Speculate(int chunk);
 

@@ -186,19 +186,21 @@ TEST_CASE("one update per chunk and step, none without a free slot or before Beg
   Speculation none(Options(0));
   none.Begin(1e-2, 1.0);
   CHECK_FALSE(none.CanTake(0));
-  Speculation s(Options(1));
+  Speculation s(Options(2));
   CHECK_FALSE(s.CanTake(0));  // no Begin this step
   s.Begin(1e-2, 1.0);
   CHECK(s.CanTake(0));
   Start(s, a, 0);
-  CHECK_FALSE(s.CanTake(0));  // once per step
-  CHECK_FALSE(s.CanTake(1));  // the one slot is taken
+  CHECK_FALSE(s.CanTake(0));  // once per step, though a slot is free
+  CHECK(s.CanTake(1));
+  Start(s, b, 1);
+  CHECK_FALSE(s.CanTake(2));  // both slots are taken
   s.Wait();
   s.Finish(true, [](const Speculation::Record&) {}, [](const Speculation::Record&) {});
-  CHECK_FALSE(s.CanTake(1));  // off until the next Begin
+  CHECK_FALSE(s.CanTake(2));  // off until the next Begin
   s.Begin(1e-2, 1.0);
   CHECK(s.CanTake(0));
-  Start(s, b, 1);
+  Start(s, a, 0);
   s.Wait();
   s.Finish(true, [](const Speculation::Record&) {}, [](const Speculation::Record&) {});
 }
