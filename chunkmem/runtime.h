@@ -11,8 +11,10 @@
 // that fit the device margin is allocated on the device for good, everything else on
 // the host; compute chunks are fetched to the device tier on access by its Residency
 // (chunkmem/residency.h: moments, the warm-up trace, budgets, eviction, prefetch), the
-// only code that moves a compute chunk; the optimizer asks through the runtime
-// (PlaceComputeChunk, ReturnToDeviceIfRoom), never the store directly.
+// only code that moves a compute chunk; the optimizer's HostPipeline
+// (chunkmem/host_pipeline.h) asks through the runtime (RuntimeMoves: PlaceComputeChunk,
+// ReturnToDeviceIfRoom, SendComputeChunkToHost, WriteComputeChunk, set_busy), never the
+// store directly.
 // Gradients (docs/chunkmem.md, "Gradients"): the GradSink (chunkmem/grad_sink.h) adds
 // them into a grad chunk pinned on the device, or into a device staging slot per chunk
 // and micro-batch copied to the host grad chunk, whole, once the chunk's gradients are

@@ -1,0 +1,114 @@
+#include "optim/chunk_adam.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <optional>
+
+namespace ps::optim {
+
+using chunkmem::ChunkKind;
+
+ElemType ElemTypeOf(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ElemType::kFp32;
+    case at::kHalf: return ElemType::kFp16;
+    case at::kBFloat16: return ElemType::kBf16;
+    default: TORCH_CHECK(false, "HybridAdam: unsupported chunk dtype ", t);
+  }
+}
+
+ChunkAdam::ChunkAdam(const chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config)
+    : runtime_(runtime), config_(config) {
+  for (int i = 0; i < static_cast<int>(runtime.params().size()); ++i) decay_.push_back(runtime.param_dim(i) >= 2);
+  steps_.assign(decay_.size(), 0);
+  device_steps_.resize(decay_.size());
+}
+
+void ChunkAdam::set_steps(int index, int64_t steps) {
+  TORCH_CHECK(steps >= 0, "HybridAdam: negative step count for parameter ", index);
+  steps_.at(index) = steps;
+  device_steps_.at(index) = at::Tensor();  // the fused op's counter is rebuilt from steps_
+}
+
+std::vector<chunkmem::ElementRange> ChunkAdam::AddHostWork(int chunk, double lr, double grad_scale,
+                                                             std::vector<AdamWork>& work, const at::Tensor* staging) {
+  const auto& c = config_;
+  const bool adamw = c.type == OptimizerType::kAdamW;
+  const bool separate_master = runtime_.compute_dtype() != at::kFloat;
+  std::vector<chunkmem::ElementRange> written;
+  for (int i : runtime_.layout().chunks()[chunk].param_indices) {
+    if (!runtime_.has_grad(i)) continue;
+    const at::Tensor master = runtime_.View(ChunkKind::kMaster, i);
+    const at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
+    AdamWork w;
+    w.span.master = master.data_ptr<float>();
+    w.span.m = runtime_.View(ChunkKind::kAdamM, i).data_ptr<float>();
+    w.span.v = runtime_.View(ChunkKind::kAdamV, i).data_ptr<float>();
+    w.span.grad = grad.data_ptr();
+    w.span.grad_type = ElemTypeOf(grad.scalar_type());
+    const auto& pl = runtime_.layout().placements()[i];
+    written.push_back({pl.offset_numel, pl.numel});
+    if (separate_master) {
+      const at::Tensor out = staging != nullptr ? staging->narrow(0, pl.offset_numel, pl.numel)
+                                                : runtime_.View(ChunkKind::kCompute, i);
+      w.span.param_out = out.data_ptr();
+      w.span.out_type = ElemTypeOf(out.scalar_type());
+    }
+    w.span.numel = master.numel();
+    w.hyper = AdamHyper::Make(lr, c.betas[0], c.betas[1], c.eps, decay_[i] ? c.weight_decay : 0.0, adamw,
+                              ++steps_[i], grad_scale);
+    work.push_back(w);
+  }
+  return written;
+}
+
+void ChunkAdam::UndoSteps(int chunk) {
+  for (int i : runtime_.layout().chunks()[chunk].param_indices) {
+    if (runtime_.has_grad(i)) --steps_[i];  // AddHostWork counted the update
+  }
+}
+
+void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) {
+  const auto& c = config_;
+  const auto& store = runtime_.store();
+  const bool separate_master = runtime_.compute_dtype() != at::kFloat;
+  const at::Tensor& master_payload = store.payload(runtime_.chunk_id(ChunkKind::kMaster, chunk));
+  const at::Device device = master_payload.device();
+  // Gradients as fp32 on the device: one conversion (or copy) per chunk when needed.
+  const at::Tensor& grad_payload = store.payload(runtime_.chunk_id(ChunkKind::kGrad, chunk));
+  const at::Tensor grads32 =
+      grad_payload.scalar_type() == at::kFloat && grad_payload.device() == device ? grad_payload
+                                                                                  : grad_payload.to(device, at::kFloat);
+  std::vector<at::Tensor> params[2], grads[2], ms[2], vs[2], steps[2];
+  const auto& placements = runtime_.layout().placements();
+  for (int i : runtime_.layout().chunks()[chunk].param_indices) {
+    if (!runtime_.has_grad(i)) continue;
+    const int g = decay_[i] ? 1 : 0;
+    params[g].push_back(runtime_.View(ChunkKind::kMaster, i));
+    // Shaped like the parameter: the CUDA fused op checks sizes and strides match.
+    grads[g].push_back(grads32.narrow(0, placements[i].offset_numel, placements[i].numel).view(params[g].back().sizes()));
+    ms[g].push_back(runtime_.View(ChunkKind::kAdamM, i));
+    vs[g].push_back(runtime_.View(ChunkKind::kAdamV, i));
+    if (!device_steps_[i].defined() || device_steps_[i].device() != device) {
+      device_steps_[i] = at::full({}, static_cast<double>(steps_[i]), at::TensorOptions().dtype(at::kFloat).device(device));
+    }
+    steps[g].push_back(device_steps_[i]);
+    ++steps_[i];
+  }
+  for (int g = 0; g < 2; ++g) {
+    if (params[g].empty()) continue;
+    at::_foreach_add_(steps[g], 1);  // the fused op reads the step; the caller advances it
+    const double wd = g == 1 ? c.weight_decay : 0.0;
+    if (c.type == OptimizerType::kAdamW) {
+      at::_fused_adamw_(params[g], grads[g], ms[g], vs[g], {}, steps[g], lr, c.betas[0], c.betas[1], wd, c.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, unscale, std::nullopt);
+    } else {
+      at::_fused_adam_(params[g], grads[g], ms[g], vs[g], {}, steps[g], lr, c.betas[0], c.betas[1], wd, c.eps,
+                       /*amsgrad=*/false, /*maximize=*/false, unscale, std::nullopt);
+    }
+  }
+  if (separate_master) store.payload(runtime_.chunk_id(ChunkKind::kCompute, chunk)).copy_(master_payload);
+}
+
+}  // namespace ps::optim

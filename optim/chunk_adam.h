@@ -1,0 +1,56 @@
+// ChunkAdam: Adam/AdamW over the parameters of one chunk, through the runtime's views of
+// its payloads (fp32 master, m, v, gradients, compute copy) wherever they are: on the
+// host as work for the CPU kernels (ParallelAdam), on the device as LibTorch's fused
+// multi-tensor op (one call per decay group). Keeps each parameter's update count (bias
+// correction) and decay mask (weight decay on parameters of 2 or more dimensions only).
+// A parameter without a gradient this step is not updated and its count does not
+// advance (as LibTorch). It moves nothing: the caller puts the chunk where the update
+// reads it (chunkmem::HostPipeline). Training thread only.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "chunkmem/host_pipeline.h"
+#include "chunkmem/runtime.h"
+#include "optim/cpu_adam.h"
+#include "optim/optim_config.h"
+
+namespace ps::optim {
+
+// The kernels' element type of a chunk dtype (fp32, bf16, fp16; c10::Error otherwise).
+ElemType ElemTypeOf(at::ScalarType t);
+
+class ChunkAdam {
+ public:
+  // The runtime outlives this.
+  ChunkAdam(const chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config);
+
+  // Appends the CPU kernels' work for `chunk`'s parameters with a gradient (their counts
+  // advance). The new compute-dtype parameters go into the compute chunk (host memory),
+  // or with `staging` (compute dtype, a chunk's capacity) there, at their offsets in the
+  // chunk. Returns the compute-chunk ranges written, ascending.
+  std::vector<chunkmem::ElementRange> AddHostWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work,
+                                                  const at::Tensor* staging = nullptr);
+  // Takes back the counts AddHostWork advanced for `chunk` (a rolled-back update).
+  void UndoSteps(int chunk);
+  // The fused update of `chunk`, whose master, m, v (and in fp32 or with gradients in
+  // the compute slots, its compute chunk) are on the device: gradients converted to
+  // fp32 once, then the compute chunk rewritten from the master. `unscale`: 1 /
+  // grad_scale as a 0-dim fp32 tensor on the device, as the fused op wants.
+  void UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale);
+
+  int64_t steps(int index) const { return steps_.at(index); }
+  void set_steps(int index, int64_t steps);
+
+ private:
+  const chunkmem::ChunkRuntime& runtime_;
+  OptimizerConfig config_;
+  std::vector<bool> decay_;               // [param]
+  std::vector<int64_t> steps_;            // [param] updates so far (bias correction)
+  std::vector<at::Tensor> device_steps_;  // [param] step counters of the fused op (device chunks)
+};
+
+}  // namespace ps::optim
