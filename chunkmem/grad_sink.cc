@@ -26,6 +26,7 @@ GradSink::GradSink(ChunkStore& store, Residency& residency, const ChunkLayout& l
     blocks.insert(blocks.end(), used_by_blocks[i].begin(), used_by_blocks[i].end());
     for (int b : used_by_blocks[i]) num_blocks_ = std::max(num_blocks_, b + 1);
   }
+  num_blocks_ = std::max(num_blocks_, 1);  // block 0 exists even without parameters
   for (auto& blocks : blocks_of_chunk_) {  // ascending, each once: front() is the lowest
     std::sort(blocks.begin(), blocks.end());
     blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
@@ -202,7 +203,7 @@ void GradSink::FinishBackward() {
 void GradSink::BeginStep(bool warmed_up) {
   at::NoGradGuard no_grad;
   backward_block_ = std::numeric_limits<int>::max();  // block-major: backward has not started
-  TORCH_INTERNAL_ASSERT(flushes_.empty(), "chunkmem: a step begins with gradient copies in flight");
+  TORCH_INTERNAL_ASSERT(flushes_.empty(), "chunkmem: ZeroGrads with gradient copies in flight");
   Init();
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     // Untouched since the last zeroing (or since allocation, zero-filled): no memset,

@@ -32,11 +32,6 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
     world_ = options.comm->world_size();
     rank_ = options.comm->rank();
   }
-  TORCH_CHECK(!options.grads_in_compute_chunks || options.compute_dtype != at::kFloat,
-              "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
-  TORCH_CHECK(!options.block_major_backward || (!zero() && !options.grads_in_compute_chunks),
-              "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
-              "chunks; it is not built for ZeRO or for gradients in the compute slots");
   PlanChunks();
   counts_.assign(layout_.num_chunks(), {});
   states_.assign(params_.size(), TensorState::kFree);
@@ -77,6 +72,12 @@ void ChunkRuntime::PlanChunks() {
                 "of one size, but a parameter is larger than chunk.size_elements ", chunk_numel,
                 " (use chunk.size_elements: auto, or at least the largest parameter)");
   }
+  if (params_of_block_.empty()) params_of_block_.resize(1);  // block 0 exists even without parameters
+  TORCH_CHECK(!options_.grads_in_compute_chunks || options_.compute_dtype != at::kFloat,
+              "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
+  TORCH_CHECK(!options_.block_major_backward || (!zero() && !options_.grads_in_compute_chunks),
+              "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
+              "chunks; it is not built for ZeRO or for gradients in the compute slots");
   // Where every chunk sits (placement.h; `--plan` calls the same function).
   PlacementInput where = options_.placement_input;
   where.compute_element_bytes = static_cast<int64_t>(c10::elementSize(options_.compute_dtype));
@@ -289,7 +290,7 @@ at::Tensor ChunkRuntime::TryBorrowHost(int64_t numel, at::ScalarType dtype) {
 
 std::shared_ptr<CopyTicket> ChunkRuntime::WriteComputeChunk(int chunk, int64_t offset_numel, const at::Tensor& values) {
   const int id = chunk_id(ChunkKind::kCompute, chunk);
-  TORCH_INTERNAL_ASSERT(ComputeCount(chunk) == 0 && !busy(chunk), "chunkmem: WriteComputeChunk needs chunk ", chunk,
+  TORCH_INTERNAL_ASSERT(ComputeCount(chunk) == 0 && !residency_->pinned(chunk), "chunkmem: WriteComputeChunk needs chunk ", chunk,
                         " idle");
   at::Tensor dst = store_.payload(id).narrow(0, offset_numel, values.numel());
   if (store_.tier(id) == Tier::kDevice) return store_.CopyToDevice(std::move(dst), values);

@@ -28,6 +28,7 @@ ZeroGroups::ZeroGroups(comm::Communicator& comm, ChunkStore& store, Residency& r
   gather_work_.resize(num_groups);
   group_grad_.resize(num_groups);
   remote_.resize(layout_.num_chunks());
+  groups_of_block_.resize(1);  // block 0 exists even without parameters
   for (size_t i = 0; i < used_by_blocks.size(); ++i) {
     const int group = layout_.placements()[i].chunk_id / world_;
     for (int b : used_by_blocks[i]) {

@@ -91,7 +91,7 @@ struct Fixture {
   std::vector<int> compute_ids, grad_ids;
   std::vector<int> finals;
 
-  Fixture() {
+  explicit Fixture(int64_t prefetch_depth = 0) {
     std::vector<ParamSpec> specs;
     for (int i = 0; i < 4; ++i) specs.push_back({"p" + std::to_string(i), kNumel, used_by[i].front()});
     layout = ChunkLayout::Plan(specs, {kNumel, kWorld, 32});
@@ -113,7 +113,7 @@ struct Fixture {
       sink_chunks.adam_m_ids.push_back(-1);
     }
     ResidencySettings settings;
-    settings.prefetch_depth = 0;
+    settings.prefetch_depth = prefetch_depth;
     residency = std::make_unique<Residency>(*store, compute_ids, held, settings);
     std::vector<std::vector<int64_t>> shapes(4, std::vector<int64_t>{kNumel});
     sink = std::make_unique<GradSink>(*store, *residency, layout, sink_chunks, shapes, used_by, states, false,
@@ -183,6 +183,35 @@ TEST_CASE("ZeRO reductions: a group reduces once its gradients are in, one in fl
   CHECK(at::equal(f.store->payload(f.grad_ids[1]), at::full({kNumel}, (6.0f + 1000.0f) / 2)));
   CHECK(f.zero->stats().group_reductions == 2);
   CHECK(f.store->BytesUsed(Tier::kDevice) == 0);  // the group buffers were given back
+}
+
+TEST_CASE("ZeRO after warm-up: the next moment's group is gathered ahead, its input pinned until used",
+          "[zero_groups][prefetch]") {
+  Fixture f(/*prefetch_depth=*/1);
+  for (int it = 0; it < 2; ++it) {  // the first traces; both gather on use
+    for (int block : {0, 1}) {
+      f.residency->BeginMoment("forward", block);
+      f.zero->ReleaseIdle(block);
+      for (int c : {2 * block, 2 * block + 1}) {
+        f.zero->EnsureGathered(c);
+        f.residency->Acquire(c);
+      }
+      if (it == 1 && block == 0) {
+        f.zero->PrefetchNext();  // group 1 (moment 1), ahead
+        CHECK(f.zero->stats().group_prefetches == 1);
+        CHECK(f.residency->pinned(3));  // the gather's input
+        CHECK(f.comm.in_flight() == 1);
+      }
+      for (int c : {2 * block, 2 * block + 1}) f.residency->Release(c);
+    }
+    if (it == 1) {
+      CHECK_FALSE(f.residency->pinned(3));  // EnsureGathered waited for it
+      CHECK(at::equal(f.zero->RemotePayload(2), at::full({kNumel}, 102.0f)));
+    }
+    f.zero->ReleaseIdle(-1);
+    f.residency->EndIteration();
+  }
+  CHECK(f.zero->stats().group_gathers == 4);
 }
 
 TEST_CASE("ZeRO: a second micro-batch of a group being reduced waits for it and accumulates", "[zero_groups]") {
