@@ -23,6 +23,13 @@ class GradArrivedHook final : public torch::autograd::PostAccumulateGradHook {
   int index_;
 };
 
+// Each parameter's blocks, in parameter order (the parts take them as a plain table).
+std::vector<std::vector<int>> UsedByBlocks(const std::vector<ManagedParam>& params) {
+  std::vector<std::vector<int>> used_by;
+  for (const auto& p : params) used_by.push_back(p.used_by_blocks);
+  return used_by;
+}
+
 }  // namespace
 
 ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, const RuntimeOptions& options)
@@ -52,13 +59,11 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
 
 void ChunkRuntime::PlanChunks() {
   std::vector<ParamSpec> specs;
-  std::vector<std::vector<int>> used_by;
   for (const auto& p : params_) {
     TORCH_CHECK(p.tensor.defined() && p.tensor.is_leaf() && p.tensor.requires_grad(),
                 "chunkmem: parameter '", p.name, "' must be a leaf that requires grad");
     TORCH_CHECK(!p.used_by_blocks.empty(), "chunkmem: parameter '", p.name, "' is used by no block");
     specs.push_back({p.name, p.tensor.numel(), p.used_by_blocks.front()});
-    used_by.push_back(p.used_by_blocks);
     shapes_.push_back(p.tensor.sizes().vec());
     for (int b : p.used_by_blocks) {
       if (static_cast<int>(params_of_block_.size()) <= b) params_of_block_.resize(b + 1);
@@ -94,7 +99,7 @@ void ChunkRuntime::PlanChunks() {
   if (traced_bytes > 0 && where.warmup_share_bytes == 0) {
     where.warmup_share_bytes = static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(traced_bytes));
   }
-  placement_ = PlanPlacement(layout_, used_by, where);
+  placement_ = PlanPlacement(layout_, UsedByBlocks(params_), where);
 }
 
 void ChunkRuntime::BindChunk(int chunk) {
@@ -129,9 +134,8 @@ void ChunkRuntime::MakeGradSink() {
     chunks.grad_ids.push_back(chunk_id(ChunkKind::kGrad, c));
     chunks.adam_m_ids.push_back(chunk_id(ChunkKind::kAdamM, c));
   }
-  std::vector<std::vector<int>> used_by;
-  for (const auto& p : params_) used_by.push_back(p.used_by_blocks);
-  grads_ = std::make_unique<GradSink>(store_, *residency_, layout_, std::move(chunks), shapes_, used_by, states_,
+  grads_ = std::make_unique<GradSink>(store_, *residency_, layout_, std::move(chunks), shapes_, UsedByBlocks(params_),
+                                      states_,
                                       options_.block_major_backward, [this](int chunk) { GradsFinal(chunk); });
 }
 
@@ -143,10 +147,8 @@ void ChunkRuntime::MakeZeroGroups() {
     chunks.compute_ids.push_back(chunk_id(ChunkKind::kCompute, c));
     chunks.grad_ids.push_back(chunk_id(ChunkKind::kGrad, c));
   }
-  std::vector<std::vector<int>> used_by;
-  for (const auto& p : params_) used_by.push_back(p.used_by_blocks);
   zero_groups_ = std::make_unique<ZeroGroups>(*options_.comm, store_, *residency_, *grads_, layout_, std::move(chunks),
-                                              shapes_, used_by, has_grad_, [this](int chunk) { GradsFinal(chunk); });
+                                              shapes_, UsedByBlocks(params_), has_grad_, [this](int chunk) { GradsFinal(chunk); });
 }
 
 const at::Tensor& ChunkRuntime::ComputePayload(int chunk) const {

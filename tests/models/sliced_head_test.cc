@@ -167,6 +167,19 @@ void CheckSameGrads(const std::vector<at::Tensor>& got, const std::vector<at::Te
   }
 }
 
+// `model`'s Loss (the sliced head) against the cross-entropy of its forward logits:
+// the loss and every parameter's gradient.
+template <typename Model>
+void CheckLossEqualsForward(Model& model, const at::Tensor& idx, const at::Tensor& targets) {
+  const at::Tensor want = MeanCrossEntropy(model->forward(idx), targets);
+  want.backward();
+  const auto want_grads = ParameterGrads(model);
+  const at::Tensor got = model->Loss(idx, targets);
+  got.backward();
+  CHECK(RelErr(got, want) < 1e-6);
+  CheckSameGrads(ParameterGrads(model), want_grads);
+}
+
 TEST_CASE("GPT and Llama Loss: the sliced head equals the forward logits' cross-entropy", "[sliced_head][models]") {
   at::manual_seed(4);
   const at::Tensor idx = at::randint(0, 40, {3, 10}, at::kLong);
@@ -178,24 +191,12 @@ TEST_CASE("GPT and Llama Loss: the sliced head equals the forward logits' cross-
     INFO("gpt, tied " << tied);
     g.tie_word_embeddings = tied;
     Gpt gpt(g);
-    const at::Tensor want = MeanCrossEntropy(gpt->forward(idx), targets);
-    want.backward();
-    const auto want_grads = ParameterGrads(gpt);
-    const at::Tensor got = gpt->Loss(idx, targets);
-    got.backward();
-    CHECK(RelErr(got, want) < 1e-6);
-    CheckSameGrads(ParameterGrads(gpt), want_grads);
+    CheckLossEqualsForward(gpt, idx, targets);
   }
   LlamaConfig l;
   l.n_layer = 1, l.n_head = 2, l.n_embd = 16, l.n_positions = 16, l.vocab_size = 40, l.loss_slice_tokens = 4;
   Llama llama(l);
-  const at::Tensor want = MeanCrossEntropy(llama->forward(idx), targets);
-  want.backward();
-  const auto want_grads = ParameterGrads(llama);
-  const at::Tensor got = llama->Loss(idx, targets);
-  got.backward();
-  CHECK(RelErr(got, want) < 1e-6);
-  CheckSameGrads(ParameterGrads(llama), want_grads);
+  CheckLossEqualsForward(llama, idx, targets);
 }
 
 TEST_CASE("BERT MLM loss: the sliced decoder (with its bias) equals the materialised one", "[sliced_head][models]") {
