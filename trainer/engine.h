@@ -6,11 +6,13 @@
 // the third: SyncGradients is its reduce-scatter point, and Save/Load exchange the
 // parameters a rank owns by name, so any rank count resumes any checkpoint.
 //
-// One optimizer step, as Train() calls it:
-//   BeginStep(lr)  ->  { out = Forward(batch, k); Backward(out.loss) } x k micro-batches
-//                ->  SyncGradients()  ->  OptimizerStep(lr, max_norm)  ->  EndStep(step)
-// or with train.accumulation_schedule: vertical (k > 1), one forward and one backward:
-//   BeginStep(lr)  ->  outs = ForwardMany(batches, k); Backward(sum of outs' losses)  ->  ...
+// One optimizer step, as the Trainer (trainer.h) calls it:
+//   BeginStep(lr)  ->  ForwardBackward(k micro-batches)  ->  SyncGradients()
+//                  ->  OptimizerStep(lr, max_norm)  ->  EndStep(step)
+// ForwardBackward runs the engine's accumulation schedule (set_accumulation): horizontal,
+//   { out = Forward(batch, k); Backward(out.loss) } x k micro-batches,
+// or vertical (train.accumulation_schedule: vertical, k > 1), one forward and one backward:
+//   outs = ForwardMany(batches, k); Backward(sum of outs' losses).
 // Evaluation: EvalLoss(batch) between steps, under BeginEval()/EndEval().
 // Checkpoints: Save() between steps (after EndStep), Load() before the first step.
 // Training thread only.
@@ -18,6 +20,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -35,6 +38,14 @@
 namespace ps::trainer {
 
 struct TrainResult;
+
+// What one step's forward and backward passes give back: each micro-batch's loss
+// (detached, divided by the number of micro-batches) and accuracy counts, and the
+// milliseconds spent in the forward and the backward passes.
+struct ForwardBackwardResult {
+  std::vector<models::LossOutput> outs;
+  double forward_ms = 0, backward_ms = 0;
+};
 
 struct StepOutcome {
   double grad_norm = 0.0;       // before clipping, loss scale removed
@@ -71,6 +82,20 @@ class TrainingEngine {
   virtual std::vector<models::LossOutput> ForwardMany(const std::vector<models::Batch>& batches,
                                                       int64_t accum_steps) = 0;
   virtual void Backward(const at::Tensor& loss) = 0;
+  // Forward and backward of every micro-batch of one step (host batches; each moved to
+  // device() when its turn comes) in the schedule set_accumulation chose. Between
+  // BeginStep and SyncGradients.
+  virtual ForwardBackwardResult ForwardBackward(const std::vector<models::Batch>& micro_batches);
+  // `vertical`: ForwardMany over all micro-batches, one backward; otherwise each
+  // micro-batch's forward and backward in turn. `sync_phases` (logging.step_breakdown):
+  // phase boundaries wait for the device, so each phase's time is its own.
+  // Now, at a phase boundary of a step: after waiting for the device when
+  // set_accumulation asked to time phases apart.
+  std::chrono::steady_clock::time_point PhaseBoundary() const;
+  void set_accumulation(bool vertical, bool sync_phases) {
+    vertical_ = vertical;
+    sync_phases_ = sync_phases;
+  }
   // Where gradients of all micro-batches are complete (ranks reduce them here).
   virtual void SyncGradients() {}
   // Throws std::runtime_error when the gradient norm is non-finite and no loss scaler
@@ -99,6 +124,10 @@ class TrainingEngine {
   // Whether Save() is a collective every rank must call at the same step (ZeRO: each
   // rank holds part of the state); each rank then writes its share (a sharded checkpoint).
   virtual bool collective_save() const { return false; }
+
+ private:
+  bool vertical_ = false;
+  bool sync_phases_ = false;
 };
 
 // The engine `config` asks for, taking `model` (built uninitialised, on the host): the

@@ -1,0 +1,31 @@
+#include "trainer/divergence_guard.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace ps::trainer {
+
+void DivergenceGuard::CheckUpdate(const StepOutcome& outcome, int64_t step) const {
+  if (outcome.skipped && !outcome.overflow_tolerated) {
+    throw std::runtime_error("gradient norm became " + std::to_string(outcome.grad_norm) + " at step " +
+                             std::to_string(step) + " (lower optimizer.lr or set train.grad_clip)");
+  }
+}
+
+void DivergenceGuard::CheckStep(const StepRecord& record, int64_t step) {
+  if (!std::isfinite(record.loss) && !record.outcome.overflow_tolerated) {
+    throw std::runtime_error("training loss became " + std::to_string(record.loss) + " at step " +
+                             std::to_string(step) + " (lower optimizer.lr or set train.grad_clip)");
+  }
+  run_ = record.outcome.skipped && record.outcome.at_min_loss_scale ? run_ + 1 : 0;
+  if (limit_ > 0 && run_ >= limit_) {
+    throw std::runtime_error("fp16 training diverged: the last " + std::to_string(run_) + " steps (to step " +
+                             std::to_string(step) + ") all overflowed at the minimum loss scale " +
+                             std::to_string(min_scale_) + " (precision.min_loss_scale), so every step is skipped; "
+                             "lower optimizer.lr, set train.grad_clip, use precision.dtype: bf16, or resume from an "
+                             "earlier checkpoint (precision.max_skips_at_min_scale sets this limit)");
+  }
+}
+
+}  // namespace ps::trainer

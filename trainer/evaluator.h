@@ -1,0 +1,43 @@
+// Evaluator: the evaluation component of a run. Decides when it runs (train.eval_every
+// steps, and after the last step) and computes the validation loss (and accuracy, for
+// models that count predictions) over the same batches every time; the logger reports
+// it. A run without validation data has an Evaluator that never runs. Training thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "trainer/config.h"
+#include "trainer/engine.h"
+#include "trainer/run_data.h"
+#include "trainer/step_logger.h"
+
+namespace ps::trainer {
+
+// Validation batches from the start of the validation data (RunData::Valid); empty
+// function: the run has none.
+using ValidBatches = std::function<std::unique_ptr<BatchSource>()>;
+
+class Evaluator {
+ public:
+  // `whole_set`: labelled examples, each evaluated once per evaluation (the last
+  // micro-batch may be smaller), so the accuracy is the validation set's; otherwise
+  // train.eval_steps micro-batches of train.micro_batch_size. Not owned: engine, logger.
+  Evaluator(const TrainConfig& train, bool whole_set, ValidBatches valid, TrainingEngine& engine, StepLogger& logger);
+
+  // After step `step` of a run of `max_steps`: evaluates and logs when due.
+  std::optional<EvalResult> MaybeEvaluate(int64_t step, int64_t max_steps);
+  // The mean loss over the validation batches (a mean over examples), now.
+  EvalResult Evaluate();
+
+ private:
+  TrainConfig train_;
+  bool whole_set_;
+  ValidBatches valid_;
+  TrainingEngine& engine_;
+  StepLogger& logger_;
+};
+
+}  // namespace ps::trainer
