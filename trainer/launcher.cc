@@ -14,6 +14,8 @@
 #include <iostream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace ps::trainer {
 namespace {
@@ -42,6 +44,102 @@ int FreeLoopbackPort() {
 
 int ExitStatusOf(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
+
+// In the child of fork(): rank `r` of `nproc` with the rendezvous variables set, exec'd
+// as this binary with `args`. Never returns.
+[[noreturn]] void ExecRank(int r, int nproc, const std::string& port, pid_t launcher,
+                           const std::vector<std::string>& args) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != launcher) _exit(1);  // the launcher died before prctl
+  setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher alone; it forwards once
+  setenv("RANK", std::to_string(r).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", port.c_str(), 1);
+  std::vector<std::string> argv_strings = {"ps_train"};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execv("/proc/self/exe", argv.data());
+  std::cerr << "ps_train: error: --nproc: exec of /proc/self/exe failed: " << std::strerror(errno) << std::endl;
+  _exit(127);
+}
+
+// The launched ranks, waited for: the first failure's status and rank; a failed rank
+// (not a signal stop, status 42) takes the group down (SIGTERM, SIGKILL 15 s later).
+class RankGroup {
+ public:
+  explicit RankGroup(std::vector<pid_t> pids) : pids_(std::move(pids)), running_(pids_.size(), true) {}
+
+  // Until every rank has ended; returns the first failure's status (0: none).
+  int Wait() {
+    int live = static_cast<int>(pids_.size());
+    while (live > 0) {
+      if (const int sig = g_forward_signal.exchange(0)) Forward(sig);
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid > 0) {
+        if (Ended(pid, status)) --live;
+        continue;
+      }
+      if (terminating_ && std::chrono::steady_clock::now() > kill_at_) SignalRunning(SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (failed_rank_ >= 0 && first_failure_ != 42 && !forwarded_) {
+      std::cerr << "ps_train: error: --nproc " << pids_.size() << ": the group was stopped after rank " << failed_rank_
+                << " failed (status " << first_failure_ << ")" << std::endl;
+    }
+    return first_failure_;
+  }
+
+ private:
+  void SignalRunning(int sig) {
+    for (size_t r = 0; r < pids_.size(); ++r) {
+      if (running_[r]) kill(pids_[r], sig);
+    }
+  }
+  void Forward(int sig) {
+    forwarded_ = true;  // the ranks stop because of it: their statuses are not failures to report
+    SignalRunning(sig);
+  }
+  // Rank of `pid` ended with `status`: recorded; whether it was one of ours still running.
+  bool Ended(pid_t pid, int status) {
+    for (size_t r = 0; r < pids_.size(); ++r) {
+      if (pids_[r] != pid || !running_[r]) continue;
+      running_[r] = false;
+      const int code = ExitStatusOf(status);
+      if (code != 0 && first_failure_ == 0) {
+        first_failure_ = code;
+        failed_rank_ = static_cast<int>(r);
+      }
+      // Said at once, so the line names the rank that died before the others report what
+      // they saw. After a signal the launcher passed on, ranks ending by it are not news.
+      if (code != 0 && code != 42 && !terminating_) {
+        if (!forwarded_) {
+          std::cerr << "ps_train: error: --nproc " << pids_.size() << ": rank " << r << " "
+                    << (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                            : "exited with status " + std::to_string(code))
+                    << "; stopping the other ranks" << std::endl;
+        }
+        terminating_ = true;
+        kill_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+        SignalRunning(SIGTERM);
+      }
+      return true;
+    }
+    return false;
+  }
+
+  std::vector<pid_t> pids_;
+  std::vector<bool> running_;
+  int first_failure_ = 0, failed_rank_ = -1;
+  std::chrono::steady_clock::time_point kill_at_{};
+  bool terminating_ = false, forwarded_ = false;
+};
+
 }  // namespace
 
 int LaunchLocalRanks(int nproc, const std::vector<std::string>& args) {
@@ -52,86 +150,14 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args) {
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = fork();
     if (pid < 0) throw std::runtime_error(std::string("--nproc: fork failed: ") + std::strerror(errno));
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != launcher) _exit(1);  // the launcher died before prctl
-      setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher alone; it forwards once
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", port.c_str(), 1);
-      std::vector<std::string> argv_strings = {"ps_train"};
-      argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& a : argv_strings) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv("/proc/self/exe", argv.data());
-      std::cerr << "ps_train: error: --nproc: exec of /proc/self/exe failed: " << std::strerror(errno) << std::endl;
-      _exit(127);
-    }
+    if (pid == 0) ExecRank(r, nproc, port, launcher, args);
     pids.push_back(pid);
   }
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &sa, nullptr);
-
-  std::vector<bool> running(nproc, true);
-  int live = nproc, first_failure = 0, failed_rank = -1;
-  std::chrono::steady_clock::time_point kill_at{};
-  bool terminating = false, forwarded = false;
-  while (live > 0) {
-    if (const int sig = g_forward_signal.exchange(0)) {
-      forwarded = true;  // the ranks stop because of it: their statuses are not failures to report
-      for (int r = 0; r < nproc; ++r) {
-        if (running[r]) kill(pids[r], sig);
-      }
-    }
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      for (int r = 0; r < nproc; ++r) {
-        if (pids[r] != pid || !running[r]) continue;
-        running[r] = false;
-        --live;
-        const int code = ExitStatusOf(status);
-        if (code != 0 && first_failure == 0) {
-          first_failure = code;
-          failed_rank = r;
-        }
-        // A failed rank (not a signal stop, 42) takes the group down; said at once, so
-        // the line names the rank that died before the others report what they saw.
-        // After a signal the launcher passed on, ranks ending by it are not news.
-        if (code != 0 && code != 42 && !terminating) {
-          if (!forwarded) {
-            std::cerr << "ps_train: error: --nproc " << nproc << ": rank " << r << " "
-                      << (WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
-                                              : "exited with status " + std::to_string(code))
-                      << "; stopping the other ranks" << std::endl;
-          }
-          terminating = true;
-          kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-          for (int q = 0; q < nproc; ++q) {
-            if (running[q]) kill(pids[q], SIGTERM);
-          }
-        }
-      }
-      continue;
-    }
-    if (terminating && std::chrono::steady_clock::now() > kill_at) {
-      for (int q = 0; q < nproc; ++q) {
-        if (running[q]) kill(pids[q], SIGKILL);
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (failed_rank >= 0 && first_failure != 42 && !forwarded) {
-    std::cerr << "ps_train: error: --nproc " << nproc << ": the group was stopped after rank " << failed_rank
-              << " failed (status " << first_failure << ")" << std::endl;
-  }
-  return first_failure;
+  return RankGroup(std::move(pids)).Wait();
 }
 
 }  // namespace ps::trainer

@@ -87,6 +87,49 @@ std::vector<std::string> ExtractOverrides(int& argc, char** argv) {
   return overrides;
 }
 
+// --plan: the memory plan, exit status 0 if the run fits, 3 if not. A ZeRO chunk run's
+// plan is per rank: rank 0 of --nproc N, or this rank of the launcher's world.
+int PrintPlan(const ps::trainer::Config& config, int nproc) {
+  bool fits = false;
+  const at::Device device = config.run.device == ps::trainer::DeviceKind::kCuda ? at::kCUDA : at::kCPU;
+  const ps::comm::RankEnv env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
+  const int world = nproc > 0 ? nproc : env.world_size;
+  const int rank = nproc > 0 ? 0 : env.rank;
+  std::cout << ps::trainer::PlanReport(config, device, &fits, world, rank);
+  return fits ? 0 : 3;
+}
+
+// The run on this rank (of the launcher's world, from the rank variables): the log set
+// up, the stop signals caught, the communicator connected when there are several ranks.
+int TrainOnThisRank(const ps::trainer::Config& config) {
+  const ps::comm::RankEnv rank_env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
+  spdlog::set_level(rank_env.rank == 0 ? spdlog::level::from_str(config.logging.level) : spdlog::level::warn);
+  spdlog::set_pattern(rank_env.distributed() ? "[%H:%M:%S rank " + std::to_string(rank_env.rank) + "] %v"
+                                             : "[%H:%M:%S] %v");
+  ps::trainer::StopSignals signals;  // SIGTERM/SIGINT/SIGUSR1: checkpoint, then exit 42
+  ps::trainer::TrainOptions train_options;
+  train_options.stop_requested = &signals.requested();
+  std::unique_ptr<ps::comm::Communicator> communicator;
+  if (rank_env.distributed() || config.distributed.force_collectives) {
+    const bool cuda = config.run.device == ps::trainer::DeviceKind::kCuda ||
+                      (config.run.device == ps::trainer::DeviceKind::kAuto && torch::cuda::is_available());
+    spdlog::info("{}: connecting ({})", rank_env.Describe(), cuda ? "NCCL" : "Gloo");
+    {  // the rendezvous: a deadline and the stop signals end it even where c10d's store would not
+      const ps::trainer::WaitDeadline deadline(
+          rank_env.Describe() + ": rendezvous at " + rank_env.master_addr + ":" + std::to_string(rank_env.master_port) +
+              " (distributed.init_timeout_s " + std::to_string(config.distributed.init_timeout_s) + ")",
+          // Up to three waits of init_timeout_s each: the store, the NCCL id, NCCL's own init.
+          std::chrono::seconds(3 * config.distributed.init_timeout_s + 5), &signals.requested());
+      communicator = ps::comm::CreateCommunicator(rank_env, config.distributed,
+                                                  cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+    }
+    train_options.comm = communicator.get();
+    train_options.local_rank = rank_env.local_rank;
+  }
+  const auto result = ps::trainer::Train(config, train_options);
+  return result.stop_signal != 0 ? ps::trainer::kExitStoppedBySignal : 0;
+}
+
 int Run(int argc, char** argv) {
   const int nproc = ExtractNproc(argc, argv);
   const bool plan_only = std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string(a) == "--plan"; });
@@ -128,42 +171,8 @@ int Run(int argc, char** argv) {
     std::cout << ps::trainer::ConfigToYaml(config);
     return 0;
   }
-  if (args.count("plan")) {
-    bool fits = false;
-    const at::Device device = config.run.device == ps::trainer::DeviceKind::kCuda ? at::kCUDA : at::kCPU;
-    // A ZeRO chunk run's plan is per rank: rank 0 of --nproc N, or of the launcher's world.
-    const ps::comm::RankEnv env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
-    const int world = nproc > 0 ? nproc : env.world_size;
-    const int rank = nproc > 0 ? 0 : env.rank;
-    std::cout << ps::trainer::PlanReport(config, device, &fits, world, rank);
-    return fits ? 0 : 3;
-  }
-  const ps::comm::RankEnv rank_env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
-  spdlog::set_level(rank_env.rank == 0 ? spdlog::level::from_str(config.logging.level) : spdlog::level::warn);
-  spdlog::set_pattern(rank_env.distributed() ? "[%H:%M:%S rank " + std::to_string(rank_env.rank) + "] %v"
-                                             : "[%H:%M:%S] %v");
-  ps::trainer::StopSignals signals;  // SIGTERM/SIGINT/SIGUSR1: checkpoint, then exit 42
-  ps::trainer::TrainOptions train_options;
-  train_options.stop_requested = &signals.requested();
-  std::unique_ptr<ps::comm::Communicator> communicator;
-  if (rank_env.distributed() || config.distributed.force_collectives) {
-    const bool cuda = config.run.device == ps::trainer::DeviceKind::kCuda ||
-                      (config.run.device == ps::trainer::DeviceKind::kAuto && torch::cuda::is_available());
-    spdlog::info("{}: connecting ({})", rank_env.Describe(), cuda ? "NCCL" : "Gloo");
-    {  // the rendezvous: a deadline and the stop signals end it even where c10d's store would not
-      const ps::trainer::WaitDeadline deadline(
-          rank_env.Describe() + ": rendezvous at " + rank_env.master_addr + ":" + std::to_string(rank_env.master_port) +
-              " (distributed.init_timeout_s " + std::to_string(config.distributed.init_timeout_s) + ")",
-          // Up to three waits of init_timeout_s each: the store, the NCCL id, NCCL's own init.
-          std::chrono::seconds(3 * config.distributed.init_timeout_s + 5), &signals.requested());
-      communicator = ps::comm::CreateCommunicator(rank_env, config.distributed,
-                                                  cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
-    }
-    train_options.comm = communicator.get();
-    train_options.local_rank = rank_env.local_rank;
-  }
-  const auto result = ps::trainer::Train(config, train_options);
-  return result.stop_signal != 0 ? ps::trainer::kExitStoppedBySignal : 0;
+  if (args.count("plan")) return PrintPlan(config, nproc);
+  return TrainOnThisRank(config);
 }
 
 }  // namespace
