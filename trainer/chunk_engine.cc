@@ -85,21 +85,21 @@ void ChunkEngine::BeginStep(double lr) {
   chunks_.runtime->ZeroGrads();
 }
 
-models::LossOutput ChunkEngine::Forward(const models::Batch& batch, int64_t accum_steps) {
+models::LossOutput ChunkEngine::Forward(const models::Batch& batch, int64_t accum_steps, double loss_divisor) {
   // The last micro-batch's gradients are final: host chunks may update as they complete.
   if (++micro_batch_ == accum_steps) BeginFinalBackward();
   // The chunks hold the compute dtype already: no autocast.
   models::LossOutput out = model_->Loss(batch, chunks_.hooks.get());
-  out.loss = out.loss / static_cast<double>(accum_steps);
+  out.loss = out.loss / loss_divisor;
   return out;
 }
 
 std::vector<models::LossOutput> ChunkEngine::ForwardMany(const std::vector<models::Batch>& batches,
-                                                         int64_t accum_steps) {
+                                                         const std::vector<double>& loss_divisors) {
   micro_batch_ += static_cast<int64_t>(batches.size());
   BeginFinalBackward();  // the one backward gives every gradient of the step
   std::vector<models::LossOutput> outs = model_->LossMany(batches, chunks_.hooks.get());
-  for (auto& out : outs) out.loss = out.loss / static_cast<double>(accum_steps);
+  for (size_t m = 0; m < outs.size(); ++m) outs[m].loss = outs[m].loss / loss_divisors[m];
   return outs;
 }
 

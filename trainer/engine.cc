@@ -26,16 +26,21 @@ Clock::time_point TrainingEngine::PhaseBoundary() const {
   return Clock::now();
 }
 
-ForwardBackwardResult TrainingEngine::ForwardBackward(const std::vector<models::Batch>& micro_batches) {
+ForwardBackwardResult TrainingEngine::ForwardBackward(const std::vector<models::Batch>& micro_batches,
+                                                      const std::vector<double>& loss_divisors) {
   const at::Device dev = device();
   auto phase_end = [this]() { return PhaseBoundary(); };
   const auto k = static_cast<int64_t>(micro_batches.size());
+  TORCH_CHECK(loss_divisors.empty() || loss_divisors.size() == micro_batches.size(),
+              "ForwardBackward: one loss divisor per micro-batch");
+  const std::vector<double> divisors =
+      loss_divisors.empty() ? std::vector<double>(micro_batches.size(), static_cast<double>(k)) : loss_divisors;
   ForwardBackwardResult r;
   if (vertical_) {  // each block over every micro-batch, one backward
     std::vector<models::Batch> on_device;
     for (const auto& batch : micro_batches) on_device.push_back(batch.To(dev));
     const auto forward_start = phase_end();
-    r.outs = ForwardMany(on_device, k);
+    r.outs = ForwardMany(on_device, divisors);
     at::Tensor loss = r.outs.front().loss;
     for (size_t m = 1; m < r.outs.size(); ++m) loss = loss + r.outs[m].loss;
     const auto backward_start = phase_end();
@@ -43,10 +48,10 @@ ForwardBackwardResult TrainingEngine::ForwardBackward(const std::vector<models::
     Backward(loss);
     r.backward_ms += MsBetween(backward_start, phase_end());
   } else {
-    for (const auto& host_batch : micro_batches) {
-      const models::Batch batch = host_batch.To(dev);
+    for (size_t m = 0; m < micro_batches.size(); ++m) {
+      const models::Batch batch = micro_batches[m].To(dev);
       const auto forward_start = phase_end();
-      r.outs.push_back(Forward(batch, k));
+      r.outs.push_back(Forward(batch, k, divisors[m]));
       const auto backward_start = phase_end();
       r.forward_ms += MsBetween(forward_start, backward_start);
       Backward(r.outs.back().loss);

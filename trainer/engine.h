@@ -10,9 +10,9 @@
 //   BeginStep(lr)  ->  ForwardBackward(k micro-batches)  ->  SyncGradients()
 //                  ->  OptimizerStep(lr, max_norm)  ->  EndStep(step)
 // ForwardBackward runs the engine's accumulation schedule (set_accumulation): horizontal,
-//   { out = Forward(batch, k); Backward(out.loss) } x k micro-batches,
+//   { out = Forward(batch, k, divisor); Backward(out.loss) } x k micro-batches,
 // or vertical (train.accumulation_schedule: vertical, k > 1), one forward and one backward:
-//   outs = ForwardMany(batches, k); Backward(sum of outs' losses).
+//   outs = ForwardMany(batches, divisors); Backward(sum of outs' losses).
 // Evaluation: EvalLoss(batch) between steps, under BeginEval()/EndEval().
 // Checkpoints: Save() between steps (after EndStep), Load() before the first step.
 // Training thread only.
@@ -40,8 +40,8 @@ namespace ps::trainer {
 struct TrainResult;
 
 // What one step's forward and backward passes give back: each micro-batch's loss
-// (detached, divided by the number of micro-batches) and accuracy counts, and the
-// milliseconds spent in the forward and the backward passes.
+// (detached, divided by its loss divisor) and accuracy counts, and the milliseconds spent
+// in the forward and the backward passes.
 struct ForwardBackwardResult {
   std::vector<models::LossOutput> outs;
   double forward_ms = 0, backward_ms = 0;
@@ -73,19 +73,23 @@ class TrainingEngine {
   // Gradients to zero. `lr`: this step's learning rate, the one OptimizerStep will get
   // (an engine may update ahead: optimizer.speculation_slots).
   virtual void BeginStep(double lr) = 0;
-  // Forward of one micro-batch (on device()); the loss is divided by `accum_steps`
-  // (detached value for logging: loss.detach()); the accuracy counts are not.
-  virtual models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) = 0;
+  // Forward of one of the step's `accum_steps` micro-batches (on device()); the loss is
+  // divided by `loss_divisor` (detached value for logging: loss.detach()); the accuracy
+  // counts are not.
+  virtual models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps, double loss_divisor) = 0;
   // Every micro-batch of the step at once, block-major (the vertical schedule;
-  // models::TrainableModel::LossMany); each loss divided by `accum_steps`. One Backward
+  // models::TrainableModel::LossMany); loss m divided by loss_divisors[m]. One Backward
   // of their sum follows.
   virtual std::vector<models::LossOutput> ForwardMany(const std::vector<models::Batch>& batches,
-                                                      int64_t accum_steps) = 0;
+                                                      const std::vector<double>& loss_divisors) = 0;
   virtual void Backward(const at::Tensor& loss) = 0;
   // Forward and backward of every micro-batch of one step (host batches; each moved to
   // device() when its turn comes) in the schedule set_accumulation chose. Between
-  // BeginStep and SyncGradients.
-  virtual ForwardBackwardResult ForwardBackward(const std::vector<models::Batch>& micro_batches);
+  // BeginStep and SyncGradients. `loss_divisors`: micro-batch m's loss (a mean over its
+  // targets) is divided by loss_divisors[m]; empty: each by the number of micro-batches
+  // (micro-batches of equal weight).
+  virtual ForwardBackwardResult ForwardBackward(const std::vector<models::Batch>& micro_batches,
+                                                const std::vector<double>& loss_divisors = {});
   // `vertical`: ForwardMany over all micro-batches, one backward; otherwise each
   // micro-batch's forward and backward in turn. `sync_phases` (logging.step_breakdown):
   // phase boundaries wait for the device, so each phase's time is its own.

@@ -1,15 +1,16 @@
 #include "trainer/evaluator.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "trainer/step_record.h"
 
 namespace ps::trainer {
 
-Evaluator::Evaluator(const TrainConfig& train, bool whole_set, ValidBatches valid, TrainingEngine& engine,
-                     StepLogger& logger)
-    : train_(train), whole_set_(whole_set), valid_(std::move(valid)), engine_(engine), logger_(logger) {}
+Evaluator::Evaluator(const TrainConfig& train, bool whole_set, EvalMean mean, ValidBatches valid,
+                     TrainingEngine& engine, StepLogger& logger)
+    : train_(train), whole_set_(whole_set), mean_(mean), valid_(std::move(valid)), engine_(engine), logger_(logger) {}
 
 std::optional<EvalResult> Evaluator::MaybeEvaluate(int64_t step, int64_t max_steps) {
   if (!valid_) return std::nullopt;
@@ -28,17 +29,21 @@ EvalResult Evaluator::Evaluate() {
     ~EndEval() { e.EndEval(); }
   } end{engine_};
   const int64_t examples = whole_set_ ? batches->samples_per_epoch() : train_.eval_steps * train_.micro_batch_size;
-  double sum = 0.0;
+  double sum = 0.0, weights = 0.0;
   AccuracyCounts counts;
   for (int64_t done = 0; done < examples;) {
     const int64_t n = std::min(train_.micro_batch_size, examples - done);
-    const models::Batch batch = batches->Next(n).To(engine_.device());
-    const models::LossOutput out = engine_.EvalLoss(batch);
-    sum += out.loss.item<double>() * static_cast<double>(n);  // a mean over the batch's examples
+    const models::Batch host_batch = batches->Next(n);
+    // The batch's loss is a mean over its examples, or over its counted targets.
+    const double weight = mean_ == EvalMean::kTargets ? host_batch.labels.ne(-100).sum().item<double>()
+                                                      : static_cast<double>(n);
+    const models::LossOutput out = engine_.EvalLoss(host_batch.To(engine_.device()));
+    if (weight > 0) sum += out.loss.item<double>() * weight;
+    weights += weight;
     counts.Add(out);
     done += n;
   }
-  return {sum / static_cast<double>(examples), counts.Share(nullptr)};
+  return {weights > 0 ? sum / weights : std::numeric_limits<double>::quiet_NaN(), counts.Share(nullptr)};
 }
 
 }  // namespace ps::trainer

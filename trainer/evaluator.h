@@ -20,12 +20,19 @@ namespace ps::trainer {
 // function: the run has none.
 using ValidBatches = std::function<std::unique_ptr<BatchSource>()>;
 
+// How the validation loss averages.
+enum class EvalMean {
+  kExamples,  // each batch's loss weighted by its examples
+  kTargets,   // by its counted targets (labels other than -100): a mean over every trained token (data.format: sft)
+};
+
 class Evaluator {
  public:
   // `whole_set`: labelled examples, each evaluated once per evaluation (the last
   // micro-batch may be smaller), so the accuracy is the validation set's; otherwise
   // train.eval_steps micro-batches of train.micro_batch_size. Not owned: engine, logger.
-  Evaluator(const TrainConfig& train, bool whole_set, ValidBatches valid, TrainingEngine& engine, StepLogger& logger);
+  Evaluator(const TrainConfig& train, bool whole_set, EvalMean mean, ValidBatches valid, TrainingEngine& engine,
+            StepLogger& logger);
 
   // After step `step` of a run of `max_steps`: evaluates and logs when due.
   std::optional<EvalResult> MaybeEvaluate(int64_t step, int64_t max_steps);
@@ -35,6 +42,7 @@ class Evaluator {
  private:
   TrainConfig train_;
   bool whole_set_;
+  EvalMean mean_;
   ValidBatches valid_;
   TrainingEngine& engine_;
   StepLogger& logger_;

@@ -79,18 +79,18 @@ void PlainEngine::BeginStep(double /*lr*/) {
   }
 }
 
-models::LossOutput PlainEngine::Forward(const models::Batch& batch, int64_t accum_steps) {
+models::LossOutput PlainEngine::Forward(const models::Batch& batch, int64_t /*accum_steps*/, double loss_divisor) {
   AutocastScope autocast(device_, config_.precision.dtype);
   models::LossOutput out = model_->Loss(batch);
-  out.loss = out.loss / static_cast<double>(accum_steps);
+  out.loss = out.loss / loss_divisor;
   return out;
 }
 
 std::vector<models::LossOutput> PlainEngine::ForwardMany(const std::vector<models::Batch>& batches,
-                                                         int64_t accum_steps) {
+                                                         const std::vector<double>& loss_divisors) {
   AutocastScope autocast(device_, config_.precision.dtype);
   std::vector<models::LossOutput> outs = model_->LossMany(batches);
-  for (auto& out : outs) out.loss = out.loss / static_cast<double>(accum_steps);
+  for (size_t m = 0; m < outs.size(); ++m) outs[m].loss = outs[m].loss / loss_divisors[m];
   return outs;
 }
 

@@ -29,9 +29,9 @@ class PlainEngine final : public TrainingEngine {
               const models::InitPlan& init, comm::Communicator* comm = nullptr);
 
   void BeginStep(double lr) override;
-  models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override;
+  models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps, double loss_divisor) override;
   std::vector<models::LossOutput> ForwardMany(const std::vector<models::Batch>& batches,
-                                              int64_t accum_steps) override;
+                                              const std::vector<double>& loss_divisors) override;
   void Backward(const at::Tensor& loss) override;
   void SyncGradients() override;  // all-reduce average over ranks (no-op for one)
   StepOutcome OptimizerStep(double lr, double max_norm) override;

@@ -340,7 +340,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   const LogFacts facts = FactsOf(c, built, rank);
   StepLogger logger(c.logging, facts, {run.start.metrics.get(), run.start.tensorboard.get()});
   const bool whole_set = c.data.format == data::DataFormat::kClassification;
-  Evaluator evaluator(c.train, whole_set, data.has_valid() ? ValidBatches([&data] { return data.Valid(); }) : nullptr,
+  Evaluator evaluator(c.train, whole_set, EvalMean::kExamples, data.has_valid() ? ValidBatches([&data] { return data.Valid(); }) : nullptr,
                       engine, logger);
   CheckpointPolicy checkpoints(c.checkpoint, c.train.max_steps, {options.comm, engine.collective_save(), rank.device},
                                checkpointer, logger);

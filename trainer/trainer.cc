@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/loss_divisors.h"
 #include "trainer/rng_state.h"
 #include "trainer/run_folder.h"
 
@@ -81,7 +82,9 @@ StepRecord Trainer::Step(int64_t step) {
   engine.BeginStep(r.lr);
   std::vector<models::Batch> micro_batches;
   for (int64_t m = 0; m < s_.accumulation_steps; ++m) micro_batches.push_back(parts_.batches.Next(s_.micro_batch_size));
-  const ForwardBackwardResult passes = engine.ForwardBackward(micro_batches);
+  const std::vector<double> divisors =
+      s_.target_weighted_loss ? TargetWeightedDivisors(micro_batches, s_.comm, engine.device()) : std::vector<double>{};
+  const ForwardBackwardResult passes = engine.ForwardBackward(micro_batches, divisors);
   r.forward_ms = passes.forward_ms;
   r.backward_ms = passes.backward_ms;
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(engine.device()));

@@ -43,6 +43,9 @@ struct TrainerSettings {
   int64_t tokens_per_step = 0;     // global batch x sequence length
   double grad_clip = 0;            // train.grad_clip; 0 = off
   bool records_accuracy = false;   // the model counts predictions (TrainResult::accuracies)
+  // Micro-batches weighted by their counted targets over the global batch
+  // (loss_divisors.h; data.format: sft); false: equal weights.
+  bool target_weighted_loss = false;
   // Set (to a signal number) by StopSignals; read after every step. Null: none.
   const std::atomic<int>* stop_requested = nullptr;
   comm::Communicator* comm = nullptr;  // the run's ranks (loss mean, accuracy); null: one process

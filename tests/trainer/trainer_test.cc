@@ -72,15 +72,15 @@ class FakeEngine final : public TrainingEngine {
     lr_ = lr;
     first_value_ = -1;
   }
-  models::LossOutput Forward(const models::Batch& batch, int64_t accum_steps) override {
+  models::LossOutput Forward(const models::Batch& batch, int64_t, double loss_divisor) override {
     calls.push_back("forward");
-    return {LossOf(batch) / static_cast<double>(accum_steps), {}, {}};
+    return {LossOf(batch) / loss_divisor, {}, {}};
   }
   std::vector<models::LossOutput> ForwardMany(const std::vector<models::Batch>& batches,
-                                              int64_t accum_steps) override {
+                                              const std::vector<double>& loss_divisors) override {
     calls.push_back("forward_many");
     std::vector<models::LossOutput> outs;
-    for (const auto& b : batches) outs.push_back({LossOf(b) / static_cast<double>(accum_steps), {}, {}});
+    for (size_t m = 0; m < batches.size(); ++m) outs.push_back({LossOf(batches[m]) / loss_divisors[m], {}, {}});
     return outs;
   }
   void Backward(const at::Tensor&) override { calls.push_back("backward"); }
@@ -207,7 +207,7 @@ struct Rig {
     facts.max_steps = train.max_steps;
     facts.tokens_per_step = train.global_batch_size * 4;
     StepLogger logger(logging, facts, {&metrics, nullptr});
-    Evaluator evaluator(train, false, [] { return std::make_unique<CountingBatches>(); }, engine, logger);
+    Evaluator evaluator(train, false, EvalMean::kExamples, [] { return std::make_unique<CountingBatches>(); }, engine, logger);
     Checkpointer checkpointer(checkpoint, dir + "/checkpoints", Run());
     CheckpointPolicy policy(checkpoint, train.max_steps, {comm, false, at::kCPU}, checkpointer, logger);
     const optim::LrSchedule schedule(1e-2, lr, train.max_steps);
