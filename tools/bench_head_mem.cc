@@ -1,4 +1,4 @@
-// The LM head's memory, before and after issue #23 §5: the peak CPU allocator bytes of
+// The LM head's memory, materialised and sliced: the peak CPU allocator bytes of
 // one training step (forward and backward) of a small GPT with a large vocabulary (an
 // untied head, as Llama 3 8B's), its loss through
 //   none          the final norm's output, squared and averaged: no head (the baseline),

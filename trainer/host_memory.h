@@ -1,6 +1,6 @@
 // The process's resident host memory, read from /proc/self/status (Linux): now, its
-// peak, and what kind of pages (issue #9 §3: peak resident memory against the host
-// pool). The training loop logs it at the end of start-up and on every logged step, so
+// peak, and what kind of pages (peak resident memory against the host pool). The
+// training loop logs it at the end of start-up and on every logged step, so
 // a run shows when resident memory grows past the pool, and whether it is anonymous
 // memory (heap, pinned buffers), mapped files (libraries) or shared memory.
 #pragma once

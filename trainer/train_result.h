@@ -22,14 +22,14 @@ struct TrainResult {
   // Seconds from the start of Train() to the first step (data opened, output folder,
   // model built, parameters initialised or loaded, chunks placed, a checkpoint restored).
   double startup_s = 0.0;
-  // Resident host memory (VmHWM, issue #9 §3): the most at the end of start-up, and the
+  // Resident host memory (VmHWM): the most at the end of start-up, and the
   // most over the whole call. 0 where /proc/self/status cannot be read.
   int64_t startup_peak_rss_bytes = 0;
   int64_t peak_rss_bytes = 0;
   // Chunk runs only (chunk.enabled):
   int64_t peak_device_chunk_bytes = 0;  // highest chunk bytes on the device tier
   int64_t device_budget_bytes = 0;
-  int64_t host_pool_bytes = 0;            // the host pool, reserved once at start (issue #9 §3)
+  int64_t host_pool_bytes = 0;            // the host pool, reserved once at start
   int64_t peak_host_pool_used_bytes = 0;  // most of it in payloads at once
   int64_t compute_chunk_bytes = 0;      // all compute-dtype chunks (the kind that moves)
   int64_t model_data_bytes = 0;         // every chunk of every kind (params, grads, master, m, v) this rank holds
