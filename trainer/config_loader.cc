@@ -601,8 +601,23 @@ class Loader {
     }
   }
 
+  // What data.format sft and data.packing need.
+  void ValidateChatData() const {
+    const auto& c = config_;
+    const bool sft = c.data.format == data::DataFormat::kSft;
+    if (c.data.packing && !sft) {
+      throw ConfigError(At("data.packing") + ": data.packing: true packs chat examples several to a row and needs "
+                        "data.format: sft (data.format is " + data::ToString(c.data.format) + ")");
+    }
+    if (sft && c.model_type == models::ModelType::kBert) {
+      throw ConfigError(At("data.format") + ": data.format sft trains next-token prediction on chat examples: it "
+                        "needs model.type gpt or llama, not bert");
+    }
+  }
+
   void Validate() const {
     ValidateModelType();
+    ValidateChatData();
     ValidateAccumulationSchedule();
     const auto& c = config_;
     // Llama: its own shape checks (model.head_dim may set the head width).
