@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace ps::data {
@@ -45,6 +46,15 @@ struct DataConfig {
   std::string tokenizer;
 };
 
-const char* ToString(DataFormat f);
+const char* ToString(DataFormat f);  // as data.format spells it (token_source.cc)
+
+// A contradiction among the data keys, which the config loader reports where the key was set.
+struct DataKeyProblem {
+  std::string key;      // "data.packing", "data.format"
+  std::string message;  // what is wrong, naming the key
+};
+// data.packing without data.format sft, or data.format sft for BERT (`bert`: it does not
+// predict next tokens); nullopt when neither (token_source.cc).
+std::optional<DataKeyProblem> ChatKeyProblem(const DataConfig& config, bool bert);
 
 }  // namespace ps::data

@@ -28,6 +28,19 @@ const char* ToString(DataFormat f) {
   return "?";
 }
 
+std::optional<DataKeyProblem> ChatKeyProblem(const DataConfig& c, bool bert) {
+  if (c.packing && c.format != DataFormat::kSft) {
+    return DataKeyProblem{"data.packing", std::string("data.packing: true packs chat examples several to a row and "
+                                                      "needs data.format: sft (data.format is ") +
+                                              ToString(c.format) + ")"};
+  }
+  if (c.format == DataFormat::kSft && bert) {
+    return DataKeyProblem{"data.format", "data.format sft trains next-token prediction on chat examples: it needs "
+                                         "model.type gpt or llama, not bert"};
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 // Tokens of type T stored little-endian at `offset_bytes` of a mapped file.
