@@ -55,7 +55,9 @@ DataFormat InferDataFormat(const std::string& path, const std::string& key) {
   PS_DATA_CHECK(!path.empty(), key, " is empty: no data to infer data.format from");
   const std::string where = path + " (" + key + ")";
   const MegatronPaths megatron = MegatronPathsOf(path);
-  if (Exists(megatron.bin_path) && Exists(megatron.idx_path)) return DataFormat::kMegatron;
+  if (Exists(megatron.bin_path) && Exists(megatron.idx_path)) {
+    return Exists(megatron.prefix + ".mask") ? DataFormat::kSft : DataFormat::kMegatron;
+  }
 
   const int fd = OpenRegularFile(path, key);
   std::vector<uint8_t> head(kSniffBytes);

@@ -10,7 +10,8 @@
 namespace ps::data {
 
 // The format of the data at `path` (non-empty), first rule that matches:
-//   1. megatron: <prefix>.bin and <prefix>.idx both exist (`path` is the prefix or either file);
+//   1. megatron: <prefix>.bin and <prefix>.idx both exist (`path` is the prefix or either
+//      file); sft when <prefix>.mask exists too (chat data, ps_prep --format sft);
 //   2. llmc: the file starts with an llm.c shard header (magic 20240520 or 20240801);
 //   3. classification: a .jsonl, .json or .tsv file (labelled examples; token files are
 //      made from JSONL by ps_prep);

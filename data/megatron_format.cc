@@ -135,6 +135,17 @@ MegatronIndexInfo ParseMegatronIndex(const uint8_t* idx, int64_t idx_bytes,
   return info;
 }
 
+std::vector<int64_t> MegatronDocumentStarts(const uint8_t* idx, const MegatronIndexInfo& info) {
+  const int64_t num_seq = info.sequence_count, num_docs = info.document_count;
+  const uint8_t* lengths = idx + kMegatronHeaderBytes;
+  const uint8_t* doc_indices = lengths + 12 * num_seq;  // after the lengths and the offsets
+  std::vector<int64_t> sequence_starts(num_seq + 1, 0);   // token offsets
+  for (int64_t i = 0; i < num_seq; ++i) sequence_starts[i + 1] = sequence_starts[i] + Load<int32_t>(lengths + 4 * i);
+  std::vector<int64_t> starts(num_docs + 1);
+  for (int64_t d = 0; d <= num_docs; ++d) starts[d] = sequence_starts[Load<int64_t>(doc_indices + 8 * d)];
+  return starts;
+}
+
 namespace {
 
 // Converts ids to T into `out`; an id that T cannot hold is an error naming `path`.

@@ -68,6 +68,12 @@ MegatronIndexInfo ParseMegatronIndex(const uint8_t* idx, int64_t idx_bytes,
                                      const std::string& idx_path, int64_t bin_bytes,
                                      const std::string& bin_path);
 
+// Where each document of an index that passed ParseMegatronIndex (`info` is what it
+// returned) starts in the token stream, plus the end: [document_count + 1] ascending
+// token offsets, document d being tokens [starts[d], starts[d + 1]) (the concatenation of
+// its sequences). data.format sft reads each document as one example.
+std::vector<int64_t> MegatronDocumentStarts(const uint8_t* idx, const MegatronIndexInfo& info);
+
 // Writes `<prefix>.bin` and `<prefix>.idx`, one sequence per document (GPT style). Files are
 // written under a ".tmp" name and renamed by Finish(), so a failed or abandoned run leaves
 // no half-written dataset; the destructor removes what an unfinished writer wrote.

@@ -1,18 +1,15 @@
 #include "data/token_source.h"
 
 #include <c10/util/Exception.h>
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "data/data_error.h"
 #include "data/format_inference.h"
+#include "data/mapped_file.h"
 #include "data/megatron_format.h"
-#include "data/regular_file.h"
 
 namespace ps::data {
 
@@ -25,56 +22,26 @@ const char* ToString(DataFormat f) {
     case DataFormat::kRawU16: return "raw_u16";
     case DataFormat::kRawU32: return "raw_u32";
     case DataFormat::kMegatron: return "megatron";
+    case DataFormat::kSft: return "sft";
     case DataFormat::kClassification: return "classification";
   }
   return "?";
 }
 
+std::optional<DataKeyProblem> ChatKeyProblem(const DataConfig& c, bool bert) {
+  if (c.packing && c.format != DataFormat::kSft) {
+    return DataKeyProblem{"data.packing", std::string("data.packing: true packs chat examples several to a row and "
+                                                      "needs data.format: sft (data.format is ") +
+                                              ToString(c.format) + ")"};
+  }
+  if (c.format == DataFormat::kSft && bert) {
+    return DataKeyProblem{"data.format", "data.format sft trains next-token prediction on chat examples: it needs "
+                                         "model.type gpt or llama, not bert"};
+  }
+  return std::nullopt;
+}
+
 namespace {
-
-// " (data.train_path)" when the caller named the config key of a path, else "".
-std::string KeySuffix(const std::string& path_key) { return path_key.empty() ? "" : " (" + path_key + ")"; }
-
-// Read-only memory map of a whole, non-empty regular file; unmapped on destruction.
-// Paths that cannot be token files (missing, a directory, a FIFO, a device, empty) are
-// DataErrors naming the path and, when given, its config key.
-class MappedFile {
- public:
-  MappedFile(const std::string& path, const std::string& path_key) : path_(path) {
-    const std::string key = KeySuffix(path_key);
-    const int fd = OpenRegularFile(path, path_key);  // never blocks on a FIFO
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      PS_DATA_CHECK(false, path, ": cannot stat: ", std::strerror(err), key);
-    }
-    bytes_ = st.st_size;
-    if (bytes_ == 0) {
-      ::close(fd);
-      PS_DATA_CHECK(false, path, ": is empty (0 bytes, no tokens)", key);
-    }
-    void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);
-    TORCH_CHECK(p != MAP_FAILED, path, ": mmap failed: ", std::strerror(err));
-    data_ = static_cast<const uint8_t*>(p);
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), bytes_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  const uint8_t* data() const { return data_; }
-  int64_t bytes() const { return bytes_; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  const uint8_t* data_ = nullptr;
-  int64_t bytes_ = 0;
-};
 
 // Tokens of type T stored little-endian at `offset_bytes` of a mapped file.
 template <typename T>
@@ -175,30 +142,9 @@ std::unique_ptr<TokenSource> OpenLlmc(std::unique_ptr<MappedFile> file, int64_t 
   return OpenTokens<uint32_t>(std::move(file), kLlmcHeaderBytes, vocab_size);
 }
 
-// A Megatron dataset: its sequences in order form the token stream (documents already end
-// with the end-of-text token). `path` is the prefix or either file; errors say so.
-std::unique_ptr<TokenSource> OpenMegatron(const std::string& path, const std::string& path_key,
-                                          int64_t vocab_size) {
-  const MegatronPaths paths = MegatronPathsOf(path);
-  const std::string key = KeySuffix(path_key);
-  for (const std::string* p : {&paths.idx_path, &paths.bin_path}) {
-    struct stat st {};
-    PS_DATA_CHECK(::stat(p->c_str(), &st) == 0, *p, ": cannot open: ", std::strerror(errno),
-                  " (data.format megatron reads <prefix>.bin and <prefix>.idx; the path '", path,
-                  "'", key, " may be the prefix or either file)");
-  }
-  // Chat data (ps_prep --format sft) has a loss mask beside it: read as plain tokens,
-  // every token, the prompts included, would be trained on.
-  struct stat mask {};
-  PS_DATA_CHECK(::stat((paths.prefix + ".mask").c_str(), &mask) != 0, paths.prefix,
-                ".mask: this is chat data with a loss mask (ps_prep --format sft); training on it "
-                "(data.format: sft) is not built yet, and read as megatron data every token, the prompts "
-                "included, would be trained on (remove the .mask file to train on every token)", key);
-  const MappedFile idx(paths.idx_path, path_key);
-  auto bin = std::make_unique<MappedFile>(paths.bin_path, path_key);
-  const MegatronIndexInfo info =
-      ParseMegatronIndex(idx.data(), idx.bytes(), idx.path(), bin->bytes(), bin->path());
-  switch (info.dtype) {
+// The tokens of a validated .bin in the index's dtype.
+std::unique_ptr<TokenSource> OpenMegatronBin(std::unique_ptr<MappedFile> bin, MegatronDtype dtype, int64_t vocab_size) {
+  switch (dtype) {
     case MegatronDtype::kUint8: return OpenTokens<uint8_t>(std::move(bin), 0, vocab_size);
     case MegatronDtype::kInt8: return OpenTokens<int8_t>(std::move(bin), 0, vocab_size);
     case MegatronDtype::kInt16: return OpenTokens<int16_t>(std::move(bin), 0, vocab_size);
@@ -211,7 +157,38 @@ std::unique_ptr<TokenSource> OpenMegatron(const std::string& path, const std::st
   TORCH_INTERNAL_ASSERT(false, "unhandled Megatron dtype");
 }
 
+// data.format megatron: the sequences in order form the token stream (documents already
+// end with the end-of-text token). Chat data (ps_prep --format sft) has a loss mask
+// beside it: read as plain tokens, every token, the prompts included, would be trained
+// on, so a .mask beside is an error pointing at data.format: sft.
+std::unique_ptr<TokenSource> OpenMegatron(const std::string& path, const std::string& path_key, int64_t vocab_size) {
+  const MegatronPaths paths = MegatronPathsOf(path);
+  struct stat mask {};
+  PS_DATA_CHECK(::stat((paths.prefix + ".mask").c_str(), &mask) != 0, paths.prefix,
+                ".mask: this is chat data with a loss mask (ps_prep --format sft): set data.format: sft to train on "
+                "it (only the tokens the mask marks are targets); read as megatron data every token, the prompts "
+                "included, would be trained on (remove the .mask file to train on every token)", KeySuffix(path_key));
+  return OpenMegatronDataset(path, vocab_size, path_key).tokens;
+}
+
 }  // namespace
+
+MegatronDataset OpenMegatronDataset(const std::string& path, int64_t vocab_size, const std::string& path_key) {
+  const MegatronPaths paths = MegatronPathsOf(path);
+  for (const std::string* p : {&paths.idx_path, &paths.bin_path}) {
+    struct stat st {};
+    PS_DATA_CHECK(::stat(p->c_str(), &st) == 0, *p, ": cannot open: ", std::strerror(errno),
+                  " (data.format megatron or sft reads <prefix>.bin and <prefix>.idx; the path '", path, "'",
+                  KeySuffix(path_key), " may be the prefix or either file)");
+  }
+  const MappedFile idx(paths.idx_path, path_key);
+  auto bin = std::make_unique<MappedFile>(paths.bin_path, path_key);
+  const MegatronIndexInfo info = ParseMegatronIndex(idx.data(), idx.bytes(), idx.path(), bin->bytes(), bin->path());
+  MegatronDataset out;
+  out.document_starts = MegatronDocumentStarts(idx.data(), info);
+  out.tokens = OpenMegatronBin(std::move(bin), info.dtype, vocab_size);
+  return out;
+}
 
 std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::string& path,
                                              int64_t vocab_size, uint64_t seed,
@@ -229,6 +206,8 @@ std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::strin
   PS_DATA_CHECK(!path.empty(), path_key.empty() ? std::string("a token file path") : path_key,
                 " is required for data.format ", ToString(format));
   if (format == DataFormat::kMegatron) return OpenMegatron(path, path_key, vocab_size);
+  PS_DATA_CHECK(format != DataFormat::kSft, path, ": data.format sft holds chat examples (data/sft_examples.h), not "
+                "a token stream");
   auto file = std::make_unique<MappedFile>(path, path_key);
   switch (format) {
     case DataFormat::kText:
@@ -242,6 +221,7 @@ std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::strin
     case DataFormat::kRawU32:
       return OpenTokens<uint32_t>(std::move(file), 0, vocab_size);
     case DataFormat::kMegatron:  // opened above (two files)
+    case DataFormat::kSft:       // refused above
     case DataFormat::kSynthetic:
     case DataFormat::kAuto:  // resolved above
       break;

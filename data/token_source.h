@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/data_config.h"
 
@@ -32,6 +33,15 @@ std::unique_ptr<TokenSource> OpenTokenSource(DataFormat format, const std::strin
                                              int64_t vocab_size, uint64_t seed,
                                              int64_t synthetic_tokens,
                                              const std::string& path_key = "");
+
+// A Megatron dataset (<prefix>.bin + <prefix>.idx; `path` the prefix or either file),
+// opened and validated as OpenTokenSource does, with where each document starts
+// (MegatronDocumentStarts). Looks at no .mask: the caller decides what one beside means.
+struct MegatronDataset {
+  std::unique_ptr<TokenSource> tokens;
+  std::vector<int64_t> document_starts;  // [documents + 1] token offsets, ascending
+};
+MegatronDataset OpenMegatronDataset(const std::string& path, int64_t vocab_size, const std::string& path_key = "");
 
 // llm.c shard constants (dev/data/data_common.py).
 constexpr int32_t kLlmcMagicGpt2 = 20240520;   // version 1, uint16 tokens

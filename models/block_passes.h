@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/layer_hooks.h"
+#include "models/packed_rows.h"
 
 namespace ps::models {
 
@@ -18,8 +19,10 @@ struct BlockPasses {
   // Activation checkpointing is on (the model's run_block recomputes); LossMany then
   // recomputes the head in backward too, one micro-batch at a time.
   bool recompute = false;
-  std::function<at::Tensor(const at::Tensor& idx)> embed;             // block 0: [B, T] ids -> [B, T, C]
-  std::function<at::Tensor(int block, const at::Tensor& x)> run_block;  // blocks 1..n_layer
+  // Both read `rows` (packed_rows.h): positions and the attention mask of packed rows;
+  // a default PackedRows is an ordinary batch.
+  std::function<at::Tensor(const at::Tensor& idx, const PackedRows& rows)> embed;  // block 0: [B, T] ids -> [B, T, C]
+  std::function<at::Tensor(int block, const at::Tensor& x, const PackedRows& rows)> run_block;  // blocks 1..n_layer
   std::function<at::Tensor(const at::Tensor& x)> head;                // block n_layer + 1: logits
   // Block n_layer + 1 as a loss: the mean cross-entropy of x's logits against targets,
   // the logits never whole (sliced_head.h). Loss and LossMany use it, forward uses head.
@@ -27,14 +30,17 @@ struct BlockPasses {
 };
 
 // Logits [B, T, vocab] of `idx`, block by block (hooks may be null: no hooks).
-at::Tensor ForwardBlocks(const BlockPasses& passes, const at::Tensor& idx, LayerHooks* hooks);
+at::Tensor ForwardBlocks(const BlockPasses& passes, const at::Tensor& idx, LayerHooks* hooks,
+                         const PackedRows& rows = {});
 
 // The mean cross-entropy of `idx` against `targets`, block by block as ForwardBlocks,
 // the last block being `passes.head_loss`.
-at::Tensor LossBlocks(const BlockPasses& passes, const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks);
+at::Tensor LossBlocks(const BlockPasses& passes, const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks,
+                      const PackedRows& rows = {});
 
 // Mean next-token cross-entropy in fp32 of materialised logits; targets -100 are not
-// counted. The reference of the sliced head (tests), and for callers holding logits.
+// counted (none counted: NaN, as at::cross_entropy; the models' sliced head gives 0).
+// The reference of the sliced head (tests), and for callers holding logits.
 at::Tensor MeanCrossEntropy(const at::Tensor& logits, const at::Tensor& targets);
 
 // The losses of several micro-batches computed block-major (train.accumulation_schedule:
@@ -42,8 +48,9 @@ at::Tensor MeanCrossEntropy(const at::Tensor& logits, const at::Tensor& targets)
 // PostForward after all ran (so their backward hooks come first in backward). Keeps only
 // the block inputs of every micro-batch, so in training (grad mode on) it needs
 // activation checkpointing (`passes.recompute`); c10::Error otherwise, or when idx and
-// targets differ in count.
+// targets differ in count. `rows`: one per micro-batch, or empty (none packed).
 std::vector<at::Tensor> LossManyBlockMajor(const BlockPasses& passes, const std::vector<at::Tensor>& idx,
-                                           const std::vector<at::Tensor>& targets, bool training, LayerHooks* hooks);
+                                           const std::vector<at::Tensor>& targets, bool training, LayerHooks* hooks,
+                                           const std::vector<PackedRows>& rows = {});
 
 }  // namespace ps::models

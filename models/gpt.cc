@@ -47,7 +47,7 @@ AttentionImpl::AttentionImpl(const GptConfig& c) : n_head_(c.n_head), dropout_(c
   c_proj = register_module("c_proj", UninitialisedLinear(c.n_embd, c.n_embd));
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t head_dim = C / n_head_;
   auto qkv = Apply(c_attn, x, save_weight_leaves).split(C, /*dim=*/2);  // 3 x [B, T, C]
@@ -55,8 +55,10 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
     return t.view({B, T, n_head_, head_dim}).transpose(1, 2);
   };
   const double p = is_training() ? dropout_ : 0.0;
-  auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                            /*attn_mask=*/{}, p, /*is_causal=*/true);
+  std::optional<at::Tensor> attn_mask;  // packed rows: block-diagonal causal; else is_causal
+  if (mask.defined()) attn_mask = mask;
+  auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), attn_mask, p,
+                                            /*is_causal=*/!mask.defined());
   return Apply(c_proj, y.transpose(1, 2).contiguous().view({B, T, C}), save_weight_leaves);
 }
 
@@ -78,8 +80,8 @@ BlockImpl::BlockImpl(const GptConfig& c) {
   resid_dropout = register_module("resid_dropout", torch::nn::Dropout(c.dropout));
 }
 
-at::Tensor BlockImpl::forward(const at::Tensor& x) {
-  auto h = x + resid_dropout(attn(ln_1(x)));
+at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
+  auto h = x + resid_dropout(attn->forward(ln_1(x), mask));
   return h + resid_dropout(mlp(ln_2(h)));
 }
 
@@ -109,11 +111,12 @@ bool GptImpl::recompute() const {
   return config_.activation_checkpointing && is_training() && at::GradMode::is_enabled();
 }
 
-at::Tensor GptImpl::Embed(const at::Tensor& idx) {
+at::Tensor GptImpl::Embed(const at::Tensor& idx, const PackedRows& rows) {
   const int64_t T = idx.size(1);
   TORCH_CHECK(T <= config_.n_positions, "sequence length ", T, " exceeds model.n_positions ",
               config_.n_positions);
-  auto pos = at::arange(T, idx.options().dtype(at::kLong));
+  // [T] (broadcast over the rows), or the packed rows' [B, T] restarting per example.
+  auto pos = rows.position_ids.defined() ? rows.position_ids : at::arange(T, idx.options().dtype(at::kLong));
   at::Tensor x;
   if (host_embedding_ && !config_.tie_word_embeddings) {  // both on the host, summed in fp32
     x = (wte(idx.to(at::kCPU)) + wpe(pos.to(at::kCPU))).to(embedding_out_device_, embedding_out_dtype_);
@@ -125,11 +128,12 @@ at::Tensor GptImpl::Embed(const at::Tensor& idx) {
   return drop(x);
 }
 
-at::Tensor GptImpl::RunBlock(int block, const at::Tensor& x, LayerHooks* hooks) {
+at::Tensor GptImpl::RunBlock(int block, const at::Tensor& x, const PackedRows& rows, LayerHooks* hooks) {
   auto* impl = h[block - 1]->as<BlockImpl>();
-  if (!recompute()) return impl->forward(x);
+  const at::Tensor mask = rows.attn_mask;
+  if (!recompute()) return impl->forward(x, mask);
   return RecomputedCall(
-      x, [impl](const at::Tensor& in) { return impl->forward(in); },
+      x, [impl, mask](const at::Tensor& in) { return impl->forward(in, mask); },
       [hooks, block] {  // `hooks` may be null: the callers' default no-op object dies with them
         if (hooks) hooks->PreForward(block);
       });
@@ -152,18 +156,26 @@ BlockPasses GptImpl::Passes(LayerHooks* hooks) {
   BlockPasses p;
   p.n_layer = static_cast<int>(config_.n_layer);
   p.recompute = recompute();
-  p.embed = [this](const at::Tensor& idx) { return Embed(idx); };
-  p.run_block = [this, hooks](int block, const at::Tensor& x) { return RunBlock(block, x, hooks); };
+  p.embed = [this](const at::Tensor& idx, const PackedRows& rows) { return Embed(idx, rows); };
+  p.run_block = [this, hooks](int block, const at::Tensor& x, const PackedRows& rows) {
+    return RunBlock(block, x, rows, hooks);
+  };
   p.head = [this](const at::Tensor& x) { return Head(x); };
   p.head_loss = [this](const at::Tensor& x, const at::Tensor& targets) { return HeadLoss(x, targets); };
   return p;
 }
 
-at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks) { return ForwardBlocks(Passes(hooks), idx, hooks); }
+at::Tensor GptImpl::forward(const at::Tensor& idx, LayerHooks* hooks, const Packing& packing) {
+  return ForwardBlocks(Passes(hooks), idx, hooks, MakePackedRows(packing, idx, /*sliding_window=*/0));
+}
 
 std::vector<at::Tensor> GptImpl::LossMany(const std::vector<at::Tensor>& idx, const std::vector<at::Tensor>& targets,
-                                          LayerHooks* hooks) {
-  return LossManyBlockMajor(Passes(hooks), idx, targets, is_training(), hooks);
+                                          LayerHooks* hooks, const std::vector<Packing>& packing) {
+  TORCH_CHECK(packing.empty() || packing.size() == idx.size(), "LossMany: ", packing.size(), " packings for ",
+              idx.size(), " inputs");
+  std::vector<PackedRows> rows;
+  for (size_t m = 0; m < packing.size(); ++m) rows.push_back(MakePackedRows(packing[m], idx[m], 0));
+  return LossManyBlockMajor(Passes(hooks), idx, targets, is_training(), hooks, rows);
 }
 
 void GptImpl::set_save_weight_leaves(bool on) {
@@ -181,8 +193,8 @@ void GptImpl::set_host_embedding(bool on, at::Device device, at::ScalarType dtyp
   embedding_out_dtype_ = dtype;
 }
 
-at::Tensor GptImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks) {
-  return LossBlocks(Passes(hooks), idx, targets, hooks);
+at::Tensor GptImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks, const Packing& packing) {
+  return LossBlocks(Passes(hooks), idx, targets, hooks, MakePackedRows(packing, idx, /*sliding_window=*/0));
 }
 
 std::vector<BlockParameter> GptImpl::BlockParameters() const {

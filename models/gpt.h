@@ -20,6 +20,7 @@
 #include "models/block_passes.h"
 #include "models/gpt_config.h"
 #include "models/layer_hooks.h"
+#include "models/packed_rows.h"
 #include "models/param_init.h"
 
 namespace ps::models {
@@ -43,7 +44,8 @@ struct ParameterCounts {
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const GptConfig& config);  // parameters uninitialised (GptImpl fills them)
-  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+  // [B, T, C] -> [B, T, C]; `mask`: PackedRows::attn_mask, or undefined (causal).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask = {});
 
   torch::nn::Linear c_attn{nullptr};  // weight [3C, C]: q, k, v
   torch::nn::Linear c_proj{nullptr};  // weight [C, C]
@@ -71,7 +73,7 @@ TORCH_MODULE(Mlp);
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const GptConfig& config);
-  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask = {});  // [B, T, C] -> [B, T, C]; mask as Attention's
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   Attention attn{nullptr};
@@ -90,11 +92,15 @@ class GptImpl : public torch::nn::Module {
   GptImpl(const GptConfig& config, Uninitialised);
 
   // idx: [B, T] int64 token ids (T <= n_positions) -> logits [B, T, vocab_size].
-  at::Tensor forward(const at::Tensor& idx, LayerHooks* hooks = nullptr);
+  // `packing` (packed_rows.h): several examples per row, the learned positions indexed by
+  // its position_ids and attention confined to each segment; empty: ordinary rows.
+  at::Tensor forward(const at::Tensor& idx, LayerHooks* hooks = nullptr, const Packing& packing = {});
 
-  // Mean cross-entropy of next-token prediction; targets [B, T] int64. The LM head's
-  // logits are never whole: config().loss_slice_tokens at a time (sliced_head.h).
-  at::Tensor Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks = nullptr);
+  // Mean cross-entropy of next-token prediction over the counted targets; targets [B, T]
+  // int64, -100 not counted (none counted: 0, with zero gradients). The LM head's logits
+  // are never whole: config().loss_slice_tokens at a time (sliced_head.h).
+  at::Tensor Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks = nullptr,
+                  const Packing& packing = {});
 
   // The losses of several micro-batches (train.accumulation_schedule: vertical), each
   // as Loss() would give it, computed block-major: the embeddings of every micro-batch,
@@ -103,8 +109,9 @@ class GptImpl : public torch::nn::Module {
   // too (docs/chunkmem.md, "Micro-batch order"). Needs activation checkpointing in
   // training (only the block inputs of all micro-batches are kept); the head and loss
   // are then recomputed in backward as well, one micro-batch at a time.
+  // `packing`: one per micro-batch, or empty (none packed).
   std::vector<at::Tensor> LossMany(const std::vector<at::Tensor>& idx, const std::vector<at::Tensor>& targets,
-                                   LayerHooks* hooks = nullptr);
+                                   LayerHooks* hooks = nullptr, const std::vector<Packing>& packing = {});
 
   // All parameters in model (forward) order, each once, with its block id.
   std::vector<BlockParameter> BlockParameters() const;
@@ -126,8 +133,8 @@ class GptImpl : public torch::nn::Module {
   torch::nn::Dropout drop{nullptr};
 
  private:
-  at::Tensor Embed(const at::Tensor& idx);            // block 0 (no hooks)
-  at::Tensor RunBlock(int block, const at::Tensor& x, LayerHooks* hooks);  // 1..n_layer, recomputed or not
+  at::Tensor Embed(const at::Tensor& idx, const PackedRows& rows);  // block 0 (no hooks)
+  at::Tensor RunBlock(int block, const at::Tensor& x, const PackedRows& rows, LayerHooks* hooks);  // 1..n_layer
   at::Tensor Head(const at::Tensor& x);               // ln_f and the LM head: logits (no hooks)
   at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& targets);  // ln_f, the sliced head's loss
   bool recompute() const;                             // activation checkpointing applies now

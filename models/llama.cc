@@ -65,11 +65,14 @@ at::Tensor LlamaImpl::Embed(const at::Tensor& idx) {
   return embed_tokens(idx);
 }
 
-at::Tensor LlamaImpl::RunBlock(int block, const at::Tensor& x, LayerHooks* hooks) {
+at::Tensor LlamaImpl::RunBlock(int block, const at::Tensor& x, const PackedRows& rows, LayerHooks* hooks) {
   auto* impl = layers[block - 1]->as<LlamaBlockImpl>();
   const at::Tensor inv_freq = inv_freq_;
-  auto run = [impl, inv_freq](const at::Tensor& in) {
-    return impl->forward(in, MakeRotaryTables(inv_freq, in.size(1), in.device()));
+  const at::Tensor pos = rows.position_ids, mask = rows.attn_mask;
+  auto run = [impl, inv_freq, pos, mask](const at::Tensor& in) {
+    const RotaryTables rope =
+        pos.defined() ? MakeRotaryTablesAt(inv_freq, pos) : MakeRotaryTables(inv_freq, in.size(1), in.device());
+    return impl->forward(in, rope, mask);
   };
   if (!recompute()) return run(x);
   return RecomputedCall(x, run, [hooks, block] {  // `hooks` may be null (see GptImpl::RunBlock)
@@ -94,24 +97,35 @@ BlockPasses LlamaImpl::Passes(LayerHooks* hooks) {
   BlockPasses p;
   p.n_layer = static_cast<int>(config_.n_layer);
   p.recompute = recompute();
-  p.embed = [this](const at::Tensor& idx) { return Embed(idx); };
-  p.run_block = [this, hooks](int block, const at::Tensor& x) { return RunBlock(block, x, hooks); };
+  p.embed = [this](const at::Tensor& idx, const PackedRows& /*rows*/) { return Embed(idx); };  // rotary positions
+  p.run_block = [this, hooks](int block, const at::Tensor& x, const PackedRows& rows) {
+    return RunBlock(block, x, rows, hooks);
+  };
   p.head = [this](const at::Tensor& x) { return Head(x); };
   p.head_loss = [this](const at::Tensor& x, const at::Tensor& targets) { return HeadLoss(x, targets); };
   return p;
 }
 
-at::Tensor LlamaImpl::forward(const at::Tensor& idx, LayerHooks* hooks) {
-  return ForwardBlocks(Passes(hooks), idx, hooks);
+PackedRows LlamaImpl::Rows(const Packing& packing, const at::Tensor& idx) const {
+  return MakePackedRows(packing, idx, config_.sliding_window);
 }
 
-at::Tensor LlamaImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks) {
-  return LossBlocks(Passes(hooks), idx, targets, hooks);
+at::Tensor LlamaImpl::forward(const at::Tensor& idx, LayerHooks* hooks, const Packing& packing) {
+  return ForwardBlocks(Passes(hooks), idx, hooks, Rows(packing, idx));
+}
+
+at::Tensor LlamaImpl::Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks,
+                           const Packing& packing) {
+  return LossBlocks(Passes(hooks), idx, targets, hooks, Rows(packing, idx));
 }
 
 std::vector<at::Tensor> LlamaImpl::LossMany(const std::vector<at::Tensor>& idx, const std::vector<at::Tensor>& targets,
-                                            LayerHooks* hooks) {
-  return LossManyBlockMajor(Passes(hooks), idx, targets, is_training(), hooks);
+                                            LayerHooks* hooks, const std::vector<Packing>& packing) {
+  TORCH_CHECK(packing.empty() || packing.size() == idx.size(), "LossMany: ", packing.size(), " packings for ",
+              idx.size(), " inputs");
+  std::vector<PackedRows> rows;
+  for (size_t m = 0; m < packing.size(); ++m) rows.push_back(Rows(packing[m], idx[m]));
+  return LossManyBlockMajor(Passes(hooks), idx, targets, is_training(), hooks, rows);
 }
 
 void LlamaImpl::set_save_weight_leaves(bool on) {

@@ -35,13 +35,18 @@ class LlamaImpl : public torch::nn::Module {
   LlamaImpl(const LlamaConfig& config, Uninitialised);
 
   // idx: [B, T] int64 token ids (T <= n_positions) -> logits [B, T, vocab_size].
-  at::Tensor forward(const at::Tensor& idx, LayerHooks* hooks = nullptr);
-  // Mean next-token cross-entropy; targets [B, T] int64 (-100: not counted). The LM
-  // head's logits are never whole: config().loss_slice_tokens at a time (sliced_head.h).
-  at::Tensor Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks = nullptr);
+  // `packing` (packed_rows.h): several examples per row, the rotation at its position_ids
+  // and attention confined to each segment (and to the sliding window within it); empty:
+  // ordinary rows.
+  at::Tensor forward(const at::Tensor& idx, LayerHooks* hooks = nullptr, const Packing& packing = {});
+  // Mean next-token cross-entropy over the counted targets; targets [B, T] int64 (-100:
+  // not counted; none counted: 0, with zero gradients). The LM head's logits are never
+  // whole: config().loss_slice_tokens at a time (sliced_head.h).
+  at::Tensor Loss(const at::Tensor& idx, const at::Tensor& targets, LayerHooks* hooks = nullptr,
+                  const Packing& packing = {});
   // Several micro-batches' losses computed block-major, as GptImpl::LossMany.
   std::vector<at::Tensor> LossMany(const std::vector<at::Tensor>& idx, const std::vector<at::Tensor>& targets,
-                                   LayerHooks* hooks = nullptr);
+                                   LayerHooks* hooks = nullptr, const std::vector<Packing>& packing = {});
 
   std::vector<BlockParameter> BlockParameters() const;
   ParameterCounts CountParameters() const;
@@ -59,7 +64,8 @@ class LlamaImpl : public torch::nn::Module {
 
  private:
   at::Tensor Embed(const at::Tensor& idx);  // block 0
-  at::Tensor RunBlock(int block, const at::Tensor& x, LayerHooks* hooks);
+  at::Tensor RunBlock(int block, const at::Tensor& x, const PackedRows& rows, LayerHooks* hooks);
+  PackedRows Rows(const Packing& packing, const at::Tensor& idx) const;  // with the sliding window
   at::Tensor Head(const at::Tensor& x);  // final norm and LM head: logits
   at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& targets);  // final norm, the sliced head's loss
   bool recompute() const;

@@ -59,6 +59,13 @@ RotaryTables MakeRotaryTables(const at::Tensor& inv_freq, int64_t T, at::Device 
   return {emb.cos(), emb.sin()};
 }
 
+RotaryTables MakeRotaryTablesAt(const at::Tensor& inv_freq, const at::Tensor& position_ids) {
+  // As MakeRotaryTables (at::outer is this product), per row.
+  const at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq.to(position_ids.device());  // [B, T, d/2]
+  const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);  // [B, 1, T, d]
+  return {emb.cos(), emb.sin()};
+}
+
 at::Tensor ApplyRotary(const at::Tensor& x, const RotaryTables& t) {
   const int64_t half = x.size(-1) / 2;
   const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -84,14 +91,16 @@ at::Tensor LlamaAttentionImpl::Heads(torch::nn::Linear& proj, RmsNorm& norm, con
   return y.transpose(1, 2);
 }
 
-at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const RotaryTables& rope) {
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const RotaryTables& rope, const at::Tensor& packed_mask) {
   const int64_t B = x.size(0), T = x.size(1);
   RmsNorm none{nullptr};
   const at::Tensor q = ApplyRotary(Heads(q_proj, q_norm, x, config_.n_head), rope);
   const at::Tensor k = ApplyRotary(Heads(k_proj, k_norm, x, config_.kv_heads()), rope);
   const at::Tensor v = Heads(v_proj, none, x, config_.kv_heads());
   std::optional<at::Tensor> mask;
-  if (config_.sliding_window > 0 && T > config_.sliding_window) {
+  if (packed_mask.defined()) {
+    mask = packed_mask;
+  } else if (config_.sliding_window > 0 && T > config_.sliding_window) {
     // Query i sees keys j with i - window < j <= i (HF's sliding_window_overlay).
     const at::Tensor i = at::arange(T, x.options().dtype(at::kLong)).unsqueeze(1);
     const at::Tensor j = at::arange(T, x.options().dtype(at::kLong)).unsqueeze(0);
@@ -122,8 +131,8 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c) {
   mlp = register_module("mlp", LlamaMlp(c));
 }
 
-at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const RotaryTables& rope) {
-  const at::Tensor h = x + self_attn->forward(input_layernorm(x), rope);
+at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const RotaryTables& rope, const at::Tensor& packed_mask) {
+  const at::Tensor h = x + self_attn->forward(input_layernorm(x), rope, packed_mask);
   return h + mlp->forward(post_attention_layernorm(h));
 }
 

@@ -5,7 +5,8 @@
 //    fp32 of the concatenated [freqs, freqs] ("split halves", rotate_half), cast to q's dtype;
 //  - LlamaAttention: q/k/v/o projections (optional biases), optional per-head q/k RMSNorm
 //    (Qwen3) before the rotation, grouped-query attention by at::scaled_dot_product_attention
-//    (causal; a band mask when the sequence is longer than the sliding window);
+//    (causal; a band mask when the sequence is longer than the sliding window; packed rows'
+//    block-diagonal mask, packed_rows.h, when given);
 //  - LlamaMlp: down(silu(gate(x)) * up(x)).
 // Parameters are allocated uninitialised (LlamaImpl initialises them, param_init.h).
 #pragma once
@@ -38,6 +39,9 @@ struct RotaryTables {
   at::Tensor cos, sin;
 };
 RotaryTables MakeRotaryTables(const at::Tensor& inv_freq, int64_t T, at::Device device);
+// cos and sin at `position_ids` [B, T] int64 (packed rows: positions restart per
+// example): each [B, 1, T, head_dim] fp32 on position_ids' device.
+RotaryTables MakeRotaryTablesAt(const at::Tensor& inv_freq, const at::Tensor& position_ids);
 
 // x * cos + rotate_half(x) * sin for x [B, heads, T, head_dim]; tables cast to x's dtype.
 at::Tensor ApplyRotary(const at::Tensor& x, const RotaryTables& tables);
@@ -45,7 +49,9 @@ at::Tensor ApplyRotary(const at::Tensor& x, const RotaryTables& tables);
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   explicit LlamaAttentionImpl(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope);  // [B, T, C] -> [B, T, C]
+  // [B, T, C] -> [B, T, C]. `packed_mask`: PackedRows::attn_mask (the sliding window
+  // already in it), or undefined: causal, with the window's band when T exceeds it.
+  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const at::Tensor& packed_mask = {});
 
   torch::nn::Linear q_proj{nullptr};  // [n_head x head_dim, C]
   torch::nn::Linear k_proj{nullptr};  // [n_kv_head x head_dim, C]
@@ -75,7 +81,7 @@ TORCH_MODULE(LlamaMlp);
 class LlamaBlockImpl : public torch::nn::Module {
  public:
   explicit LlamaBlockImpl(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope);
+  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const at::Tensor& packed_mask = {});
 
   RmsNorm input_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};

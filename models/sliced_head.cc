@@ -61,7 +61,9 @@ class SlicedCrossEntropyFunction : public torch::autograd::Function<SlicedCrossE
       loss_sum.add_(at::where(valid, l - picked, 0.0).sum());
       if (want_correct) correct.add_(z.argmax(1).eq(t).logical_and_(valid).sum());
     });
-    const at::Tensor loss = loss_sum / targets.ne(kIgnored).sum();  // 0 / 0 = NaN, as at::cross_entropy
+    // No counted target (a micro-batch of prompts only): 0, not at::cross_entropy's 0 / 0 = NaN,
+    // so that one such micro-batch does not poison a step; its gradient is zero too.
+    const at::Tensor loss = loss_sum / targets.ne(kIgnored).sum().clamp_min(1);
     ctx->save_for_backward({hidden_c, weight, bias, targets, lse});
     ctx->saved_data["slice_tokens"] = slice_tokens;
     ctx->saved_data["compute"] = compute;

@@ -16,8 +16,8 @@
 // Dtypes are those of at::linear then MeanCrossEntropy (block_passes.h): the compute
 // dtype is autocast's where autocast is on for hidden's device (bf16 plain runs), else
 // the weight's (chunk runs hold bf16 weights and need no autocast); the loss is fp32.
-// Targets -100 are not counted; the mean is over counted tokens (NaN when none, as
-// at::cross_entropy's). A slice holds about (element bytes + 8) bytes per logit at its
+// Targets -100 are not counted; the mean is over counted tokens (0 with zero gradients
+// when none is counted, where at::cross_entropy gives NaN). A slice holds about (element bytes + 8) bytes per logit at its
 // peak (the compute-dtype logits, their fp32 copy and one fp32 temporary).
 // Thread: any; backward runs on autograd's.
 #pragma once

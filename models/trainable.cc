@@ -43,18 +43,28 @@ class TrainableDecoder final : public ModelOf<Holder> {
  public:
   using ModelOf<Holder>::ModelOf;
   LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
-    return {this->model_->Loss(batch.input_ids, batch.labels, hooks), {}, {}};
+    return {this->model_->Loss(batch.input_ids, batch.labels, hooks, PackingOf(batch)), {}, {}};
   }
   std::vector<LossOutput> LossMany(const std::vector<Batch>& batches, LayerHooks* hooks) override {
     std::vector<at::Tensor> idx, targets;
+    std::vector<Packing> packing;
+    bool packed = false;
     for (const Batch& b : batches) {
       idx.push_back(b.input_ids);
       targets.push_back(b.labels);
+      packing.push_back(PackingOf(b));
+      packed |= !packing.back().empty();
     }
+    if (!packed) packing.clear();
     std::vector<LossOutput> out;
-    for (at::Tensor& loss : this->model_->LossMany(idx, targets, hooks)) out.push_back({std::move(loss), {}, {}});
+    for (at::Tensor& loss : this->model_->LossMany(idx, targets, hooks, packing)) {
+      out.push_back({std::move(loss), {}, {}});
+    }
     return out;
   }
+
+ private:
+  static Packing PackingOf(const Batch& b) { return {b.position_ids, b.segment_ids}; }
 };
 
 class TrainableBert final : public ModelOf<Bert> {
@@ -64,6 +74,8 @@ class TrainableBert final : public ModelOf<Bert> {
     TORCH_CHECK(classifier_ || model_->config().mlm_head, "a BERT masked LM needs the MLM head");
   }
   LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
+    TORCH_CHECK(!batch.position_ids.defined() && !batch.segment_ids.defined(),
+                "BERT takes no packed rows (position_ids / segment_ids): data.packing is for GPT and Llama");
     const BertInputs in{batch.input_ids, batch.token_type_ids, batch.attention_mask};
     LossOutput out;
     if (classifier_) {
@@ -88,9 +100,12 @@ std::vector<LossOutput> TrainableModel::LossMany(const std::vector<Batch>& /*bat
 }
 
 Batch Batch::To(at::Device device) const {
-  return {MoveIfDefined(input_ids, device), MoveIfDefined(labels, device), MoveIfDefined(token_type_ids, device),
-          MoveIfDefined(attention_mask, device)};
+  return {MoveIfDefined(input_ids, device),      MoveIfDefined(labels, device),
+          MoveIfDefined(token_type_ids, device), MoveIfDefined(attention_mask, device),
+          MoveIfDefined(position_ids, device),   MoveIfDefined(segment_ids, device)};
 }
+
+int64_t CountedTargets(const Batch& batch) { return batch.labels.ne(-100).sum().item<int64_t>(); }
 
 std::unique_ptr<TrainableModel> MakeTrainableGpt(Gpt model) {
   return std::make_unique<TrainableDecoder<Gpt>>(std::move(model));

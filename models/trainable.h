@@ -23,14 +23,27 @@ namespace ps::models {
 
 struct Batch {
   at::Tensor input_ids;       // [B, T] int64
-  // GPT: next tokens [B, T]; BERT MLM: original ids at masked positions, -100 elsewhere
-  // [B, T]; classification: labels [B].
+  // GPT/Llama: next tokens [B, T], -100 where nothing is predicted (chat data: prompts,
+  // padding); BERT MLM: original ids at masked positions, -100 elsewhere [B, T];
+  // classification: labels [B].
   at::Tensor labels;
   at::Tensor token_type_ids;  // [B, T] int64 or undefined (one segment)
-  at::Tensor attention_mask;  // [B, T] 1 = token, 0 = padding, or undefined (no padding)
+  // [B, T] 1 = token, 0 = padding, or undefined (no padding). BERT reads it; GPT and
+  // Llama do not need it: their padding is at the end of a row (or of its own segment
+  // when packed), behind causal attention, with labels -100.
+  at::Tensor attention_mask;
+  // Packed rows (data.packing; packed_rows.h), GPT and Llama only (BERT refuses them):
+  at::Tensor position_ids;    // [B, T] int64 restarting per example, or undefined (0..T-1)
+  at::Tensor segment_ids;     // [B, T] int64 example of each token (padding its own), or undefined (one per row)
 
   Batch To(at::Device device) const;  // undefined fields stay undefined
 };
+
+// The targets a next-token or MLM batch's loss averages over: labels other than -100
+// (classification: every label). The trainer weights micro-batches by it so a global
+// batch's loss is the mean over all of its counted targets. Reads labels (a host sync
+// when they are on a device).
+int64_t CountedTargets(const Batch& batch);
 
 // The loss of a batch and, for models that predict labels, how many predictions were
 // right (`correct`) out of how many counted (`counted`): int64 scalars on the loss's
@@ -45,8 +58,10 @@ class TrainableModel {
   virtual ~TrainableModel() = default;
 
   virtual LossOutput Loss(const Batch& batch, LayerHooks* hooks = nullptr) = 0;
+  // The mean loss over the batch's counted targets (CountedTargets); GPT and Llama give 0
+  // with zero gradients when none is counted.
   // The losses of several micro-batches computed block-major (train.accumulation_schedule:
-  // vertical; GptImpl::LossMany). Models without it throw c10::Error.
+  // vertical; GptImpl::LossMany), packed rows included. Models without it throw c10::Error.
   virtual std::vector<LossOutput> LossMany(const std::vector<Batch>& batches, LayerHooks* hooks = nullptr);
   // All parameters in forward order, each once, with the blocks that use them.
   virtual std::vector<BlockParameter> BlockParameters() const = 0;

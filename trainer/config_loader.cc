@@ -461,10 +461,9 @@ class Loader {
                      [this](const std::string& key) { return At(key); });
   }
 
-  // data.format: synthetic reads no file, so a path beside it is a contradiction; auto
-  // (not given) is inferred from data.train_path (data/format_inference.h) and must agree
-  // with data.valid_path's; no format and no path is an error: random tokens must be
-  // asked for. Reads the heads of the data files.
+  // data.format: synthetic reads no file, so a path beside it is a contradiction; auto (not given) is inferred
+  // from data.train_path (data/format_inference.h) and must agree with data.valid_path's; no format and no path
+  // is an error: random tokens must be asked for. Reads the heads of the data files.
   void ResolveDataFormat() {
     auto& d = config_.data;
     if (d.format == data::DataFormat::kSynthetic) {
@@ -480,9 +479,8 @@ class Loader {
     if (d.format != data::DataFormat::kAuto) return;
     if (d.train_path.empty()) {
       const std::string where = set_at_.count("data.valid_path") ? At("data.valid_path") : source_;
-      throw ConfigError(where + ": no training data: data.train_path and data.format are not set; set " +
-                        "data.train_path (data.format is inferred from the file), or data.format: synthetic to " +
-                        "train on random tokens");
+      throw ConfigError(where + ": no training data: data.train_path and data.format are not set; set data.train_path " +
+                        "(data.format is inferred from the file), or data.format: synthetic to train on random tokens");
     }
     const auto infer = [&](const std::string& key, const std::string& path) {
       try {
@@ -605,6 +603,8 @@ class Loader {
     ValidateModelType();
     ValidateAccumulationSchedule();
     const auto& c = config_;
+    if (const auto bad = data::ChatKeyProblem(c.data, c.model_type == models::ModelType::kBert))
+      throw ConfigError(At(bad->key) + ": " + bad->message);
     // Llama: its own shape checks (model.head_dim may set the head width).
     if (c.model_type != models::ModelType::kLlama && c.model.n_embd % c.model.n_head != 0) {
       throw ConfigError(At("model.n_head") + ": model.n_embd " + std::to_string(c.model.n_embd) +

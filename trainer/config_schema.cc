@@ -348,19 +348,25 @@ std::vector<FieldSpec> BuildConfigSchema() {
           IntRange(0, kMaxPositions)),
       // data
       Enum<DataFormat>("data.format", PS_ACCESS(data.format),
-                       "auto (inferred from data.train_path: a .bin/.idx pair = megatron, an llm.c header = llmc, "
+                       "auto (inferred from data.train_path: a .bin/.idx pair = megatron, sft with a .mask beside, "
+                       "an llm.c header = llmc, "
                        ".jsonl/.json/.tsv = classification, UTF-8 text = text, anything else an error; no path is an "
                        "error), synthetic (random tokens; no paths allowed), text (bytes of any file), llmc (llm.c "
                        "shard), raw_u16, raw_u32, megatron (<prefix>.bin/.idx; data.train_path is the prefix), "
-                       "classification (labelled text, .jsonl or .tsv, for model.type bert with model.num_labels)",
+                       "classification (labelled text, .jsonl or .tsv, for model.type bert with model.num_labels), "
+                       "sft (chat examples from ps_prep --format sft: <prefix>.bin/.idx/.mask, the loss on the "
+                       "masked-in tokens only; GPT and Llama)",
                        {{"auto", DataFormat::kAuto}, {"synthetic", DataFormat::kSynthetic}, {"text", DataFormat::kText},
                         {"llmc", DataFormat::kLlmc}, {"raw_u16", DataFormat::kRawU16},
                         {"raw_u32", DataFormat::kRawU32}, {"megatron", DataFormat::kMegatron},
-                        {"classification", DataFormat::kClassification}}),
+                        {"classification", DataFormat::kClassification}, {"sft", DataFormat::kSft}}),
       Text("data.train_path", PS_ACCESS(data.train_path), "training token file (a regular file; none for synthetic)"),
       Text("data.valid_path", PS_ACCESS(data.valid_path), "evaluation token file (same format as data.train_path); empty = no evaluation (synthetic: own stream, no path)"),
       Int("data.seq_len", PS_ACCESS(data.seq_len), "tokens per sample", IntRange(1, kMaxPositions)),
       Bool("data.shuffle", PS_ACCESS(data.shuffle), "permute samples every epoch (seeded)"),
+      Bool("data.packing", PS_ACCESS(data.packing),
+           "data.format sft only: pack several whole examples per row (greedy, in file order; positions restart "
+           "and attention stays within each example) instead of one padded example per row"),
       Int("data.synthetic_tokens", PS_ACCESS(data.synthetic_tokens), "length of the synthetic token stream",
           IntRange(2, kMaxTokens)),
       Text("data.tokenizer", PS_ACCESS(data.tokenizer),

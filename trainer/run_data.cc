@@ -1,5 +1,6 @@
 #include "trainer/run_data.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -26,7 +27,7 @@ class TokenBatches final : public BatchSource {
   models::Batch Next(int64_t micro_batch) override {
     // The global index of this rank's first sample of the draw (BERT masks by it).
     const int64_t first_sample = sampler_.consumed_samples() + rank_ * micro_batch;
-    return maker_.Make(sampler_.Next(micro_batch), first_sample);
+    return Counted(maker_.Make(sampler_.Next(micro_batch), first_sample));
   }
   int64_t consumed_samples() const override { return sampler_.consumed_samples(); }
   void set_consumed_samples(int64_t n) override { sampler_.set_consumed_samples(n); }
@@ -53,7 +54,7 @@ class ClassificationBatches final : public BatchSource {
     const int64_t base = consumed_ + rank_ * micro_batch;
     for (int64_t i = 0; i < micro_batch; ++i) indices.push_back(order_.IndexOf(base + i));
     consumed_ += micro_batch * world_;
-    return MakeClassificationBatch(set_, indices, seq_len_, ids_);
+    return Counted(MakeClassificationBatch(set_, indices, seq_len_, ids_));
   }
   int64_t consumed_samples() const override { return consumed_; }
   void set_consumed_samples(int64_t n) override { consumed_ = n; }
@@ -68,11 +69,46 @@ class ClassificationBatches final : public BatchSource {
   int64_t consumed_ = 0;
 };
 
-// The files a data path stands for: both files of a Megatron prefix, else the path.
+// Chat examples through SftBatcher: one per padded row, or packed rows with their
+// positions and segments (data.packing).
+class SftBatches final : public BatchSource {
+ public:
+  SftBatches(const data::SftExamples& examples, const Config& c, bool shuffle, uint64_t seed, int rank, int world)
+      : batcher_(examples, c.data.seq_len, c.data.packing, shuffle, seed, rank, world) {}
+  models::Batch Next(int64_t micro_batch) override {
+    data::SftBatch b = batcher_.Next(micro_batch);
+    return Counted({b.input_ids, b.labels, {}, b.attention_mask, b.position_ids, b.segment_ids});
+  }
+  int64_t consumed_samples() const override { return batcher_.consumed_samples(); }
+  void set_consumed_samples(int64_t n) override { batcher_.set_consumed_samples(n); }
+  int64_t samples_per_epoch() const override { return batcher_.samples_per_epoch(); }
+  const data::SftBatcher& batcher() const { return batcher_; }
+
+ private:
+  data::SftBatcher batcher_;
+};
+
+// "<prefix> (sft: N examples in R rows of T slots, packed; 93.1% of the slots hold tokens)".
+std::string SftDescription(const data::SftExamples& examples, const data::SftBatcher& batcher, const Config& c) {
+  char share[32];
+  std::snprintf(share, sizeof(share), "%.1f%%", 100.0 * batcher.epoch().packing_efficiency());
+  return examples.description() + " (sft: " + std::to_string(examples.num_examples()) + " examples in " +
+         std::to_string(batcher.samples_per_epoch()) + " rows of " + std::to_string(c.data.seq_len) + " slots, " +
+         (c.data.packing ? "packed" : "one per row") + "; " + share + " of the slots hold tokens, " +
+         std::to_string(batcher.epoch().target_tokens) + " targets per epoch)";
+}
+
+// The files a data path stands for: the files of a Megatron prefix (and of chat data its
+// .mask, when there: a missing one is OpenSftExamples' error to explain), else the path.
 std::vector<std::string> DataFiles(data::DataFormat format, const std::string& path) {
-  if (format != data::DataFormat::kMegatron) return {path};
+  if (format != data::DataFormat::kMegatron && format != data::DataFormat::kSft) return {path};
   const data::MegatronPaths paths = data::MegatronPathsOf(path);
-  return {paths.bin_path, paths.idx_path};
+  std::vector<std::string> files = {paths.bin_path, paths.idx_path};
+  std::error_code ec;
+  if (format == data::DataFormat::kSft && std::filesystem::exists(paths.prefix + ".mask", ec)) {
+    files.push_back(paths.prefix + ".mask");
+  }
+  return files;
 }
 
 // The run's tokenizer (data.tokenizer, else model.init_from's), checked before anything
@@ -153,6 +189,17 @@ RunData::RunData(const Config& c, int rank, int world_size) : config_(c) {
     train_ = std::make_unique<ClassificationBatches>(*train_set_, c, c.data.shuffle, seed, rank, world_size);
     return;
   }
+  if (c.data.format == data::DataFormat::kSft) {
+    train_sft_ = data::OpenSftExamples(c.data.train_path, c.model.vocab_size, "data.train_path");
+    if (!c.data.valid_path.empty()) {
+      valid_sft_ = data::OpenSftExamples(c.data.valid_path, c.model.vocab_size, "data.valid_path");
+      SftBatches check(*valid_sft_, c, /*shuffle=*/false, 0, 0, 1);  // throws when no example has a target slot
+    }
+    auto train = std::make_unique<SftBatches>(*train_sft_, c, c.data.shuffle, seed, rank, world_size);
+    description_ = SftDescription(*train_sft_, train->batcher(), c);
+    train_ = std::move(train);
+    return;
+  }
   train_tokens_ = data::OpenTokenSource(c.data.format, c.data.train_path, c.model.vocab_size, seed,
                                         c.data.synthetic_tokens, "data.train_path");
   if (c.data.format == data::DataFormat::kSynthetic) {
@@ -166,16 +213,29 @@ RunData::RunData(const Config& c, int rank, int world_size) : config_(c) {
 
 RunData::~RunData() = default;
 
+models::Batch BatchSource::Counted(models::Batch batch) {
+  const int64_t slots = batch.input_ids.numel();
+  handed_out_.total_slots += slots;
+  handed_out_.token_slots += batch.attention_mask.defined() ? batch.attention_mask.sum().item<int64_t>() : slots;
+  handed_out_.target_tokens += models::CountedTargets(batch);
+  return batch;
+}
+
 std::unique_ptr<BatchSource> RunData::Valid() const {
   if (valid_set_) return std::make_unique<ClassificationBatches>(*valid_set_, config_, false, 0, 0, 1);
+  if (valid_sft_) return std::make_unique<SftBatches>(*valid_sft_, config_, false, 0, 0, 1);
   return std::make_unique<TokenBatches>(*valid_tokens_, config_, false, 0, 0, 1);
 }
 
 std::string RunData::description() const {
+  if (train_sft_) return description_;
   if (train_set_) return train_set_->path + " (" + std::to_string(train_set_->examples.size()) + " labelled examples)";
   return train_tokens_->description();
 }
 
-int64_t RunData::num_tokens() const { return train_set_ ? train_set_->num_tokens : train_tokens_->num_tokens(); }
+int64_t RunData::num_tokens() const {
+  if (train_sft_) return train_sft_->num_tokens();
+  return train_set_ ? train_set_->num_tokens : train_tokens_->num_tokens();
+}
 
 }  // namespace ps::trainer

@@ -135,6 +135,7 @@ void StepLogger::LogDone(const TrainResult& result, double elapsed_s) {
       .Add("final_eval_perplexity", Perplexity(result.final_eval_loss))
       .Add("tokens_per_s", result.tokens_per_s)
       .Add("tflops", tflops)
+      .Add("packing_efficiency", result.packing_efficiency)
       .Add("elapsed_s", elapsed_s)
       .Add("startup_s", result.startup_s)
       .Add("startup_peak_rss_bytes", result.startup_peak_rss_bytes)

@@ -256,6 +256,7 @@ TrainerSettings SettingsOf(const Config& c, const TrainOptions& options, const R
   s.tokens_per_step = facts.tokens_per_step;
   s.grad_clip = c.train.grad_clip;
   s.records_accuracy = !facts.accuracy_name.empty();
+  s.target_weighted_loss = c.data.format == data::DataFormat::kSft;  // the mean over the global batch's targets
   s.stop_requested = options.stop_requested;
   s.comm = options.comm;
   s.device = rank.device;
@@ -340,7 +341,8 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   const LogFacts facts = FactsOf(c, built, rank);
   StepLogger logger(c.logging, facts, {run.start.metrics.get(), run.start.tensorboard.get()});
   const bool whole_set = c.data.format == data::DataFormat::kClassification;
-  Evaluator evaluator(c.train, whole_set, EvalMean::kExamples, data.has_valid() ? ValidBatches([&data] { return data.Valid(); }) : nullptr,
+  const EvalMean mean = c.data.format == data::DataFormat::kSft ? EvalMean::kTargets : EvalMean::kExamples;
+  Evaluator evaluator(c.train, whole_set, mean, data.has_valid() ? ValidBatches([&data] { return data.Valid(); }) : nullptr,
                       engine, logger);
   CheckpointPolicy checkpoints(c.checkpoint, c.train.max_steps, {options.comm, engine.collective_save(), rank.device},
                                checkpointer, logger);
@@ -360,6 +362,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   if (!trainer.completed()) return result;  // a stop signal (or a test's abort)
   ExportAtEndOfRun(engine, c, rank.writer, logger);
   engine.FillResult(result);
+  result.packing_efficiency = data.train().handed_out().packing_efficiency();
   if (const auto host = ReadHostMemory()) result.peak_rss_bytes = host->peak_rss_bytes;
   logger.LogDone(result, std::chrono::duration<double>(Clock::now() - run_start).count());
   return result;

@@ -19,6 +19,9 @@ struct TrainResult {
   std::vector<double> accuracies;
   double final_eval_accuracy = 0.0;
   double tokens_per_s = 0.0;      // mean over steps after the first
+  // The share of input slots holding a token (not padding) in the batches this rank
+  // trained on (1 for token windows; chat data: the packing efficiency). NaN: none.
+  double packing_efficiency = 0.0;
   // Seconds from the start of Train() to the first step (data opened, output folder,
   // model built, parameters initialised or loaded, chunks placed, a checkpoint restored).
   double startup_s = 0.0;

@@ -194,7 +194,7 @@ TEST_CASE("megatron: chat data with a loss mask is refused, naming the .mask", "
   const std::string p = WriteSmall("with_mask");
   Spit(p + ".mask", std::vector<char>(7, 1));
   CHECK_THROWS_AS(Open(p), DataError);
-  CHECK_THROWS_WITH(Open(p + ".bin"), Catch::Contains(p + ".mask: this is chat data") &&
+  CHECK_THROWS_WITH(Open(p + ".bin"), Catch::Contains(p + ".mask: this is chat data") && Catch::Contains("data.format: sft") &&
                                           Catch::Contains("(data.train_path)"));
   std::filesystem::remove(p + ".mask");
   CHECK(ReadAll(*Open(p)).size() == 7);

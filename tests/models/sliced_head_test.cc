@@ -95,14 +95,15 @@ TEST_CASE("sliced head: leading dimensions, the argmax count, no gradient mode",
   CHECK(RelErr(SlicedCrossEntropy(hidden, weight, {}, targets, 4), loss) == 0.0);
 }
 
-TEST_CASE("sliced head: no counted token is NaN with zero gradients, as at::cross_entropy", "[sliced_head]") {
+TEST_CASE("sliced head: no counted token is 0 with zero gradients, where at::cross_entropy gives NaN",
+          "[sliced_head]") {
   const at::Tensor hidden = at::randn({6, 4});
   const at::Tensor weight = at::randn({9, 4});
   const at::Tensor targets = at::full({6}, -100, at::kLong);
   const HeadResult want = RunHead(hidden, weight, {}, targets, 0);
   const HeadResult got = RunHead(hidden, weight, {}, targets, 4);
   CHECK(std::isnan(want.loss.item<float>()));
-  CHECK(std::isnan(got.loss.item<float>()));
+  CHECK(got.loss.item<float>() == 0.0f);  // a micro-batch of prompts only must not poison the step
   CHECK(got.grad_weight.abs().max().item<float>() == 0.0f);
   CHECK(got.grad_hidden.abs().max().item<float>() == 0.0f);
 }
