@@ -83,23 +83,17 @@ void ChunkRuntime::PlanChunks() {
   TORCH_CHECK(!options_.block_major_backward || (!zero() && !options_.grads_in_compute_chunks),
               "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
               "chunks; it is not built for ZeRO or for gradients in the compute slots");
-  // Where every chunk sits (placement.h; `--plan` calls the same function).
-  PlacementInput where = options_.placement_input;
-  where.compute_element_bytes = static_cast<int64_t>(c10::elementSize(options_.compute_dtype));
-  where.grads_in_compute_chunks = options_.grads_in_compute_chunks;
-  where.block_major_grads = options_.block_major_backward;
-  where.device_budget_bytes = store_.Budget(Tier::kDevice);
-  where.host_budget_bytes = store_.Budget(Tier::kHost);
-  where.host_scratch_chunks = HostGradScratchChunks(options_.grads_in_compute_chunks);
-  where.world_size = world_;
-  where.zero = zero_;
-  where.rank = rank_;
-  where.prefetch_groups = options_.residency.prefetch_depth > 0;
-  const int64_t traced_bytes = options_.residency.device_memory_bytes;
-  if (traced_bytes > 0 && where.warmup_share_bytes == 0) {
-    where.warmup_share_bytes = static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(traced_bytes));
+  // Where every chunk sits: decided by the caller's plan (placement.h), taken as given.
+  placement_ = std::move(options_.placement);
+  options_.placement = Placement();
+  if (placement_.optimizer_on_device.empty()) placement_.optimizer_on_device.assign(layout_.num_chunks(), false);
+  TORCH_CHECK(static_cast<int>(placement_.optimizer_on_device.size()) == layout_.num_chunks(), "chunkmem: the "
+              "placement covers ", placement_.optimizer_on_device.size(), " chunks, the layout has ", layout_.num_chunks(),
+              " (plan it from the same parameters and chunk size)");
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    TORCH_CHECK(owned(c) || !placement_.optimizer_on_device[c], "chunkmem: the placement puts the optimizer state of "
+                "chunk ", c, " on the device, but rank ", rank_, " does not own it (plan it for this rank)");
   }
-  placement_ = PlanPlacement(layout_, UsedByBlocks(params_), where);
 }
 
 void ChunkRuntime::BindChunk(int chunk) {

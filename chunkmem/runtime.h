@@ -7,9 +7,9 @@
 // moved between tiers), grad (fp32, host), master (fp32, host; only when the compute
 // dtype is not fp32), Adam m and v (fp32, host); with grads_in_compute_chunks there are
 // no grad chunks and kGrad views are the compute slots. Placement (chunkmem/placement.h,
-// the same function `--plan` calls): at construction the optimizer state of the chunks
-// that fit the device margin is allocated on the device for good, everything else on
-// the host; compute chunks are fetched to the device tier on access by its Residency
+// decided by the run's memory plan and given in RuntimeOptions): at construction the
+// optimizer state of the chunks it names is allocated on the device for good,
+// everything else on the host; compute chunks are fetched to the device tier on access by its Residency
 // (chunkmem/residency.h: moments, the warm-up trace, budgets, eviction, prefetch), the
 // only code that moves a compute chunk; the optimizer's HostPipeline
 // (chunkmem/host_pipeline.h) asks through the runtime (RuntimeMoves: PlaceComputeChunk,
@@ -62,18 +62,15 @@ struct RuntimeOptions {
   // bf16/fp16). Only safe with one backward per optimizer step and a compute dtype
   // other than fp32 (in fp32 the compute chunk is the master).
   bool grads_in_compute_chunks = false;
-  // Moments, trace, budgets, eviction and prefetch (residency.h). With a traced budget
-  // (residency.device_memory_bytes > 0) chunks are held during warm-up to
-  // warmup_chunk_ratio of it (more only if the chunks in use need it, up to the store's
-  // budget).
+  // Moments, trace, budgets, eviction and prefetch (residency.h).
   ResidencySettings residency;
-  double warmup_chunk_ratio = 0.1;
-  // Budgets and ratios of the start-up placement (PlanPlacement). The runtime fills in
-  // what it knows itself: compute_element_bytes, grads_in_compute_chunks, the store's
-  // budgets (device_budget_bytes, host_budget_bytes) and, with a traced budget and no
-  // warmup_share_bytes, warmup_chunk_ratio x residency.device_memory_bytes. The defaults
-  // put every chunk's optimizer state on the host (margin_use_ratio 0).
-  PlacementInput placement_input;
+  // The start-up placement, decided before the runtime is made (PlanPlacement, through
+  // the run's memory plan: `--plan` prints the same one): whose optimizer state is on
+  // the device for good (optimizer_on_device, one entry per layout chunk), and the
+  // device bytes it plans for (warmup_device_bytes with a traced budget,
+  // device_optimizer_bytes). The runtime takes it as given and never re-plans it.
+  // Default: every chunk's optimizer state on the host (an empty optimizer_on_device).
+  Placement placement;
   // Start-up (issue #9 §4): when set, the runtime writes parameter `index`'s initial
   // values itself, into its slot in the fp32 master chunk (the compute chunk in fp32;
   // a lower compute dtype gets a rounded copy), in parallel over parameters
@@ -173,12 +170,10 @@ class ChunkRuntime {
   // Bytes of the optimizer state of layout chunk `chunk`: fp32 master (when it is not the
   // compute chunk), Adam m and v.
   int64_t OptimizerStateBytes(int chunk) const;
-  // The start-up placement (fixed for the run): whose optimizer state is on the device,
-  // the bytes per tier it plans for, and whether it fits (the runtime does not refuse a
-  // placement that does not fit; the trainer does, before constructing it).
-  const Placement& placement() const { return placement_; }
   // Where the constructor's time went (chunk_allocation.h).
   const StartupSeconds& startup_seconds() const { return startup_seconds_; }
+  // Whether chunk `chunk`'s optimizer state is on the device for good (the placement
+  // given in RuntimeOptions).
   bool optimizer_on_device(int chunk) const { return placement_.optimizer_on_device.at(chunk); }
   // fp32 grad-chunk-sized host buffers the gradient path may hold at once (the
   // placement reserves them: PlacementInput::host_scratch_chunks).
@@ -263,7 +258,7 @@ class ChunkRuntime {
   void Access(int index);
   void Release(int index, TensorState to);
   void SetState(int index, TensorState to);
-  void PlanChunks();                     // the layout, and the placement unless given (constructor)
+  void PlanChunks();                     // the layout, and the given placement checked against it (constructor)
   void BindChunk(int chunk);             // its parameters to kHold, their storage released, hooks on
   void MakeResidency();                  // after the payloads exist (constructor)
   void MakeGradSink();
@@ -281,7 +276,7 @@ class ChunkRuntime {
   ChunkStore& store_;
   RuntimeOptions options_;
   ChunkLayout layout_;
-  Placement placement_;                            // decided in the constructor
+  Placement placement_;                            // RuntimeOptions::placement, one entry per chunk
   StartupSeconds startup_seconds_;                 // measured in the constructor
   std::vector<std::vector<int>> params_of_block_;  // [block] -> param indices
   std::vector<ChunkIds> ids_;                      // [chunk][kind] -> store id

@@ -19,6 +19,7 @@
 
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/copy_engine.h"
+#include "chunkmem/memory_plan.h"
 #include "chunkmem/runtime.h"
 #include "optim/hybrid_adam.h"
 #include "optim/loss_scaler.h"
@@ -64,8 +65,17 @@ struct Rig {
     ro.residency.eviction = chunkmem::EvictionPolicyKind::kLru;
     ro.residency.warmup_steps = 0;
     ro.grads_in_compute_chunks = dtype != at::kFloat && !fp32_grads;
-    // Hybrid: optimizer state into the device margin at start-up (chunkmem/placement.h).
-    ro.placement_input.margin_use_ratio = hybrid ? 0.8 : 0.0;
+    // Hybrid: optimizer state into the device margin at start-up, as the run's memory
+    // plan decides it (chunkmem/memory_plan.h), handed to the runtime.
+    chunkmem::PlanInput plan;
+    for (const auto& p : managed) plan.params.push_back({p.name, p.tensor.numel(), p.used_by_blocks});
+    plan.chunk_numel = ro.chunk_numel;
+    plan.compute_element_bytes = static_cast<int64_t>(c10::elementSize(dtype));
+    plan.grads_in_compute_chunks = ro.grads_in_compute_chunks;
+    plan.device_budget_bytes = store->Budget(chunkmem::Tier::kDevice);
+    plan.host_budget_bytes = store->Budget(chunkmem::Tier::kHost);
+    plan.margin_use_ratio = hybrid ? 0.8 : 0.0;
+    ro.placement = chunkmem::PlanMemory(plan).placement;
     runtime = std::make_unique<chunkmem::ChunkRuntime>(managed, *store, ro);
     HybridAdamOptions o;
     o.optimizer.lr = 1e-2;
