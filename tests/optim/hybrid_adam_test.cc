@@ -174,7 +174,7 @@ TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back
       LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
       for (uint64_t step = 1; step <= 3; ++step) {
         for (Rig* rig : {&plain, &piped}) {
-          for (int c = 0; c < n; ++c) rig->runtime->PlaceComputeChunk(c, chunkmem::Tier::kDevice);
+          for (int c = 0; c < n; ++c) rig->runtime->optimizer_moves().ToDevice(c);
         }
         const auto grads = Grads(plain, step);
         plain.Backward(grads);
@@ -215,7 +215,7 @@ TEST_CASE("staged parameters: a device compute chunk that only receives them get
     for (uint64_t step = 1; step <= 3; ++step) {
       INFO("step " << step);
       for (Rig* rig : {&plain, &piped}) {
-        for (int c = 0; c < 2; ++c) rig->runtime->PlaceComputeChunk(c, chunkmem::Tier::kDevice);
+        for (int c = 0; c < 2; ++c) rig->runtime->optimizer_moves().ToDevice(c);
       }
       const int skip = step == 2 ? 3 : -1;  // step 2: `norm` (chunk 1) has no gradient, its values stand
       const auto grads = Grads(plain, step);
@@ -442,7 +442,7 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
     for (const Case& k : cases) {
       INFO("max norm " << k.max_norm << (k.overflow ? ", overflow" : ""));
       for (Rig* rig : {&plain, &spec}) {
-        for (int c = 0; c < 2; ++c) rig->runtime->PlaceComputeChunk(c, chunkmem::Tier::kDevice);
+        for (int c = 0; c < 2; ++c) rig->runtime->optimizer_moves().ToDevice(c);
       }
       auto grads = Grads(plain, seed++);
       if (k.overflow) grads[2][3][1] = std::numeric_limits<float>::infinity();
@@ -459,7 +459,7 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
       for (int c = 0; c < 2; ++c) {
         CHECK(spec.store->tier(spec.runtime->chunk_id(ChunkKind::kCompute, c)) ==
               (staged ? chunkmem::Tier::kDevice : chunkmem::Tier::kHost));
-        CHECK(spec.runtime->busy(c) == !staged);  // staged: free to move, Step writes where it is
+        CHECK(spec.runtime->residency().pinned(c) == !staged);  // staged: free to move, Step writes where it is
       }
       const StepReport a = plain.adam->Step(1e-2, k.max_norm, scale_plain);
       const StepReport b = spec.adam->Step(1e-2, k.max_norm, scale_spec);
@@ -471,7 +471,7 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
       CHECK(b.rolled_back_chunks == k.rolled_back);
       CHECK((a.grad_norm == b.grad_norm || (std::isnan(a.grad_norm) && std::isnan(b.grad_norm))));
       for (int c = 0; c < 2; ++c) {
-        CHECK_FALSE(spec.runtime->busy(c));
+        CHECK_FALSE(spec.runtime->residency().pinned(c));
         CHECK(spec.store->tier(spec.runtime->chunk_id(ChunkKind::kCompute, c)) == chunkmem::Tier::kDevice);
       }
       CheckSameState(spec, plain);
