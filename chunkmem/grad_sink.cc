@@ -10,7 +10,7 @@
 namespace ps::chunkmem {
 
 GradSink::GradSink(ChunkStore& store, Residency& residency, const ChunkLayout& layout, Chunks chunks,
-                   std::vector<std::vector<int64_t>> shapes, const std::vector<std::vector<int>>& used_by_blocks,
+                   const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::vector<int>>& used_by_blocks,
                    const std::vector<TensorState>& states, bool block_major, std::function<void(int chunk)> grads_final)
     : store_(store),
       residency_(residency),
@@ -19,7 +19,7 @@ GradSink::GradSink(ChunkStore& store, Residency& residency, const ChunkLayout& l
       states_(states),
       block_major_(block_major),
       grads_final_(std::move(grads_final)),
-      shapes_(std::move(shapes)) {
+      shapes_(shapes) {
   blocks_of_chunk_.resize(layout_.num_chunks());
   for (size_t i = 0; i < used_by_blocks.size(); ++i) {
     auto& blocks = blocks_of_chunk_[layout_.placements()[i].chunk_id];
@@ -226,7 +226,7 @@ void GradSink::PinToDevice() {
   bool any_host_updated = false;  // chunks updated on the host keep staging: room for their slots
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     if (chunks_.grad_ids[c] < 0) continue;
-    if (residency_.on_device(c)) pinned -= residency_.ChunkBytes(c);
+    if (residency_.on_device(c)) pinned -= residency_.chunk_bytes(c);
     max_grad_bytes = std::max(max_grad_bytes, GradChunkBytes(c));
     any_host_updated = any_host_updated || store_.tier(chunks_.adam_m_ids[c]) != Tier::kDevice;
   }

@@ -48,12 +48,13 @@ class GradSink {
     std::vector<int> grad_ids;    // [chunk] fp32 grad chunk's store id; -1: not held (ZeRO)
     std::vector<int> adam_m_ids;  // [chunk] Adam m's store id (where the optimizer updates); -1: not held
   };
-  // `shapes`: each parameter's; `states`: the runtime's parameter states (read: which
-  // parameters this micro-batch used); `used_by_blocks`: each parameter's blocks. `grads_final(chunk)` is called once
-  // a chunk's gradients of the micro-batch are all on the host (the last flush of a
-  // complete chunk). Store, residency, layout and states outlive the sink.
+  // `shapes`: each parameter's (the runtime's table); `states`: the runtime's parameter
+  // states (read: which parameters this micro-batch used); `used_by_blocks`: each
+  // parameter's blocks. `grads_final(chunk)` is called once a chunk's gradients of the
+  // micro-batch are all on the host (the last flush of a complete chunk). Store,
+  // residency, layout, shapes and states outlive the sink.
   GradSink(ChunkStore& store, Residency& residency, const ChunkLayout& layout, Chunks chunks,
-           std::vector<std::vector<int64_t>> shapes, const std::vector<std::vector<int>>& used_by_blocks,
+           const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::vector<int>>& used_by_blocks,
            const std::vector<TensorState>& states,
            bool block_major, std::function<void(int chunk)> grads_final);
 
@@ -109,7 +110,7 @@ class GradSink {
   const std::vector<TensorState>& states_;
   bool block_major_;
   std::function<void(int)> grads_final_;
-  std::vector<std::vector<int64_t>> shapes_;       // [param]
+  const std::vector<std::vector<int64_t>>& shapes_;  // [param]
   std::vector<std::vector<int>> blocks_of_chunk_;  // [chunk] blocks using it, ascending
   int num_blocks_ = 0;
   std::vector<bool> arrived_;            // [param] gradient in during this backward

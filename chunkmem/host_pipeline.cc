@@ -78,6 +78,10 @@ void HostPipeline::Run(const std::vector<int>& chunks, const AddUpdate& add, con
 }
 
 bool HostPipeline::CanHold(int chunk, HostAccess access) const {
+  if (access == HostAccess::kStaged) return true;  // nothing is touched until the step
+  // A pinned chunk (a ZeRO gather's input in flight, or held already) cannot move, and
+  // an update in place would write what its pinner reads.
+  if (moves_.pinned(chunk)) return false;
   return access != HostAccess::kBring || !moves_.in_use(chunk);
 }
 

@@ -1,7 +1,7 @@
 // HostPipeline: brings the chunks the optimizer updates on the host to where the CPU
 // kernels can read them, and puts them back afterwards. The optimizer only runs Adam
 // over the chunk views it is handed; every move its updates need goes through here
-// (and from here through OptimizerMoves, i.e. the runtime's Residency).
+// (and from here through OptimizerMoves, i.e. the Residency).
 //
 // End of a step (Run), for the host-updated chunks in order. A compute chunk on a
 // device the kernels cannot read (CUDA; the simulated tier in tests that take the CUDA
@@ -77,8 +77,9 @@ class HostPipeline {
   void Run(const std::vector<int>& chunks, const AddUpdate& add, const RunUpdates& run);
 
   HostAccess AccessFor(int chunk) const;
-  // Whether `chunk` can be held for an update ahead now (a chunk to bring must not be
-  // in use).
+  // Whether `chunk` can be held for an update ahead now: kInPlace and kBring need it
+  // unpinned (Hold pins it; a pinned chunk is read by its pinner and cannot move), and
+  // a chunk to bring must not be in use. kStaged always.
   bool CanHold(int chunk, HostAccess access) const;
   // Holds `chunk` for an update on another thread: kBring sends it to the host and
   // returns the copy's ticket (the updating thread waits on it; null when the copy

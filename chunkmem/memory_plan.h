@@ -1,9 +1,9 @@
 // MemoryPlan: model-data bytes per tier for a model and chunk settings, computed from
 // parameter shapes alone (nothing is allocated), for `ps_train --plan`.
 //
-// Placement: PlanPlacement (chunkmem/placement.h), the very function the runtime's
-// constructor calls with the same PlacementInput (PlacementInputOf), so the plan's
-// verdict and reason are the run's: optimizer state of the chunks that fit the device
+// Placement: PlanPlacement (chunkmem/placement.h) with PlacementInputOf(input); the run
+// hands the resulting placement to its runtime (RuntimeOptions::placement), so the
+// plan's verdict and reason are the run's: optimizer state of the chunks that fit the device
 // margin on the device from start-up, everything else on the host, which keeps room
 // for every compute chunk. The device must at least hold the working set of the most
 // demanding block: the chunks of its parameters plus the chunks of parameters shared
@@ -66,7 +66,7 @@ struct MemoryPlan {
   int64_t min_device_bytes = 0;     // largest working set of one block
   int64_t device_bytes = 0;         // most chunk bytes on the device (placement.device_bytes)
   int64_t host_bytes = 0;           // most bytes on the host, at start-up (placement.host_bytes)
-  Placement placement;              // where each chunk sits (the runtime's own, same input)
+  Placement placement;              // where each chunk sits (what the run's runtime is given)
   double bytes_per_param = 0;       // model data / parameters, chunk padding included (ZeRO: this rank's data)
   int64_t largest_param_numel = 0;  // most parameters these budgets hold at this bytes/param
   bool fits = false;
@@ -75,7 +75,7 @@ struct MemoryPlan {
 
 MemoryPlan PlanMemory(const PlanInput& input);
 
-// The placement part of `input`, as the runtime takes it (RuntimeOptions::placement_input).
+// The placement part of `input`, as PlanMemory hands it to PlanPlacement.
 PlacementInput PlacementInputOf(const PlanInput& input);
 
 // Human-readable report (several lines, sizes in GiB/MiB).

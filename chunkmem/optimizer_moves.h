@@ -2,10 +2,11 @@
 // optimizer's updates need, between backward and the next forward (and, for an update
 // ahead of the step, during backward). HostPipeline is their one caller.
 //
-// Two implementations: ResidencyMoves asks a Residency and its store directly (the
-// runtime's own parts; tests build them on the simulated device), RuntimeMoves
-// (runtime_moves.h) asks a ChunkRuntime. Either way the Residency makes every move of
-// a compute chunk. Training thread only.
+// One implementation, ResidencyMoves: the Residency makes every move of a compute
+// chunk and its pins are the only marks of a chunk held for an update; the store lends
+// the host buffers. The ChunkRuntime owns the one a run uses
+// (ChunkRuntime::optimizer_moves()); tests build one over a Residency and store of
+// their own. The interface lets a test record the calls. Training thread only.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -28,6 +29,9 @@ class OptimizerMoves {
   virtual bool on_device(int chunk) const = 0;
   // Whether a parameter of `chunk` is in use (kCompute): then it cannot move.
   virtual bool in_use(int chunk) const = 0;
+  // Whether `chunk` is pinned (held for an update, or the input of a ZeRO gather in
+  // flight): then it cannot move, and only its pinner may write it.
+  virtual bool pinned(int chunk) const = 0;
   // To the host, on the copy engine when there is one (the payload waits for it at
   // first use). No-op when it is there.
   virtual void ToHost(int chunk) = 0;
@@ -62,6 +66,7 @@ class ResidencyMoves : public OptimizerMoves {
 
   bool on_device(int chunk) const override { return residency_.on_device(chunk); }
   bool in_use(int chunk) const override { return residency_.in_use(chunk) > 0; }
+  bool pinned(int chunk) const override { return residency_.pinned(chunk); }
   void ToHost(int chunk) override { residency_.Place(chunk, Tier::kHost, /*async=*/true); }
   std::shared_ptr<CopyTicket> SendToHost(int chunk) override;
   void ToDevice(int chunk) override { residency_.Place(chunk, Tier::kDevice); }

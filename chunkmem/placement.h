@@ -1,7 +1,8 @@
 // Placement: which tier every chunk of a run sits on from start-up, decided before
-// anything is allocated, from the layout and the tier budgets alone. `ps_train --plan`
-// (PlanMemory) and the ChunkRuntime constructor call the same PlanPlacement with the
-// same input, so the plan and the run cannot disagree (docs/chunkmem.md, "Placement").
+// anything is allocated, from the layout and the tier budgets alone. PlanMemory calls it
+// once per run: `ps_train --plan` prints the result, and the run hands that same result
+// to its ChunkRuntime (RuntimeOptions::placement), which never computes it again, so
+// the plan and the run cannot disagree (docs/chunkmem.md, "Placement").
 //
 // The rule:
 // - Optimizer state (fp32 master when it is not the compute chunk, Adam m, v) of the

@@ -161,12 +161,11 @@ class Residency {
   void set_describe_users(std::function<std::string(int chunk)> describe) { describe_users_ = std::move(describe); }
   const ResidencyStats& stats() const { return stats_; }
   bool on_device(int chunk) const;
-  int64_t ChunkBytes(int chunk) const { return chunk_bytes(chunk); }
+  int64_t chunk_bytes(int chunk) const { return store_.chunk_bytes(ids_[chunk]); }  // its compute entry's
   int num_chunks() const { return static_cast<int>(ids_.size()); }
 
  private:
   bool held(int chunk) const { return held_[chunk]; }
-  int64_t chunk_bytes(int chunk) const { return store_.chunk_bytes(ids_[chunk]); }
   bool traced_budget() const { return settings_.device_memory_bytes > 0; }
   int64_t WarmupShareBytes() const;
   void MoveChunk(int chunk, Tier to, bool async = false);

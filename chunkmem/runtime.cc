@@ -83,23 +83,17 @@ void ChunkRuntime::PlanChunks() {
   TORCH_CHECK(!options_.block_major_backward || (!zero() && !options_.grads_in_compute_chunks),
               "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
               "chunks; it is not built for ZeRO or for gradients in the compute slots");
-  // Where every chunk sits (placement.h; `--plan` calls the same function).
-  PlacementInput where = options_.placement_input;
-  where.compute_element_bytes = static_cast<int64_t>(c10::elementSize(options_.compute_dtype));
-  where.grads_in_compute_chunks = options_.grads_in_compute_chunks;
-  where.block_major_grads = options_.block_major_backward;
-  where.device_budget_bytes = store_.Budget(Tier::kDevice);
-  where.host_budget_bytes = store_.Budget(Tier::kHost);
-  where.host_scratch_chunks = HostGradScratchChunks(options_.grads_in_compute_chunks);
-  where.world_size = world_;
-  where.zero = zero_;
-  where.rank = rank_;
-  where.prefetch_groups = options_.residency.prefetch_depth > 0;
-  const int64_t traced_bytes = options_.residency.device_memory_bytes;
-  if (traced_bytes > 0 && where.warmup_share_bytes == 0) {
-    where.warmup_share_bytes = static_cast<int64_t>(options_.warmup_chunk_ratio * static_cast<double>(traced_bytes));
+  // Where every chunk sits: decided by the caller's plan (placement.h), taken as given.
+  placement_ = std::move(options_.placement);
+  options_.placement = Placement();
+  if (placement_.optimizer_on_device.empty()) placement_.optimizer_on_device.assign(layout_.num_chunks(), false);
+  TORCH_CHECK(static_cast<int>(placement_.optimizer_on_device.size()) == layout_.num_chunks(), "chunkmem: the "
+              "placement covers ", placement_.optimizer_on_device.size(), " chunks, the layout has ", layout_.num_chunks(),
+              " (plan it from the same parameters and chunk size)");
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    TORCH_CHECK(owned(c) || !placement_.optimizer_on_device[c], "chunkmem: the placement puts the optimizer state of "
+                "chunk ", c, " on the device, but rank ", rank_, " does not own it (plan it for this rank)");
   }
-  placement_ = PlanPlacement(layout_, UsedByBlocks(params_), where);
 }
 
 void ChunkRuntime::BindChunk(int chunk) {
@@ -123,7 +117,8 @@ void ChunkRuntime::MakeResidency() {
     ids.push_back(chunk_id(ChunkKind::kCompute, c));
     held.push_back(owned(c));
   }
-  residency_ = std::make_unique<Residency>(store_, std::move(ids), std::move(held), options_.residency, placed);
+  residency_ = std::make_unique<Residency>(store_, ids, std::move(held), options_.residency, placed);
+  moves_ = std::make_unique<ResidencyMoves>(store_, *residency_, std::move(ids));
   residency_->set_give_way([this](const std::function<bool()>& evict) { return grads_->GiveWay(evict); });
   residency_->set_describe_users([this](int chunk) { return UsersOf(chunk); });
 }
@@ -161,17 +156,6 @@ std::string ChunkRuntime::UsersOf(int chunk) const {
     if (states_[i] == TensorState::kCompute) return params_[i].name;
   }
   return "chunk " + std::to_string(chunk);
-}
-
-void ChunkRuntime::set_busy(int chunk, bool busy) {
-  if (busy_.empty()) busy_.assign(layout_.num_chunks(), false);
-  if (busy_[chunk] == busy) return;
-  busy_[chunk] = busy;
-  if (busy) {
-    residency_->Pin(chunk);
-  } else {
-    residency_->Unpin(chunk);
-  }
 }
 
 RuntimeStats ChunkRuntime::stats() const {
@@ -267,37 +251,6 @@ void ChunkRuntime::EndIteration() {
   }
   if (zero()) zero_groups_->ReleaseIdle(/*block=*/-1);
   residency_->EndIteration();
-}
-
-int64_t ChunkRuntime::OptimizerStateBytes(int chunk) const {
-  int64_t bytes = 0;
-  if (!owned(chunk)) return 0;
-  for (ChunkKind kind : {ChunkKind::kMaster, ChunkKind::kAdamM, ChunkKind::kAdamV}) {
-    const int id = chunk_id(kind, chunk);
-    if (id != chunk_id(ChunkKind::kCompute, chunk)) bytes += store_.chunk_bytes(id);  // fp32: master = compute
-  }
-  return bytes;
-}
-
-std::shared_ptr<CopyTicket> ChunkRuntime::SendComputeChunkToHost(int chunk) {
-  PlaceComputeChunk(chunk, Tier::kHost, /*async=*/true);
-  return store_.TakePendingCopy(chunk_id(ChunkKind::kCompute, chunk));
-}
-
-at::Tensor ChunkRuntime::TryBorrowHost(int64_t numel, at::ScalarType dtype) {
-  const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
-  if (!store_.CanHold(Tier::kHost, bytes)) return at::Tensor();
-  return store_.Borrow(Tier::kHost, numel, dtype, /*zero=*/true);
-}
-
-std::shared_ptr<CopyTicket> ChunkRuntime::WriteComputeChunk(int chunk, int64_t offset_numel, const at::Tensor& values) {
-  const int id = chunk_id(ChunkKind::kCompute, chunk);
-  TORCH_INTERNAL_ASSERT(ComputeCount(chunk) == 0 && !residency_->pinned(chunk), "chunkmem: WriteComputeChunk needs chunk ", chunk,
-                        " idle");
-  at::Tensor dst = store_.payload(id).narrow(0, offset_numel, values.numel());
-  if (store_.tier(id) == Tier::kDevice) return store_.CopyToDevice(std::move(dst), values);
-  dst.copy_(values);
-  return nullptr;
 }
 
 }  // namespace ps::chunkmem

@@ -3,18 +3,19 @@
 // Owns the parameter <-> chunk binding: every managed parameter is an ordinary LibTorch
 // leaf whose data points at its slot in a compute-dtype chunk on the device tier while
 // it is in kCompute, and at an empty tensor on the compute device otherwise
-// (docs/chunkmem.md, invariant 4). Chunk kinds per layout chunk i: compute (params,
-// moved between tiers), grad (fp32, host), master (fp32, host; only when the compute
-// dtype is not fp32), Adam m and v (fp32, host); with grads_in_compute_chunks there are
-// no grad chunks and kGrad views are the compute slots. Placement (chunkmem/placement.h,
-// the same function `--plan` calls): at construction the optimizer state of the chunks
-// that fit the device margin is allocated on the device for good, everything else on
-// the host; compute chunks are fetched to the device tier on access by its Residency
-// (chunkmem/residency.h: moments, the warm-up trace, budgets, eviction, prefetch), the
-// only code that moves a compute chunk; the optimizer's HostPipeline
-// (chunkmem/host_pipeline.h) asks through the runtime (RuntimeMoves: PlaceComputeChunk,
-// ReturnToDeviceIfRoom, SendComputeChunkToHost, WriteComputeChunk, set_busy), never the
-// store directly.
+// (docs/chunkmem.md, invariant 4). Chunk kinds per layout chunk i: compute (params;
+// moved between tiers), grad (fp32; none when grads_in_compute_chunks, then kGrad views
+// are the compute slots), master (fp32; the compute chunk itself in fp32), Adam m and v
+// (fp32). Where they live (docs/chunkmem.md, "Placement"): the placement given in
+// RuntimeOptions (decided by the run's memory plan) names the chunks whose master, m
+// and v are allocated on the device at start-up and stay there; every other chunk's
+// optimizer state, every grad chunk and every compute chunk start on the host. After
+// warm-up the GradSink moves the grad chunks of device-updated chunks to the device for
+// good, as room allows. Compute chunks move on access: the Residency
+// (chunkmem/residency.h: moments, the warm-up trace, budgets, eviction, prefetch, pins)
+// is the only code that moves one, for the layer hooks and, through
+// optimizer_moves(), for the optimizer's HostPipeline (chunkmem/host_pipeline.h),
+// which never reaches the store directly.
 // Gradients (docs/chunkmem.md, "Gradients"): the GradSink (chunkmem/grad_sink.h) adds
 // them into a grad chunk pinned on the device, or into a device staging slot per chunk
 // and micro-batch copied to the host grad chunk, whole, once the chunk's gradients are
@@ -39,6 +40,7 @@
 #include "chunkmem/eviction.h"
 #include "chunkmem/layout.h"
 #include "chunkmem/memory_probe.h"
+#include "chunkmem/optimizer_moves.h"
 #include "chunkmem/placement.h"
 #include "chunkmem/residency.h"
 #include "chunkmem/tensor_state.h"
@@ -62,18 +64,15 @@ struct RuntimeOptions {
   // bf16/fp16). Only safe with one backward per optimizer step and a compute dtype
   // other than fp32 (in fp32 the compute chunk is the master).
   bool grads_in_compute_chunks = false;
-  // Moments, trace, budgets, eviction and prefetch (residency.h). With a traced budget
-  // (residency.device_memory_bytes > 0) chunks are held during warm-up to
-  // warmup_chunk_ratio of it (more only if the chunks in use need it, up to the store's
-  // budget).
+  // Moments, trace, budgets, eviction and prefetch (residency.h).
   ResidencySettings residency;
-  double warmup_chunk_ratio = 0.1;
-  // Budgets and ratios of the start-up placement (PlanPlacement). The runtime fills in
-  // what it knows itself: compute_element_bytes, grads_in_compute_chunks, the store's
-  // budgets (device_budget_bytes, host_budget_bytes) and, with a traced budget and no
-  // warmup_share_bytes, warmup_chunk_ratio x residency.device_memory_bytes. The defaults
-  // put every chunk's optimizer state on the host (margin_use_ratio 0).
-  PlacementInput placement_input;
+  // The start-up placement, decided before the runtime is made (PlanPlacement, through
+  // the run's memory plan: `--plan` prints the same one): whose optimizer state is on
+  // the device for good (optimizer_on_device, one entry per layout chunk), and the
+  // device bytes it plans for (warmup_device_bytes with a traced budget,
+  // device_optimizer_bytes). The runtime takes it as given and never re-plans it.
+  // Default: every chunk's optimizer state on the host (an empty optimizer_on_device).
+  Placement placement;
   // Start-up (issue #9 §4): when set, the runtime writes parameter `index`'s initial
   // values itself, into its slot in the fp32 master chunk (the compute chunk in fp32;
   // a lower compute dtype gets a rounded copy), in parallel over parameters
@@ -140,45 +139,16 @@ class ChunkRuntime {
   // slots).
   int64_t GradChunkBytes(int chunk) const;
 
-  // For the optimizer, between AfterBackward and EndIteration (no parameter in
-  // kCompute): moves compute chunk `chunk` to `tier` (to the device: evicting as for an
-  // access). No-op when it is there already.
-  // `async`: the copy runs on the store's copy engine, waited for at first use.
-  void PlaceComputeChunk(int chunk, Tier tier, bool async = false) { residency_->Place(chunk, tier, async); }
-  // Moves compute chunk `chunk` (not in use) to the device only if it fits the budget
-  // now without evicting anything; returns whether it is on the device.
-  bool ReturnToDeviceIfRoom(int chunk, bool async = false) { return residency_->ReturnToDeviceIfRoom(chunk, async); }
-  // For the speculating optimizer, during backward (chunk not in use, its gradients
-  // final): starts moving compute chunk `chunk` to the host on the copy engine and
-  // returns the copy's ticket, which the caller waits on (any thread) before touching
-  // the host payload: the store no longer does (ChunkStore::TakePendingCopy). Null when
-  // the chunk was on the host or the copy ran synchronously. Mark the chunk busy next.
-  std::shared_ptr<CopyTicket> SendComputeChunkToHost(int chunk);
-  // For the optimizer, between AfterBackward and EndIteration: a zero-filled host buffer
-  // counted in the host tier until GiveBackHost, or an undefined tensor when the host
-  // tier cannot take it now (the gradient path's landing buffers, which the plan
-  // reserves, are free then: PlacementInput::host_scratch_chunks).
-  at::Tensor TryBorrowHost(int64_t numel, at::ScalarType dtype);
-  void GiveBackHost(at::Tensor& buffer) { store_.GiveBack(Tier::kHost, buffer); }
-  // Copies `values` (host, compute dtype) into elements [offset, offset + numel) of
-  // compute chunk `chunk`, which is not in use (the optimizer's new parameters of a
-  // chunk updated on the host): on the device on the copy engine (wait on the ticket
-  // before the chunk is used or `values` is written again), on the host at once (null).
-  std::shared_ptr<CopyTicket> WriteComputeChunk(int chunk, int64_t offset_numel, const at::Tensor& values);
-  // The store's Wait, for such tickets.
-  void WaitCopy(CopyTicket& ticket) { store_.Wait(ticket); }
-  // Evicts compute chunks not in use (by the eviction policy) until the device tier can
-  // take `bytes` more. Returns false if it cannot.
-  bool FreeDeviceBytes(int64_t bytes) { return residency_->FreeDeviceBytes(bytes); }
-  // Bytes of the optimizer state of layout chunk `chunk`: fp32 master (when it is not the
-  // compute chunk), Adam m and v.
-  int64_t OptimizerStateBytes(int chunk) const;
-  // The start-up placement (fixed for the run): whose optimizer state is on the device,
-  // the bytes per tier it plans for, and whether it fits (the runtime does not refuse a
-  // placement that does not fit; the trainer does, before constructing it).
-  const Placement& placement() const { return placement_; }
+  // The moves of compute chunks and the host buffers the optimizer's updates need
+  // (optimizer_moves.h; its HostPipeline is the caller): asked of the Residency, whose
+  // pins are the marks of a chunk held for an update on another thread. For the
+  // optimizer, between AfterBackward and EndIteration, and for an update ahead of the
+  // step during backward (a chunk whose gradients are final).
+  OptimizerMoves& optimizer_moves() { return *moves_; }
   // Where the constructor's time went (chunk_allocation.h).
   const StartupSeconds& startup_seconds() const { return startup_seconds_; }
+  // Whether chunk `chunk`'s optimizer state is on the device for good (the placement
+  // given in RuntimeOptions).
   bool optimizer_on_device(int chunk) const { return placement_.optimizer_on_device.at(chunk); }
   // fp32 grad-chunk-sized host buffers the gradient path may hold at once (the
   // placement reserves them: PlacementInput::host_scratch_chunks).
@@ -226,7 +196,8 @@ class ChunkRuntime {
   // Expires when the runtime is destroyed: autograd nodes that call back into it
   // (pre_backward.h) check it first.
   std::weak_ptr<const int> lifetime() const { return alive_; }
-  // Read-only: payloads and tiers. Moves go through the runtime (the placement owner).
+  // Read-only: payloads and tiers. Moves go through the Residency (the layer hooks,
+  // optimizer_moves()).
   const ChunkStore& store() const { return store_; }
   // A host buffer from the store, counted in its host tier for the rest of the run (the
   // optimizer's speculation backups; the plan reserves them: host_backup_chunks).
@@ -239,10 +210,6 @@ class ChunkRuntime {
   // pinned on the device (its optimizer state updates there).
   void set_on_grads_final(std::function<void(int chunk)> callback) { on_grads_final_ = std::move(callback); }
   void set_final_micro_batch(bool final) { final_micro_batch_ = final; }
-  // A chunk the optimizer updates on another thread (speculation): not evicted,
-  // prefetched or moved until cleared (a move asserts). Training thread only.
-  void set_busy(int chunk, bool busy);
-  bool busy(int chunk) const { return !busy_.empty() && busy_[chunk]; }
   // Store id of layout chunk `chunk` of `kind`. kMaster is the compute chunk in fp32;
   // kGrad is the compute chunk when gradients reuse the compute slots. ZeRO: -1 for
   // every kind but kCompute of a chunk this rank does not own.
@@ -263,16 +230,11 @@ class ChunkRuntime {
   void Access(int index);
   void Release(int index, TensorState to);
   void SetState(int index, TensorState to);
-  void PlanChunks();                     // the layout, and the placement unless given (constructor)
+  void PlanChunks();                     // the layout, and the given placement checked against it (constructor)
   void BindChunk(int chunk);             // its parameters to kHold, their storage released, hooks on
   void MakeResidency();                  // after the payloads exist (constructor)
   void MakeGradSink();
   std::string UsersOf(int chunk) const;  // a parameter of `chunk` in use, for errors
-  // The residency's (its give-way is the gradient sink's).
-  bool FitsOnDevice(int64_t bytes, int64_t budget) const { return residency_->FitsOnDevice(bytes, budget); }
-  bool EvictDownTo(int64_t target_bytes, int keep, int64_t fit_bytes = 0) {
-    return residency_->EvictDownTo(target_bytes, keep, fit_bytes);
-  }
   const at::Tensor& ComputePayload(int chunk) const;  // owned: the store's; else the gathered view
   void MakeZeroGroups();
   bool zero() const { return zero_; }
@@ -281,7 +243,7 @@ class ChunkRuntime {
   ChunkStore& store_;
   RuntimeOptions options_;
   ChunkLayout layout_;
-  Placement placement_;                            // decided in the constructor
+  Placement placement_;                            // RuntimeOptions::placement, one entry per chunk
   StartupSeconds startup_seconds_;                 // measured in the constructor
   std::vector<std::vector<int>> params_of_block_;  // [block] -> param indices
   std::vector<ChunkIds> ids_;                      // [chunk][kind] -> store id
@@ -290,6 +252,7 @@ class ChunkRuntime {
   std::vector<bool> has_grad_;                     // [param]
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   std::unique_ptr<Residency> residency_;           // compute chunks' tiers (made in the constructor)
+  std::unique_ptr<ResidencyMoves> moves_;          // the optimizer's, over residency_
   std::unique_ptr<GradSink> grads_;                // fp32 gradients into grad chunks (made in the constructor)
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // see lifetime()
   // ZeRO.
@@ -298,7 +261,6 @@ class ChunkRuntime {
   std::unique_ptr<ZeroGroups> zero_groups_;  // with zero_ (made in the constructor)
   std::function<void(int chunk)> on_grads_final_;
   bool final_micro_batch_ = false;
-  std::vector<bool> busy_;  // [chunk] (set_busy; pinned in the residency); empty: none
   void GradsFinal(int chunk);  // calls on_grads_final_ in the final micro-batch
 };
 

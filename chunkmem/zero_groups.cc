@@ -9,7 +9,7 @@
 namespace ps::chunkmem {
 
 ZeroGroups::ZeroGroups(comm::Communicator& comm, ChunkStore& store, Residency& residency, GradSink& grads,
-                       const ChunkLayout& layout, Chunks chunks, std::vector<std::vector<int64_t>> shapes,
+                       const ChunkLayout& layout, Chunks chunks, const std::vector<std::vector<int64_t>>& shapes,
                        const std::vector<std::vector<int>>& used_by_blocks, const std::vector<bool>& has_grad,
                        std::function<void(int chunk)> grads_final)
     : comm_(comm),
@@ -18,7 +18,7 @@ ZeroGroups::ZeroGroups(comm::Communicator& comm, ChunkStore& store, Residency& r
       grads_(grads),
       layout_(layout),
       chunks_(std::move(chunks)),
-      shapes_(std::move(shapes)),
+      shapes_(shapes),
       has_grad_(has_grad),
       grads_final_(std::move(grads_final)),
       world_(comm.world_size()),

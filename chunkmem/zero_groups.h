@@ -45,11 +45,12 @@ class ZeroGroups {
     at::ScalarType compute_dtype = at::kFloat;
     bool grads_in_compute_chunks = false;
   };
-  // `has_grad`: the runtime's per-parameter flags of this step (with gradients in the
-  // compute slots, a parameter without one keeps its values). `grads_final(chunk)` is
+  // `shapes`: each parameter's (the runtime's table); `has_grad`: the runtime's
+  // per-parameter flags of this step (with gradients in the compute slots, a parameter
+  // without one keeps its values). `grads_final(chunk)` is
   // called when the owned chunk's reduction is in. Everything passed outlives this.
   ZeroGroups(comm::Communicator& comm, ChunkStore& store, Residency& residency, GradSink& grads,
-             const ChunkLayout& layout, Chunks chunks, std::vector<std::vector<int64_t>> shapes,
+             const ChunkLayout& layout, Chunks chunks, const std::vector<std::vector<int64_t>>& shapes,
              const std::vector<std::vector<int>>& used_by_blocks, const std::vector<bool>& has_grad,
              std::function<void(int chunk)> grads_final);
 
@@ -90,7 +91,7 @@ class ZeroGroups {
   GradSink& grads_;
   const ChunkLayout& layout_;
   Chunks chunks_;
-  std::vector<std::vector<int64_t>> shapes_;       // [param]
+  const std::vector<std::vector<int64_t>>& shapes_;  // [param] (the runtime's)
   const std::vector<bool>& has_grad_;              // [param] this step
   std::function<void(int)> grads_final_;
   int world_ = 1, rank_ = 0;

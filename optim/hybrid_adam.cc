@@ -80,8 +80,7 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
       kernels_(KernelsWithPins(options)),
       chunk_adam_(runtime, options.optimizer),
       on_device_(OptimizerOnDevice(runtime)),
-      moves_(runtime),
-      pipeline_(moves_, PipelineSettings(runtime, options)),
+      pipeline_(runtime.optimizer_moves(), PipelineSettings(runtime, options)),
       speculation_(SpeculationSettings(runtime, options, kernels_, on_device_)) {
   for (int c = 0; c < runtime.layout().num_chunks(); ++c) {
     if (on_device_[c]) device_chunks_.push_back(c);

@@ -31,7 +31,6 @@
 
 #include "chunkmem/host_pipeline.h"
 #include "chunkmem/runtime.h"
-#include "chunkmem/runtime_moves.h"
 #include "optim/chunk_adam.h"
 #include "optim/cpu_adam.h"
 #include "optim/host_params.h"
@@ -101,7 +100,7 @@ class HybridAdam {
   // end of a step. The copy and work list are started at once; the wait for the copy,
   // the backup, a host sum of squares and the update run on the speculation worker
   // thread while the caller (backward) goes on, the chunk held by the pipeline (pinned:
-  // the runtime's busy mark; not moved) until Step has waited for it.
+  // in the runtime's Residency; not moved) until Step has waited for it.
   void BeginSpeculation(double lr, double loss_scale);
   bool Speculate(int chunk);
 
@@ -151,7 +150,6 @@ class HybridAdam {
   ChunkAdam chunk_adam_;           // the update of one chunk's parameters, host or device
   std::vector<int> device_chunks_;
   std::vector<bool> on_device_;   // [chunk]
-  chunkmem::RuntimeMoves moves_;
   chunkmem::HostPipeline pipeline_;  // every chunk move the updates need
   Speculation speculation_;          // updates ahead of the step (BeginSpeculation .. Step)
 };

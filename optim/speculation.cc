@@ -107,12 +107,15 @@ void Speculation::Start(Update u, const MakeWork& make_work) {
   const auto free = std::find(slot_used_.begin(), slot_used_.end(), false);
   const int slot_index = static_cast<int>(free - slot_used_.begin());
   Slot& slot = slots_[slot_index];
-  slot_used_[slot_index] = true;
   TORCH_INTERNAL_ASSERT(!u.staged || slot.compute.defined(), "Speculation: staged without a compute part");
+  // The backup is checked before make_work runs: make_work has effects (the caller's
+  // step counts advance, undone only for a recorded entry), so nothing may fail after
+  // it before the entry is recorded.
+  std::vector<std::pair<at::Tensor, at::Tensor>> backup = BackupPairs(slot, u.payloads);
   // A non-finite gradient is updated too: the step then skips, and the rollback
   // restores what the update wrote.
   Work w = make_work(u.staged ? &slot.compute : nullptr);
-  std::vector<std::pair<at::Tensor, at::Tensor>> backup = BackupPairs(slot, u.payloads);
+  slot_used_[slot_index] = true;
   Entry e;
   e.record = {u.chunk, u.staged, std::move(w.written), u.staged ? &slot.compute : nullptr};
   e.slot = slot_index;

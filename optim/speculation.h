@@ -89,7 +89,8 @@ class Speculation {
   bool CanTake(int chunk) const;
   // Takes a slot and queues on the worker: wait for u.copy, back up u.payloads, the
   // host sum of squares, then make_work's update (called here, at once: it may advance
-  // step counters; the caller keeps the payloads in place until Finish).
+  // step counters; the caller keeps the payloads in place until Finish). Payloads that
+  // do not fit the slot throw before make_work is called, and leave the slot free.
   void Start(Update u, const MakeWork& make_work);
   // Waits for every queued job; rethrows the first failure.
   void Wait();

@@ -86,23 +86,26 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
 
 }  // namespace
 
-ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::Device device,
-                          const models::InitPlan& init, comm::Communicator* comm) {
-  const int world = comm != nullptr ? comm->world_size() : 1;
-  const int rank = comm != nullptr ? comm->rank() : 0;
-  // The run places its chunks by the plan `--plan` prints, and refuses what it refuses,
-  // with the same reason, before allocating anything.
-  const RunPlan run_plan = PlanRun(c, device, world, rank);
+namespace {
+
+// The run's plan, refused (with the plan's reason) before anything is allocated when
+// it does not fit; a stated device memory below the card's caps the caching allocator.
+RunPlan FittingPlan(const Config& c, at::Device device, int world, int rank) {
+  RunPlan run_plan = PlanRun(c, device, world, rank);
   if (!run_plan.plan.fits) throw ConfigError("this run does not fit its memory budgets: " + run_plan.plan.why_not);
-  const ChunkBudgets& budgets = run_plan.budgets;
-  // A stated device memory below the card's is a hard limit (issue #9 §7): the caching
-  // allocator is capped there, so going beyond it is an out-of-memory error, as on a
-  // card that small.
+  // A stated device memory below the card's is a hard limit: the caching allocator is
+  // capped there, so going beyond it is an out-of-memory error, as on a card that small.
   if (device.is_cuda() && c.chunk.device_memory_bytes > 0 &&
       c.chunk.device_memory_bytes < chunkmem::CudaDeviceTotalBytes(device)) {
     chunkmem::CapCudaMemory(device, c.chunk.device_memory_bytes);
   }
-  ChunkSetup s;
+  return run_plan;
+}
+
+// The store (host pool sized by the plan, device arena or allocator), its copy engine
+// and memory probe. Returns the seconds the host pool took.
+double MakeStore(ChunkSetup& s, const Config& c, at::Device device, const RunPlan& run_plan) {
+  const ChunkBudgets& budgets = run_plan.budgets;
   const auto pool_start = std::chrono::steady_clock::now();
   const bool arena = c.chunk.device_arena && budgets.traced_capacity_bytes == 0 && budgets.device_bytes < kUnlimitedBytes;
   s.store = std::make_unique<chunkmem::ChunkStore>(
@@ -115,13 +118,20 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     s.copies = device.is_cuda() ? chunkmem::MakeCudaCopyEngine(device) : chunkmem::MakeThreadCopyEngine();
     s.store->set_copy_engine(s.copies.get());
   }
-  model.set_save_weight_leaves(true);  // no saved views pinning evicted chunk payloads
   if (budgets.traced_capacity_bytes > 0) {
     s.probe = device.is_cuda() ? chunkmem::MakeCudaMemoryProbe(device, *s.store) : chunkmem::MakeCpuMemoryProbe();
     s.store->set_memory_probe(s.probe.get());
   }
+  return pool_s;
+}
+
+using HostParams = std::vector<std::pair<std::string, at::Tensor>>;
+
+// The model's block parameters the chunks manage; the rest (chunk.cpu_embedding) stay
+// fp32 tensors on the host, initialised here, into `host_params`.
+std::vector<chunkmem::ManagedParam> ManagedParams(models::TrainableModel& model, const Config& c,
+                                                  const models::InitPlan& init, HostParams& host_params) {
   std::vector<chunkmem::ManagedParam> params;
-  std::vector<std::pair<std::string, at::Tensor>> host_params;  // chunk.cpu_embedding
   for (const auto& p : model.BlockParameters()) {
     if (EmbeddingOnHost(c, p.name)) {
       at::Tensor param = p.tensor;
@@ -132,11 +142,17 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     }
     params.push_back({p.name, p.tensor, p.used_by_blocks});
   }
-  chunkmem::RuntimeOptions options = RuntimeOptionsOf(c, world);
+  return params;
+}
+
+// The runtime over `params`, placed as the plan decided, writing the initial values
+// itself (model.InitParameter, as `init` says).
+void MakeRuntime(ChunkSetup& s, models::TrainableModel& model, const Config& c, const models::InitPlan& init,
+                 std::vector<chunkmem::ManagedParam> params, const RunPlan& run_plan, comm::Communicator* comm) {
+  chunkmem::RuntimeOptions options = RuntimeOptionsOf(c, comm != nullptr ? comm->world_size() : 1);
   options.comm = comm;  // MakeEngine passes one only for a data-parallel run
-  options.residency.device_memory_bytes = budgets.traced_capacity_bytes;
-  options.warmup_chunk_ratio = c.chunk.warmup_device_chunk_ratio;
-  options.placement_input = chunkmem::PlacementInputOf(run_plan.input);
+  options.residency.device_memory_bytes = run_plan.budgets.traced_capacity_bytes;
+  options.placement = run_plan.plan.placement;  // the plan's, as `--plan` prints it
   std::vector<std::string> names;
   for (const auto& p : params) names.push_back(p.name);
   options.initial_values = [&model, init, names](int index, at::Tensor values) {  // in the constructor only
@@ -145,12 +161,10 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     return true;
   };
   s.runtime = std::make_unique<chunkmem::ChunkRuntime>(std::move(params), *s.store, options);
-  // Same function, same input: the runtime's placement is the plan's.
-  TORCH_INTERNAL_ASSERT(s.runtime->placement().optimizer_on_device == run_plan.plan.placement.optimizer_on_device &&
-                            s.runtime->placement().host_bytes == run_plan.plan.placement.host_bytes &&
-                            s.runtime->placement().device_bytes == run_plan.plan.placement.device_bytes,
-                        "the runtime's chunk placement differs from the memory plan's");
   s.runtime->set_memory_probe(s.probe.get());
+}
+
+void LogStartup(const ChunkSetup& s, const Config& c, at::Device device, const RunPlan& run_plan, double pool_s) {
   const auto& startup = s.runtime->startup_seconds();
   spdlog::info("chunk start-up: host pool of {:.2f} GiB ({}) reserved in {:.1f} s; payloads allocated in {:.1f} s, "
                "zeroed in {:.1f} s; initial values written in {:.1f} s",
@@ -159,6 +173,11 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
                : c.chunk.host_pool_pinning == chunkmem::HostPoolPinning::kRegister ? "pinned: mapped, cudaHostRegister"
                                                                                   : "pinned: cudaHostAlloc",
                pool_s, startup.allocate_s, startup.zero_s, startup.initial_values_s);
+}
+
+// optimizer.cpu_adam, pin_cpu_threads and the speculation settings for this machine;
+// throws ConfigError for a kernel variant this CPU lacks.
+optim::HybridAdamOptions HybridAdamOptionsOf(const Config& c, at::Device device) {
   optim::HybridAdamOptions adam;
   adam.optimizer = c.optimizer;
   adam.cpu_threads = CpuThreads(c.run);
@@ -184,6 +203,13 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   }
   adam.speculation_slots = static_cast<int>(c.optimizer.speculation_slots);
   adam.speculation_backoff_steps = static_cast<int>(c.optimizer.speculation_backoff_steps);
+  return adam;
+}
+
+// The hybrid Adam over the runtime (speculating from the gradient hooks when it has
+// slots) and the parameters kept outside the chunks.
+void MakeOptimizer(ChunkSetup& s, const Config& c, at::Device device, const HostParams& host_params) {
+  const optim::HybridAdamOptions adam = HybridAdamOptionsOf(c, device);
   s.adam = std::make_unique<optim::HybridAdam>(*s.runtime, adam);
   if (adam.speculation_slots > 0 && device.is_cuda() && !c.chunk.async_prefetch) {
     spdlog::warn("optimizer.speculation_slots without chunk.async_prefetch: a chunk whose gradients are on the GPU "
@@ -196,6 +222,24 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
     s.adam->AddHostParam(name, param);
     s.host_param_names.push_back(name);
   }
+}
+
+}  // namespace
+
+ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::Device device,
+                          const models::InitPlan& init, comm::Communicator* comm) {
+  const int world = comm != nullptr ? comm->world_size() : 1;
+  const int rank = comm != nullptr ? comm->rank() : 0;
+  // The run places its chunks by the plan `--plan` prints, and refuses what it refuses,
+  // with the same reason, before allocating anything.
+  const RunPlan run_plan = FittingPlan(c, device, world, rank);
+  ChunkSetup s;
+  const double pool_s = MakeStore(s, c, device, run_plan);
+  model.set_save_weight_leaves(true);  // no saved views pinning evicted chunk payloads
+  HostParams host_params;  // chunk.cpu_embedding
+  MakeRuntime(s, model, c, init, ManagedParams(model, c, init, host_params), run_plan, comm);
+  LogStartup(s, c, device, run_plan, pool_s);
+  MakeOptimizer(s, c, device, host_params);
   if (c.chunk.cpu_embedding) model.set_host_embedding(true, device, s.runtime->compute_dtype());
   s.scaler = std::make_unique<optim::LossScaler>(c.precision);
   s.hooks = std::make_unique<ChunkLayerHooks>(*s.runtime);
@@ -213,19 +257,47 @@ void CheckAccumulationSchedule(const Config& c, int world_size) {
   }
 }
 
-RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
-  // The batch must divide over this world's ranks (the loader checked one rank only):
-  // a ConfigError naming global_batch_size, micro_batch_size and the rank count.
-  GradAccumSteps(c.train, world_size);
-  CheckAccumulationSchedule(c, world_size);
-  RunPlan r;
-  r.input.world_size = world_size;
-  r.input.rank = rank;
-  r.input.zero = world_size > 1 || c.distributed.force_collectives;
-  r.input.prefetch_groups = c.chunk.prefetch_depth > 0;
-  r.budgets = ResolveChunkBudgets(c, device);
-  const ChunkBudgets& budgets = r.budgets;
-  chunkmem::PlanInput& input = r.input;
+namespace {
+
+// The chunk room on the device and how messages name it: the fixed budget; or a traced
+// capacity shared with the activations, the chunks getting what they leave (static
+// placement: at most the warm-up share of it).
+void SetDeviceRoom(const Config& c, const ChunkBudgets& budgets, int64_t activation_bytes, chunkmem::PlanInput& input) {
+  input.device_capacity_bytes = budgets.device_bytes;
+  input.device_budget_bytes = budgets.device_bytes;
+  input.device_room_name = budgets.device_bytes >= kUnlimitedBytes ? "the simulated device"
+                           : "the device budget of " + std::to_string(budgets.device_bytes) +
+                                 " bytes (chunk.device_budget_bytes)";
+  if (budgets.traced_capacity_bytes == 0) return;
+  const auto share = static_cast<int64_t>(c.chunk.warmup_device_chunk_ratio *
+                                          static_cast<double>(budgets.traced_capacity_bytes));
+  input.warmup_share_bytes = share;
+  input.device_budget_bytes = std::max<int64_t>(0, budgets.traced_capacity_bytes - activation_bytes);
+  input.device_room_name = "the traced device capacity of " + std::to_string(budgets.traced_capacity_bytes) +
+                           " bytes (chunk.device_memory_bytes x chunk.device_mem_ratio) less the activation "
+                           "estimate of " + std::to_string(activation_bytes) + " bytes";
+  if (c.chunk.placement == chunkmem::PlacementKind::kStatic) {
+    input.device_budget_bytes = std::min(input.device_budget_bytes, share);
+    input.device_room_name += ", at most the warm-up share of " + std::to_string(share) + " bytes (static)";
+  }
+}
+
+// What the plan prints about the activations beside the chunks.
+std::string NonModelNote(const Config& c, const ChunkBudgets& budgets, int world_size) {
+  const int64_t kept = MicroBatchesKept(c, world_size);
+  std::string note = kept > 1 ? "the block inputs of the step's " + std::to_string(kept) +
+                                    " micro-batches (vertical schedule) and one block recomputed, "
+                                    "estimated from the model shape; "
+                              : "per micro-batch, estimated from the model shape; ";
+  note += budgets.traced_capacity_bytes > 0 ? "taken off the traced device capacity, the warm-up measures the real peak"
+          : budgets.device_bytes >= kUnlimitedBytes ? "the simulated device has no limit"
+                                                    : "needed on the device besides the fixed chunk budget";
+  return note;
+}
+
+// The model's parameters (those outside the chunks counted apart), the dtype and the
+// gradient path, and the optimizer's host buffers.
+void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& input) {
   for (const auto& p : ParameterShapesOf(c)) {
     if (EmbeddingOnHost(c, p.name)) {
       input.host_param_numel += p.numel;
@@ -235,53 +307,43 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
   }
   input.chunk_numel = c.chunk.size_elements;
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
-  r.activation_bytes = ActivationBytesOf(c, c.train.micro_batch_size * c.data.seq_len, input.compute_element_bytes,
-                                         MicroBatchesKept(c, world_size));
-  const bool traced = budgets.traced_capacity_bytes > 0;
-  // A traced budget shares the device with the activations: chunks get what they leave
-  // (static placement: at most the warm-up share of it).
-  input.device_capacity_bytes = budgets.device_bytes;
-  input.device_budget_bytes = budgets.device_bytes;
-  input.device_room_name = budgets.device_bytes >= kUnlimitedBytes ? "the simulated device"
-                           : "the device budget of " + std::to_string(budgets.device_bytes) +
-                                 " bytes (chunk.device_budget_bytes)";
-  if (traced) {
-    const auto share = static_cast<int64_t>(c.chunk.warmup_device_chunk_ratio *
-                                            static_cast<double>(budgets.traced_capacity_bytes));
-    input.warmup_share_bytes = share;
-    input.device_budget_bytes = std::max<int64_t>(0, budgets.traced_capacity_bytes - r.activation_bytes);
-    input.device_room_name = "the traced device capacity of " + std::to_string(budgets.traced_capacity_bytes) +
-                             " bytes (chunk.device_memory_bytes x chunk.device_mem_ratio) less the activation "
-                             "estimate of " + std::to_string(r.activation_bytes) + " bytes";
-    if (c.chunk.placement == chunkmem::PlacementKind::kStatic) {
-      input.device_budget_bytes = std::min(input.device_budget_bytes, share);
-      input.device_room_name += ", at most the warm-up share of " + std::to_string(share) + " bytes (static)";
-    }
-  }
-  input.host_budget_bytes = budgets.host_bytes;
   input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   input.block_major_grads = VerticalAccumulation(c.train, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   // Speculation backups: fp32 master, m, v (+ the compute chunk when it is not the
   // master) per slot.
-  const int64_t backup_bytes_per_element = 12 + (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
   input.speculation_slots = c.optimizer.speculation_slots;
-  input.backup_bytes_per_element = backup_bytes_per_element;
+  input.backup_bytes_per_element = 12 + (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
+}
+
+}  // namespace
+
+RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
+  // The batch must divide over this world's ranks (the loader checked one rank only):
+  // a ConfigError naming global_batch_size, micro_batch_size and the rank count.
+  GradAccumSteps(c.train, world_size);
+  CheckAccumulationSchedule(c, world_size);
+  RunPlan r;
+  chunkmem::PlanInput& input = r.input;
+  input.world_size = world_size;
+  input.rank = rank;
+  input.zero = world_size > 1 || c.distributed.force_collectives;
+  input.prefetch_groups = c.chunk.prefetch_depth > 0;
+  r.budgets = ResolveChunkBudgets(c, device);
+  SetModelAndOptimizer(c, world_size, input);
+  r.activation_bytes = ActivationBytesOf(c, c.train.micro_batch_size * c.data.seq_len, input.compute_element_bytes,
+                                         MicroBatchesKept(c, world_size));
+  SetDeviceRoom(c, r.budgets, r.activation_bytes, input);
+  input.host_budget_bytes = r.budgets.host_bytes;
   input.non_model_bytes = r.activation_bytes;
-  const int64_t kept = MicroBatchesKept(c, world_size);
-  input.non_model_note = kept > 1 ? "the block inputs of the step's " + std::to_string(kept) +
-                                        " micro-batches (vertical schedule) and one block recomputed, "
-                                        "estimated from the model shape; "
-                                  : "per micro-batch, estimated from the model shape; ";
-  input.non_model_note += traced ? "taken off the traced device capacity, the warm-up measures the real peak"
-                          : budgets.device_bytes >= kUnlimitedBytes ? "the simulated device has no limit"
-                                                                    : "needed on the device besides the fixed chunk budget";
+  input.non_model_note = NonModelNote(c, r.budgets, world_size);
   r.plan = chunkmem::PlanMemory(input);
-  if (traced && r.activation_bytes >= budgets.traced_capacity_bytes) {
+  const int64_t traced = r.budgets.traced_capacity_bytes;
+  if (traced > 0 && r.activation_bytes >= traced) {
     r.plan.fits = false;
     r.plan.why_not = "the activations (~" + std::to_string(r.activation_bytes >> 20) + " MiB, estimated) fill the "
-                     "traced device capacity of " + std::to_string(budgets.traced_capacity_bytes >> 20) +
+                     "traced device capacity of " + std::to_string(traced >> 20) +
                      " MiB (lower train.micro_batch_size or turn on model.activation_checkpointing)";
   }
   return r;

@@ -28,6 +28,7 @@ struct Fixture {
   std::unique_ptr<ChunkStore> store;
   std::unique_ptr<Residency> residency;
   std::vector<TensorState> states;
+  std::vector<std::vector<int64_t>> shapes = std::vector<std::vector<int64_t>>(4, std::vector<int64_t>{kParamNumel});
   std::unique_ptr<GradSink> sink;
   std::vector<int> final_calls;  // grads_final's chunks, in order
   GradSink::Chunks chunks;
@@ -55,7 +56,6 @@ struct Fixture {
     settings.prefetch_depth = 0;
     residency = std::make_unique<Residency>(*store, compute_ids, std::vector<bool>{}, settings);
     states.assign(4, TensorState::kHoldAfterFwd);  // every parameter used in this micro-batch's forward
-    std::vector<std::vector<int64_t>> shapes(4, std::vector<int64_t>{kParamNumel});
     sink = std::make_unique<GradSink>(*store, *residency, layout, chunks, shapes, used_by, states, block_major,
                                       [this](int chunk) { final_calls.push_back(chunk); });
     residency->set_give_way([this](const std::function<bool()>& evict) { return sink->GiveWay(evict); });

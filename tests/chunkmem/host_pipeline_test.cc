@@ -4,8 +4,10 @@
 // only when it fits without evicting, staging for chunks that stay on the device (one
 // copy per run of adjacent written ranges, gaps untouched, the buffers given back, the
 // fallback to moving when the host cannot lend them), updates in place batched into
-// one run, and holding chunks for updates ahead (brought, pinned, unpinned, returned).
-// The moves go through ResidencyMoves (a real Residency and store), recorded.
+// one run, and holding chunks for updates ahead (brought, pinned, unpinned, returned;
+// never a chunk pinned by another part). The moves go through ResidencyMoves, the
+// implementation the runtime hands the optimizer, over a real Residency and store,
+// recorded.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@ class RecordedMoves : public OptimizerMoves {
   RecordedMoves(OptimizerMoves& inner, std::vector<std::string>& log) : inner_(inner), log_(log) {}
   bool on_device(int chunk) const override { return inner_.on_device(chunk); }
   bool in_use(int chunk) const override { return inner_.in_use(chunk); }
+  bool pinned(int chunk) const override { return inner_.pinned(chunk); }
   void ToHost(int chunk) override {
     if (inner_.on_device(chunk)) log_.push_back("host " + std::to_string(chunk));
     inner_.ToHost(chunk);
@@ -289,6 +292,28 @@ TEST_CASE("held for an update ahead: brought and pinned, staged left free; unpin
   const std::vector<std::string> expected = {"host 0", "pin 0", "unpin 0", "back 0"};
   CHECK(f.log == expected);
   f.residency->Release(2);
+}
+
+TEST_CASE("a chunk pinned by another part is not held for an update ahead", "[host_pipeline][hold]") {
+  // Chunk 1 is the input of a ZeRO gather in flight (pinned until the gather is waited
+  // for): bringing it to the host would move a pinned chunk, and an update in place
+  // would write what the gather reads. Staging touches it only at the step.
+  Fixture f(2, {0, 1}, 2);
+  HostPipeline pipeline(*f.moves, f.Settings(/*device_unreadable=*/true));
+  f.residency->Pin(1);
+  CHECK_FALSE(pipeline.CanHold(1, HostAccess::kBring));
+  CHECK_FALSE(pipeline.CanHold(1, HostAccess::kInPlace));
+  CHECK(pipeline.CanHold(1, HostAccess::kStaged));
+  CHECK(pipeline.CanHold(0, HostAccess::kBring));
+  f.residency->Unpin(1);
+  CHECK(pipeline.CanHold(1, HostAccess::kBring));
+  // Held once, it is pinned: it is not held a second time.
+  pipeline.Hold(0, HostAccess::kBring);
+  CHECK_FALSE(pipeline.CanHold(0, HostAccess::kInPlace));
+  pipeline.UnpinHeld();
+  pipeline.ReturnHeld();
+  const std::vector<std::string> expected = {"host 0", "pin 0", "unpin 0", "back 0"};
+  CHECK(f.log == expected);
 }
 
 }  // namespace

@@ -85,6 +85,7 @@ struct Fixture {
   std::unique_ptr<Residency> residency;
   std::vector<TensorState> states = std::vector<TensorState>(4, TensorState::kHoldAfterFwd);
   std::vector<bool> has_grad = std::vector<bool>(4, false);
+  std::vector<std::vector<int64_t>> shapes = std::vector<std::vector<int64_t>>(4, std::vector<int64_t>{kNumel});
   std::unique_ptr<GradSink> sink;
   ScriptedComm comm;
   std::unique_ptr<ZeroGroups> zero;
@@ -115,7 +116,6 @@ struct Fixture {
     ResidencySettings settings;
     settings.prefetch_depth = prefetch_depth;
     residency = std::make_unique<Residency>(*store, compute_ids, held, settings);
-    std::vector<std::vector<int64_t>> shapes(4, std::vector<int64_t>{kNumel});
     sink = std::make_unique<GradSink>(*store, *residency, layout, sink_chunks, shapes, used_by, states, false,
                                       [](int) {});
     ZeroGroups::Chunks chunks;

@@ -19,6 +19,7 @@
 
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/copy_engine.h"
+#include "chunkmem/memory_plan.h"
 #include "chunkmem/runtime.h"
 #include "optim/hybrid_adam.h"
 #include "optim/loss_scaler.h"
@@ -64,8 +65,17 @@ struct Rig {
     ro.residency.eviction = chunkmem::EvictionPolicyKind::kLru;
     ro.residency.warmup_steps = 0;
     ro.grads_in_compute_chunks = dtype != at::kFloat && !fp32_grads;
-    // Hybrid: optimizer state into the device margin at start-up (chunkmem/placement.h).
-    ro.placement_input.margin_use_ratio = hybrid ? 0.8 : 0.0;
+    // Hybrid: optimizer state into the device margin at start-up, as the run's memory
+    // plan decides it (chunkmem/memory_plan.h), handed to the runtime.
+    chunkmem::PlanInput plan;
+    for (const auto& p : managed) plan.params.push_back({p.name, p.tensor.numel(), p.used_by_blocks});
+    plan.chunk_numel = ro.chunk_numel;
+    plan.compute_element_bytes = static_cast<int64_t>(c10::elementSize(dtype));
+    plan.grads_in_compute_chunks = ro.grads_in_compute_chunks;
+    plan.device_budget_bytes = store->Budget(chunkmem::Tier::kDevice);
+    plan.host_budget_bytes = store->Budget(chunkmem::Tier::kHost);
+    plan.margin_use_ratio = hybrid ? 0.8 : 0.0;
+    ro.placement = chunkmem::PlanMemory(plan).placement;
     runtime = std::make_unique<chunkmem::ChunkRuntime>(managed, *store, ro);
     HybridAdamOptions o;
     o.optimizer.lr = 1e-2;
@@ -164,7 +174,7 @@ TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back
       LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
       for (uint64_t step = 1; step <= 3; ++step) {
         for (Rig* rig : {&plain, &piped}) {
-          for (int c = 0; c < n; ++c) rig->runtime->PlaceComputeChunk(c, chunkmem::Tier::kDevice);
+          for (int c = 0; c < n; ++c) rig->runtime->optimizer_moves().ToDevice(c);
         }
         const auto grads = Grads(plain, step);
         plain.Backward(grads);
@@ -205,7 +215,7 @@ TEST_CASE("staged parameters: a device compute chunk that only receives them get
     for (uint64_t step = 1; step <= 3; ++step) {
       INFO("step " << step);
       for (Rig* rig : {&plain, &piped}) {
-        for (int c = 0; c < 2; ++c) rig->runtime->PlaceComputeChunk(c, chunkmem::Tier::kDevice);
+        for (int c = 0; c < 2; ++c) rig->runtime->optimizer_moves().ToDevice(c);
       }
       const int skip = step == 2 ? 3 : -1;  // step 2: `norm` (chunk 1) has no gradient, its values stand
       const auto grads = Grads(plain, step);
@@ -432,7 +442,7 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
     for (const Case& k : cases) {
       INFO("max norm " << k.max_norm << (k.overflow ? ", overflow" : ""));
       for (Rig* rig : {&plain, &spec}) {
-        for (int c = 0; c < 2; ++c) rig->runtime->PlaceComputeChunk(c, chunkmem::Tier::kDevice);
+        for (int c = 0; c < 2; ++c) rig->runtime->optimizer_moves().ToDevice(c);
       }
       auto grads = Grads(plain, seed++);
       if (k.overflow) grads[2][3][1] = std::numeric_limits<float>::infinity();
@@ -449,7 +459,7 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
       for (int c = 0; c < 2; ++c) {
         CHECK(spec.store->tier(spec.runtime->chunk_id(ChunkKind::kCompute, c)) ==
               (staged ? chunkmem::Tier::kDevice : chunkmem::Tier::kHost));
-        CHECK(spec.runtime->busy(c) == !staged);  // staged: free to move, Step writes where it is
+        CHECK(spec.runtime->residency().pinned(c) == !staged);  // staged: free to move, Step writes where it is
       }
       const StepReport a = plain.adam->Step(1e-2, k.max_norm, scale_plain);
       const StepReport b = spec.adam->Step(1e-2, k.max_norm, scale_spec);
@@ -461,7 +471,7 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
       CHECK(b.rolled_back_chunks == k.rolled_back);
       CHECK((a.grad_norm == b.grad_norm || (std::isnan(a.grad_norm) && std::isnan(b.grad_norm))));
       for (int c = 0; c < 2; ++c) {
-        CHECK_FALSE(spec.runtime->busy(c));
+        CHECK_FALSE(spec.runtime->residency().pinned(c));
         CHECK(spec.store->tier(spec.runtime->chunk_id(ChunkKind::kCompute, c)) == chunkmem::Tier::kDevice);
       }
       CheckSameState(spec, plain);

@@ -243,5 +243,25 @@ TEST_CASE("sums of squares: the worker's host sum, or the device sums handed in"
   s.Finish(true, [](const Speculation::Record&) {}, [](const Speculation::Record&) {});
 }
 
+TEST_CASE("payloads that do not fit a slot: refused before the work is made, the slot stays free", "[speculation]") {
+  // make_work has effects (HybridAdam's step counts advance; only a recorded entry is
+  // undone by a rollback), so Start must not call it for an update it then refuses.
+  Chunk c;
+  Speculation s(Options(1));
+  s.Begin(1e-2, 1.0);
+  Speculation::Update u = c.MakeUpdate(0, false);
+  u.payloads[0] = at::zeros({Options(1).slot_numel + 1});  // larger than the slot's master part
+  int made = 0;
+  CHECK_THROWS(s.Start(std::move(u), [&](const at::Tensor*) {
+    ++made;
+    return c.MakeWork(c.compute);
+  }));
+  CHECK(made == 0);
+  CHECK(s.CanTake(0));  // no entry, no slot taken
+  Start(s, c, 0);
+  s.Wait();
+  CHECK(s.Finish(false, [](const Speculation::Record&) {}, [](const Speculation::Record&) {}) == 1);
+}
+
 }  // namespace
 }  // namespace ps::optim
