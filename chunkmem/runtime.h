@@ -73,7 +73,7 @@ struct RuntimeOptions {
   // device_optimizer_bytes). The runtime takes it as given and never re-plans it.
   // Default: every chunk's optimizer state on the host (an empty optimizer_on_device).
   TierPlan tiers;
-  // Start-up (issue #9 §4): when set, the runtime writes parameter `index`'s initial
+  // Start-up: when set, the runtime writes parameter `index`'s initial
   // values itself, into its slot in the fp32 master chunk (the compute chunk in fp32;
   // a lower compute dtype gets a rounded copy), in parallel over parameters
   // (at::parallel_for, so calls run on several threads at once), instead of copying the
