@@ -39,7 +39,7 @@ struct ChunkAllocation {
   const std::vector<std::vector<int64_t>>& shapes;  // [param]
   at::ScalarType compute_dtype = at::kFloat;
   bool grads_in_compute_chunks = false;
-  const std::vector<bool>& optimizer_on_device;  // [chunk] (the placement's)
+  const std::vector<bool>& optimizer_on_device;  // [chunk] (the tier plan's)
   const std::vector<bool>& owned;                // [chunk]
 };
 

@@ -8,10 +8,12 @@ namespace ps::chunkmem {
 
 enum class DeviceTierKind { kAuto, kCuda, kSimulated };
 enum class EvictionPolicyKind { kOpt, kLru };
-// dynamic: after warm-up each moment's chunk budget is what the trace says activations
-// leave; static: the warm-up share forever (PatrickStar's with_static_partition).
+// chunk.placement (where chunks sit from start-up is another thing, the TierPlan of
+// tier_plan.h; docs/chunkmem.md, "Names"): with a traced budget, dynamic: after warm-up
+// each moment's chunk budget is what the trace says activations leave; static: the
+// warm-up share forever (PatrickStar's with_static_partition).
 enum class PlacementKind { kDynamic, kStatic };
-// How the host pool is made page-locked on CUDA (start-up, issue #9 §4): one
+// How the host pool is made page-locked on CUDA (start-up): one
 // cudaHostAlloc, or mapped and made resident on many threads, then one cudaHostRegister.
 enum class HostPoolPinning { kHostAlloc, kRegister };
 

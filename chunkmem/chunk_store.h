@@ -5,7 +5,7 @@
 // which every chunk that has lived on the host keeps its slot while it is on the device,
 // so a chunk always comes back to the same bytes and the pool never fragments.
 // Device tier: CUDA memory, or a simulated device (host memory with its own budget and
-// real copies) so the same placement code runs, and is tested, without a GPU.
+// real copies) so the same residency code runs, and is tested, without a GPU.
 // The store never exceeds a tier's budget: Allocate/Move throw instead, and the runtime
 // evicts first. Counters of bytes and copies moved, host waits and peaks are kept as
 // data (StoreStats). Scratch payloads (Borrow: the runtime's gradient staging slots
@@ -61,7 +61,7 @@ std::unique_ptr<TierAllocator> MakeArenaAllocator(at::Device device, int64_t byt
 // cudaHostAlloc, or with HostPoolPinning::kRegister mapped, made resident on many
 // threads and registered) reserved once, plus the arena's alignment rounding, carved
 // into payloads; chunks keep their slot while on the device (keeps_home_slots). Size it
-// to the most chunk bytes the host holds (Placement::host_chunk_bytes). A size that
+// to the most chunk bytes the host holds (TierPlan::host_chunk_bytes). A size that
 // cannot be reserved throws c10::Error naming the bytes.
 std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes,
                                                      HostPoolPinning pinning = HostPoolPinning::kHostAlloc);

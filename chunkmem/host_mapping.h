@@ -1,4 +1,4 @@
-// Host memory mapped directly and made resident on many threads (issue #9 §4, start-up):
+// Host memory mapped directly and made resident on many threads (start-up):
 // the host pool's backing for chunk.host_pool_pinning: register. One cudaHostAlloc of
 // tens of GB faults, zeroes and locks every page on one thread inside the driver; here
 // the pages are faulted in (zeroed by the kernel) on LibTorch's intra-op threads, on

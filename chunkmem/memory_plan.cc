@@ -38,8 +38,8 @@ int64_t AddBytes(int64_t a, int64_t b) {
 
 }  // namespace
 
-PlacementInput PlacementInputOf(const PlanInput& in) {
-  PlacementInput p;
+TierPlanInput TierPlanInputOf(const PlanInput& in) {
+  TierPlanInput p;
   p.compute_element_bytes = in.compute_element_bytes;
   p.grads_in_compute_chunks = in.grads_in_compute_chunks;
   p.block_major_grads = in.block_major_grads;
@@ -84,11 +84,11 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   const int64_t model_chunk_bytes = AddBytes(plan.compute_chunk_bytes, plan.host_only_bytes);
   plan.host_param_bytes = MulBytes(16, in.host_param_numel);
 
-  // Where the chunks sit: the runtime's own function (placement.h), same input.
-  plan.placement = PlanPlacement(plan.layout, used_by, PlacementInputOf(in));
-  plan.min_device_bytes = plan.placement.working_set_bytes;
-  plan.device_bytes = plan.placement.device_bytes;
-  plan.host_bytes = plan.placement.host_bytes;
+  // Where the chunks sit (tier_plan.h): the TierPlan the run's runtime is given.
+  plan.tiers = PlanTiers(plan.layout, used_by, TierPlanInputOf(in));
+  plan.min_device_bytes = plan.tiers.working_set_bytes;
+  plan.device_bytes = plan.tiers.device_bytes;
+  plan.host_bytes = plan.tiers.host_bytes;
   plan.bytes_per_param = static_cast<double>(model_chunk_bytes) / plan.param_numel;
 
   // Largest N (same bytes per parameter): the host holds compute and grad chunks,
@@ -97,14 +97,14 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   // u = capacity per parameter. The working set is taken as this model's.
   const double u = static_cast<double>(capacity) / plan.param_numel;
   const double H = static_cast<double>(in.host_budget_bytes) - static_cast<double>(plan.host_param_bytes);
-  const double D = static_cast<double>(std::min(PlacementInputOf(in).device_budget_bytes, in.device_budget_bytes));
+  const double D = static_cast<double>(std::min(TierPlanInputOf(in).device_budget_bytes, in.device_budget_bytes));
   const double A = std::max(0.0, in.margin_use_ratio * (D - static_cast<double>(plan.min_device_bytes)));
   const double kg = static_cast<double>(k + grad_per_element), o = static_cast<double>(optimizer_per_element);
   double n = H / (kg * u);
   if (o * n * u > A) n = (H + A) / ((kg + o) * u);
   plan.largest_param_numel = static_cast<int64_t>(std::max(0.0, n));
 
-  plan.why_not = plan.placement.why_not;
+  plan.why_not = plan.tiers.why_not;
   plan.fits = plan.why_not.empty();
   return plan;
 }
@@ -118,9 +118,9 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
   out += "chunks            " + p.layout.Summary() + "\n";
   if (in.world_size > 1 || in.zero) {
     out += "ZeRO              rank " + std::to_string(in.rank) + " of " + std::to_string(in.world_size) + " holds " +
-           std::to_string(p.placement.owned_chunks) + " of " + std::to_string(p.layout.num_chunks()) +
+           std::to_string(p.tiers.owned_chunks) + " of " + std::to_string(p.layout.num_chunks()) +
            " chunks (figures below are this rank's); group buffers " +
-           Bytes(static_cast<double>(p.placement.group_buffer_bytes)) + " in the largest block working set\n";
+           Bytes(static_cast<double>(p.tiers.group_buffer_bytes)) + " in the largest block working set\n";
   }
   if (p.layout.utilization_ratio() < 0.5) {
     out += "hint              most chunk capacity is padding; chunk.size_elements: auto picks the size with "
@@ -142,7 +142,7 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
   if (in.non_model_bytes > 0) {
     out += "activations       ~" + Bytes(static_cast<double>(in.non_model_bytes)) + " (" + in.non_model_note + ")\n";
   }
-  const Placement& pl = p.placement;
+  const TierPlan& pl = p.tiers;
   out += "device            " + Bytes(static_cast<double>(p.device_bytes)) + " of budget " +
          Bytes(static_cast<double>(in.device_budget_bytes)) + "; needs at least " +
          Bytes(static_cast<double>(p.min_device_bytes)) + " (largest block working set)\n";

@@ -1,9 +1,9 @@
 // MemoryPlan: model-data bytes per tier for a model and chunk settings, computed from
 // parameter shapes alone (nothing is allocated), for `ps_train --plan`.
 //
-// Placement: PlanPlacement (chunkmem/placement.h) with PlacementInputOf(input); the run
-// hands the resulting placement to its runtime (RuntimeOptions::placement), so the
-// plan's verdict and reason are the run's: optimizer state of the chunks that fit the device
+// Tiers: PlanTiers (chunkmem/tier_plan.h) with TierPlanInputOf(input); the run hands
+// the resulting TierPlan to its runtime (RuntimeOptions::tiers), so the plan's
+// verdict and reason are the run's: optimizer state of the chunks that fit the device
 // margin on the device from start-up, everything else on the host, which keeps room
 // for every compute chunk. The device must at least hold the working set of the most
 // demanding block: the chunks of its parameters plus the chunks of parameters shared
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "chunkmem/layout.h"
-#include "chunkmem/placement.h"
+#include "chunkmem/tier_plan.h"
 
 namespace ps::chunkmem {
 
@@ -34,14 +34,14 @@ struct PlanInput {
   // which then is what the estimated activations leave); 0 = device_budget_bytes.
   int64_t device_capacity_bytes = 0;
   std::string device_room_name = "the device budget";  // names device_budget_bytes in messages
-  int64_t warmup_share_bytes = 0;        // traced budget: chunk bytes during warm-up (PlacementInput)
+  int64_t warmup_share_bytes = 0;        // traced budget: chunk bytes during warm-up (TierPlanInput)
   double margin_use_ratio = 0.0;         // device margin share for optimizer state; 0 = all on the host
-  int64_t host_scratch_chunks = 0;       // the gradient path's host buffers (PlacementInput)
-  int64_t speculation_slots = 0;         // the optimizer's speculation backups (PlacementInput)
-  int64_t backup_bytes_per_element = 0;  // bytes per element of one slot (PlacementInput)
+  int64_t host_scratch_chunks = 0;       // the gradient path's host buffers (TierPlanInput)
+  int64_t speculation_slots = 0;         // the optimizer's speculation backups (TierPlanInput)
+  int64_t backup_bytes_per_element = 0;  // bytes per element of one slot (TierPlanInput)
   int64_t host_budget_bytes = 0;
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (see RuntimeOptions)
-  bool block_major_grads = false;        // the vertical schedule's staging slots (PlacementInput)
+  bool block_major_grads = false;        // the vertical schedule's staging slots (TierPlanInput)
   // fp32 parameters kept outside the chunks on the host (chunk.cpu_embedding): value,
   // gradient, m and v, 16 bytes each.
   int64_t host_param_numel = 0;
@@ -49,12 +49,12 @@ struct PlanInput {
   // how they relate to device_budget_bytes; printed only (0 = not printed).
   int64_t non_model_bytes = 0;
   std::string non_model_note;
-  // ZeRO: the plan of rank `rank` of `world_size` (PlacementInput); the layout's chunk
+  // ZeRO: the plan of rank `rank` of `world_size` (TierPlanInput); the layout's chunk
   // count is padded to a multiple of world_size, and every byte figure is this rank's.
   int64_t world_size = 1;
   int64_t rank = 0;
-  bool zero = false;             // ZeRO at world_size 1 too (PlacementInput::zero)
-  bool prefetch_groups = false;  // ZeRO: the next block's groups gathered ahead (PlacementInput)
+  bool zero = false;             // ZeRO at world_size 1 too (TierPlanInput::zero)
+  bool prefetch_groups = false;  // ZeRO: the next block's groups gathered ahead (TierPlanInput)
 };
 
 struct MemoryPlan {
@@ -64,9 +64,9 @@ struct MemoryPlan {
   int64_t host_only_bytes = 0;      // grad + master + m + v chunks (ZeRO: this rank's)
   int64_t host_param_bytes = 0;     // parameters outside the chunks (16 bytes each)
   int64_t min_device_bytes = 0;     // largest working set of one block
-  int64_t device_bytes = 0;         // most chunk bytes on the device (placement.device_bytes)
-  int64_t host_bytes = 0;           // most bytes on the host, at start-up (placement.host_bytes)
-  Placement placement;              // where each chunk sits (what the run's runtime is given)
+  int64_t device_bytes = 0;         // most chunk bytes on the device (tiers.device_bytes)
+  int64_t host_bytes = 0;           // most bytes on the host, at start-up (tiers.host_bytes)
+  TierPlan tiers;                   // where each chunk sits (what the run's runtime is given)
   double bytes_per_param = 0;       // model data / parameters, chunk padding included (ZeRO: this rank's data)
   int64_t largest_param_numel = 0;  // most parameters these budgets hold at this bytes/param
   bool fits = false;
@@ -75,8 +75,8 @@ struct MemoryPlan {
 
 MemoryPlan PlanMemory(const PlanInput& input);
 
-// The placement part of `input`, as PlanMemory hands it to PlanPlacement.
-PlacementInput PlacementInputOf(const PlanInput& input);
+// The tier-plan part of `input`, as PlanMemory hands it to PlanTiers.
+TierPlanInput TierPlanInputOf(const PlanInput& input);
 
 // Human-readable report (several lines, sizes in GiB/MiB).
 std::string FormatPlan(const MemoryPlan& plan, const PlanInput& input);

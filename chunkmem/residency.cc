@@ -9,8 +9,8 @@
 namespace ps::chunkmem {
 
 Residency::Residency(ChunkStore& store, std::vector<int> compute_ids, std::vector<bool> held,
-                     const ResidencySettings& settings, const PlacedDeviceBytes& placed)
-    : store_(store), ids_(std::move(compute_ids)), held_(std::move(held)), settings_(settings), placed_(placed) {
+                     const ResidencySettings& settings, const PlannedDeviceBytes& planned)
+    : store_(store), ids_(std::move(compute_ids)), held_(std::move(held)), settings_(settings), planned_(planned) {
   if (held_.empty()) held_.assign(ids_.size(), true);
   TORCH_CHECK(held_.size() == ids_.size(), "chunkmem: residency of ", ids_.size(), " chunks given ", held_.size(),
               " held flags");
@@ -55,7 +55,7 @@ int64_t Residency::ChunkBudgetNow() const {
 }
 
 int64_t Residency::WarmupShareBytes() const {
-  return std::min(store_.Budget(Tier::kDevice), placed_.warmup_device_bytes);
+  return std::min(store_.Budget(Tier::kDevice), planned_.warmup_device_bytes);
 }
 
 int64_t Residency::MinChunkBudgetBytes() const {
@@ -235,11 +235,11 @@ void Residency::FinishWarmupIfDone() {
     for (int t = 0; t < moments; ++t) {
       const int64_t budget = settings_.device_memory_bytes - non_model_peak_[t];
       // The pinned optimizer state and the chunks this moment uses must be there.
-      int64_t needed = placed_.device_optimizer_bytes;
+      int64_t needed = planned_.device_optimizer_bytes;
       for (int c : trace_.ChunksAt(t)) needed += chunk_bytes(c);
       int64_t b = settings_.static_budgets ? std::min(budget, std::max(WarmupShareBytes(), needed)) : budget;
       if (b < needed) {
-        // The activations measured more than the start-up placement assumed: the chunks
+        // The activations measured more than the tier plan assumed: the chunks
         // in use still get their room, up to the store's hard budget, and it is an overrun.
         b = needed;
         ++stats_.budget_overruns;

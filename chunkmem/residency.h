@@ -58,9 +58,9 @@ struct ResidencySettings {
   bool static_budgets = false;
 };
 
-// From the start-up placement (placement.h): the device bytes allowed during a traced
+// From the run's TierPlan (tier_plan.h): the device bytes allowed during a traced
 // warm-up (pinned optimizer state included), and the optimizer state on the device for good.
-struct PlacedDeviceBytes {
+struct PlannedDeviceBytes {
   int64_t warmup_device_bytes = 0;
   int64_t device_optimizer_bytes = 0;
 };
@@ -87,7 +87,7 @@ class Residency {
   // counted in the working set by its entry's bytes, never moved. Payloads start where
   // the store has them. `store` outlives this.
   Residency(ChunkStore& store, std::vector<int> compute_ids, std::vector<bool> held, const ResidencySettings& settings,
-            const PlacedDeviceBytes& placed = {});
+            const PlannedDeviceBytes& planned = {});
 
   // The clock. BeginMoment starts the next moment (not while paused): during warm-up
   // the chunks still in use join its trace; after it, the device shrinks to the
@@ -183,7 +183,7 @@ class Residency {
   std::vector<int> ids_;     // [chunk] compute entry's store id
   std::vector<bool> held_;  // [chunk] this rank holds the payload
   ResidencySettings settings_;
-  PlacedDeviceBytes placed_;
+  PlannedDeviceBytes planned_;
   std::vector<int> in_use_;       // [chunk]
   std::vector<int> pins_;         // [chunk]
   std::vector<bool> prefetched_;  // [chunk] fetched ahead and not used yet

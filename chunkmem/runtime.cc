@@ -46,7 +46,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   std::vector<bool> owned_chunks;
   for (int c = 0; c < layout_.num_chunks(); ++c) owned_chunks.push_back(owned(c));
   const ChunkAllocation request{layout_,         shapes_, options.compute_dtype, options.grads_in_compute_chunks,
-                                placement_.optimizer_on_device, owned_chunks};
+                                tiers_.optimizer_on_device, owned_chunks};
   ChunkValues values;
   values.current = [this](int index) { return params_[index].tensor; };
   values.initial = options_.initial_values;
@@ -83,15 +83,15 @@ void ChunkRuntime::PlanChunks() {
   TORCH_CHECK(!options_.block_major_backward || (!zero() && !options_.grads_in_compute_chunks),
               "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
               "chunks; it is not built for ZeRO or for gradients in the compute slots");
-  // Where every chunk sits: decided by the caller's plan (placement.h), taken as given.
-  placement_ = std::move(options_.placement);
-  options_.placement = Placement();
-  if (placement_.optimizer_on_device.empty()) placement_.optimizer_on_device.assign(layout_.num_chunks(), false);
-  TORCH_CHECK(static_cast<int>(placement_.optimizer_on_device.size()) == layout_.num_chunks(), "chunkmem: the "
-              "placement covers ", placement_.optimizer_on_device.size(), " chunks, the layout has ", layout_.num_chunks(),
+  // Where every chunk sits: the caller's TierPlan (tier_plan.h), taken as given.
+  tiers_ = std::move(options_.tiers);
+  options_.tiers = TierPlan();
+  if (tiers_.optimizer_on_device.empty()) tiers_.optimizer_on_device.assign(layout_.num_chunks(), false);
+  TORCH_CHECK(static_cast<int>(tiers_.optimizer_on_device.size()) == layout_.num_chunks(), "chunkmem: the "
+              "tier plan covers ", tiers_.optimizer_on_device.size(), " chunks, the layout has ", layout_.num_chunks(),
               " (plan it from the same parameters and chunk size)");
   for (int c = 0; c < layout_.num_chunks(); ++c) {
-    TORCH_CHECK(owned(c) || !placement_.optimizer_on_device[c], "chunkmem: the placement puts the optimizer state of "
+    TORCH_CHECK(owned(c) || !tiers_.optimizer_on_device[c], "chunkmem: the tier plan puts the optimizer state of "
                 "chunk ", c, " on the device, but rank ", rank_, " does not own it (plan it for this rank)");
   }
 }
@@ -108,16 +108,16 @@ void ChunkRuntime::BindChunk(int chunk) {
 }
 
 void ChunkRuntime::MakeResidency() {
-  PlacedDeviceBytes placed;
-  placed.warmup_device_bytes = placement_.warmup_device_bytes;
-  placed.device_optimizer_bytes = placement_.device_optimizer_bytes;
+  PlannedDeviceBytes planned;
+  planned.warmup_device_bytes = tiers_.warmup_device_bytes;
+  planned.device_optimizer_bytes = tiers_.device_optimizer_bytes;
   std::vector<int> ids;
   std::vector<bool> held;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     ids.push_back(chunk_id(ChunkKind::kCompute, c));
     held.push_back(owned(c));
   }
-  residency_ = std::make_unique<Residency>(store_, ids, std::move(held), options_.residency, placed);
+  residency_ = std::make_unique<Residency>(store_, ids, std::move(held), options_.residency, planned);
   moves_ = std::make_unique<ResidencyMoves>(store_, *residency_, std::move(ids));
   residency_->set_give_way([this](const std::function<bool()>& evict) { return grads_->GiveWay(evict); });
   residency_->set_describe_users([this](int chunk) { return UsersOf(chunk); });

@@ -6,7 +6,7 @@
 // (docs/chunkmem.md, invariant 4). Chunk kinds per layout chunk i: compute (params;
 // moved between tiers), grad (fp32; none when grads_in_compute_chunks, then kGrad views
 // are the compute slots), master (fp32; the compute chunk itself in fp32), Adam m and v
-// (fp32). Where they live (docs/chunkmem.md, "Placement"): the placement given in
+// (fp32). Where they live (docs/chunkmem.md, "Tier plan"): the TierPlan given in
 // RuntimeOptions (decided by the run's memory plan) names the chunks whose master, m
 // and v are allocated on the device at start-up and stay there; every other chunk's
 // optimizer state, every grad chunk and every compute chunk start on the host. After
@@ -41,7 +41,7 @@
 #include "chunkmem/layout.h"
 #include "chunkmem/memory_probe.h"
 #include "chunkmem/optimizer_moves.h"
-#include "chunkmem/placement.h"
+#include "chunkmem/tier_plan.h"
 #include "chunkmem/residency.h"
 #include "chunkmem/tensor_state.h"
 #include "chunkmem/timeline.h"
@@ -66,14 +66,14 @@ struct RuntimeOptions {
   bool grads_in_compute_chunks = false;
   // Moments, trace, budgets, eviction and prefetch (residency.h).
   ResidencySettings residency;
-  // The start-up placement, decided before the runtime is made (PlanPlacement, through
-  // the run's memory plan: `--plan` prints the same one): whose optimizer state is on
+  // The tier plan, decided before the runtime is made (PlanTiers, through the run's
+  // memory plan: `--plan` prints the same one): whose optimizer state is on
   // the device for good (optimizer_on_device, one entry per layout chunk), and the
   // device bytes it plans for (warmup_device_bytes with a traced budget,
   // device_optimizer_bytes). The runtime takes it as given and never re-plans it.
   // Default: every chunk's optimizer state on the host (an empty optimizer_on_device).
-  Placement placement;
-  // Start-up (issue #9 §4): when set, the runtime writes parameter `index`'s initial
+  TierPlan tiers;
+  // Start-up: when set, the runtime writes parameter `index`'s initial
   // values itself, into its slot in the fp32 master chunk (the compute chunk in fp32;
   // a lower compute dtype gets a rounded copy), in parallel over parameters
   // (at::parallel_for, so calls run on several threads at once), instead of copying the
@@ -147,11 +147,11 @@ class ChunkRuntime {
   OptimizerMoves& optimizer_moves() { return *moves_; }
   // Where the constructor's time went (chunk_allocation.h).
   const StartupSeconds& startup_seconds() const { return startup_seconds_; }
-  // Whether chunk `chunk`'s optimizer state is on the device for good (the placement
+  // Whether chunk `chunk`'s optimizer state is on the device for good (the tier plan
   // given in RuntimeOptions).
-  bool optimizer_on_device(int chunk) const { return placement_.optimizer_on_device.at(chunk); }
-  // fp32 grad-chunk-sized host buffers the gradient path may hold at once (the
-  // placement reserves them: PlacementInput::host_scratch_chunks).
+  bool optimizer_on_device(int chunk) const { return tiers_.optimizer_on_device.at(chunk); }
+  // fp32 grad-chunk-sized host buffers the gradient path may hold at once (the tier
+  // plan reserves them: TierPlanInput::host_scratch_chunks).
   static int64_t HostGradScratchChunks(bool grads_in_compute_chunks) {
     return grads_in_compute_chunks ? 0 : static_cast<int64_t>(GradSink::kMaxFlushesInFlight);
   }
@@ -230,7 +230,7 @@ class ChunkRuntime {
   void Access(int index);
   void Release(int index, TensorState to);
   void SetState(int index, TensorState to);
-  void PlanChunks();                     // the layout, and the given placement checked against it (constructor)
+  void PlanChunks();                     // the layout, and the given tier plan checked against it (constructor)
   void BindChunk(int chunk);             // its parameters to kHold, their storage released, hooks on
   void MakeResidency();                  // after the payloads exist (constructor)
   void MakeGradSink();
@@ -243,7 +243,7 @@ class ChunkRuntime {
   ChunkStore& store_;
   RuntimeOptions options_;
   ChunkLayout layout_;
-  Placement placement_;                            // RuntimeOptions::placement, one entry per chunk
+  TierPlan tiers_;                                 // RuntimeOptions::tiers, one entry per chunk
   StartupSeconds startup_seconds_;                 // measured in the constructor
   std::vector<std::vector<int>> params_of_block_;  // [block] -> param indices
   std::vector<ChunkIds> ids_;                      // [chunk][kind] -> store id

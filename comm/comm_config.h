@@ -18,7 +18,7 @@ struct DistributedConfig {
   int64_t timeout_s = 600;              // one collective: longer means a rank died or hangs
   // A one-process run still builds the communicator and takes the data-parallel path
   // (plain: gradient all-reduce; chunks: ZeRO groups of one chunk), so that NCCL and
-  // the ZeRO code run end to end on one GPU (issue #11 §4). Losses equal the plain run.
+  // the ZeRO code run end to end on one GPU. Losses equal the plain run.
   bool force_collectives = false;
 };
 

@@ -1,5 +1,5 @@
-// CPU topology for pinning the host Adam threads (optimizer.pin_cpu_threads; issue #9
-// §5): one logical CPU per physical core, the GPU's NUMA node first. Read from Linux
+// CPU topology for pinning the host Adam threads (optimizer.pin_cpu_threads): one
+// logical CPU per physical core, the GPU's NUMA node first. Read from Linux
 // sysfs (no library: hwloc or libnuma would do it, but sysfs gives the three numbers
 // needed - core, package, node - in a few files, and the tests point it at a fake tree).
 //

@@ -26,7 +26,7 @@ CpuAdamKernels KernelsWithPins(const HybridAdamOptions& options) {
   return kernels;
 }
 
-// The runtime placed each chunk's optimizer state at start-up (chunkmem/placement.h):
+// The tier plan put each chunk's optimizer state on its tier at start-up (tier_plan.h):
 // chunks whose state is on the device update there, from the first step on.
 std::vector<bool> OptimizerOnDevice(const chunkmem::ChunkRuntime& runtime) {
   std::vector<bool> on_device(runtime.layout().num_chunks(), false);
@@ -56,7 +56,7 @@ chunkmem::HostPipelineSettings PipelineSettings(const chunkmem::ChunkRuntime& ru
 // Speculation slots, at start-up (before any chunk moves, so the host reservation is
 // not fragmented), each the size of the largest chunk; at most one per owned chunk
 // updated on the host (the others never speculate), as the plan reserves them
-// (chunkmem::Placement::speculation_slots); the store counts them.
+// (chunkmem::TierPlan::speculation_slots); the store counts them.
 SpeculationOptions SpeculationSettings(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions& options,
                                        const CpuAdamKernels& kernels, const std::vector<bool>& on_device) {
   int host_updated = 0;

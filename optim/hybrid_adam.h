@@ -2,18 +2,18 @@
 // chunk updated either on the compute device (LibTorch's fused multi-tensor AdamW: one
 // call per chunk and decay group) or on the host (our SIMD CPU kernels, all threads).
 //
-// Placement (hybrid): the runtime decides it at start-up (chunkmem/placement.h, the
-// function `--plan` calls too): the chunks whose fp32 master, m and v fit
-// chunk.margin_use_ratio x (device chunk room - largest block working set), in layout
-// order, have that state on the device from the first step and update there; the rest
-// update on the host. The choice depends on the layout and the budgets only, so a
-// resumed run chooses the same chunks. With hybrid off (RuntimeOptions::placement's
-// margin_use_ratio 0) every chunk updates on the host.
-// Host updates get their chunks through a chunkmem::HostPipeline, which makes every
-// move they need (to the host one chunk ahead and back, or staged parameters copied
-// in; chunkmem/host_pipeline.h); updates ahead of the step (speculation) are run and
-// kept or rolled back by a Speculation (optim/speculation.h). This class runs Adam over
-// the chunk views it is handed, takes the gradient norm and restores after an overflow.
+// Which chunks update on the device is not decided here: the run's tier plan
+// (chunkmem/tier_plan.h, what `--plan` prints; the runtime's optimizer_on_device) put
+// the fp32 master, m and v of the chunks that fit chunk.margin_use_ratio x (device
+// chunk room - largest block working set), in layout order, on the device at start-up
+// (none with optimizer.hybrid_adam off); those update there, the rest on the host. It
+// depends on the layout and the budgets only, so a resumed run has the same chunks.
+// Nor does this class move chunks: host updates get theirs through a
+// chunkmem::HostPipeline, which makes every move they need through the runtime's
+// Residency (to the host one chunk ahead and back, or staged parameters copied in;
+// chunkmem/host_pipeline.h); updates ahead of the step (speculation) are run and kept
+// or rolled back by a Speculation (optim/speculation.h). This class runs Adam over the
+// chunk views it is handed, takes the gradient norm and restores after an overflow.
 //
 // One step: sums of squares per chunk (one host sync) give the gradient norm and
 // the overflow flag; on overflow (fp16) the step is skipped, fp32 master/m/v are left
@@ -108,8 +108,8 @@ class HybridAdam {
   // CPU kernels in every step with its own m and v; its .grad is read and cleared.
   void AddHostParam(const std::string& name, const at::Tensor& param) { host_params_.Add(name, param); }
 
-  // Chunks whose optimizer state lives (and updates) on the device (the runtime's
-  // start-up placement).
+  // Chunks whose optimizer state lives (and updates) on the device (the run's tier
+  // plan).
   const std::vector<int>& device_chunks() const { return device_chunks_; }
   CpuIsa cpu_isa() const { return kernels_.isa; }
 

@@ -109,7 +109,7 @@ double MakeStore(ChunkSetup& s, const Config& c, at::Device device, const RunPla
   const auto pool_start = std::chrono::steady_clock::now();
   const bool arena = c.chunk.device_arena && budgets.traced_capacity_bytes == 0 && budgets.device_bytes < kUnlimitedBytes;
   s.store = std::make_unique<chunkmem::ChunkStore>(
-      chunkmem::MakeHostPoolAllocator(/*pinned=*/device.is_cuda(), run_plan.plan.placement.host_chunk_bytes,
+      chunkmem::MakeHostPoolAllocator(/*pinned=*/device.is_cuda(), run_plan.plan.tiers.host_chunk_bytes,
                                       c.chunk.host_pool_pinning),
       arena ? chunkmem::MakeArenaAllocator(device, budgets.device_bytes) : chunkmem::MakeDeviceAllocator(device),
       budgets.host_bytes, budgets.device_bytes);
@@ -152,7 +152,7 @@ void MakeRuntime(ChunkSetup& s, models::TrainableModel& model, const Config& c, 
   chunkmem::RuntimeOptions options = RuntimeOptionsOf(c, comm != nullptr ? comm->world_size() : 1);
   options.comm = comm;  // MakeEngine passes one only for a data-parallel run
   options.residency.device_memory_bytes = run_plan.budgets.traced_capacity_bytes;
-  options.placement = run_plan.plan.placement;  // the plan's, as `--plan` prints it
+  options.tiers = run_plan.plan.tiers;  // the plan's, as `--plan` prints it
   std::vector<std::string> names;
   for (const auto& p : params) names.push_back(p.name);
   options.initial_values = [&model, init, names](int index, at::Tensor values) {  // in the constructor only
@@ -168,7 +168,7 @@ void LogStartup(const ChunkSetup& s, const Config& c, at::Device device, const R
   const auto& startup = s.runtime->startup_seconds();
   spdlog::info("chunk start-up: host pool of {:.2f} GiB ({}) reserved in {:.1f} s; payloads allocated in {:.1f} s, "
                "zeroed in {:.1f} s; initial values written in {:.1f} s",
-               run_plan.plan.placement.host_chunk_bytes / 1073741824.0,
+               run_plan.plan.tiers.host_chunk_bytes / 1073741824.0,
                !device.is_cuda()                                                  ? "pageable"
                : c.chunk.host_pool_pinning == chunkmem::HostPoolPinning::kRegister ? "pinned: mapped, cudaHostRegister"
                                                                                   : "pinned: cudaHostAlloc",
@@ -260,8 +260,8 @@ void CheckAccumulationSchedule(const Config& c, int world_size) {
 namespace {
 
 // The chunk room on the device and how messages name it: the fixed budget; or a traced
-// capacity shared with the activations, the chunks getting what they leave (static
-// placement: at most the warm-up share of it).
+// capacity shared with the activations, the chunks getting what they leave
+// (chunk.placement static: at most the warm-up share of it).
 void SetDeviceRoom(const Config& c, const ChunkBudgets& budgets, int64_t activation_bytes, chunkmem::PlanInput& input) {
   input.device_capacity_bytes = budgets.device_bytes;
   input.device_budget_bytes = budgets.device_bytes;

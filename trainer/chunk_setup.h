@@ -1,7 +1,7 @@
 // ChunkSetup: the chunk memory manager of one run (store, runtime, chunk Adam, model
 // hooks, loss scaler), built from the config; and the memory plan of a config (`ps_train --plan`).
 // Both come from one PlanRun: the same budgets, and the run's runtime is given the
-// placement the plan computed (RuntimeOptions::placement).
+// tier plan the memory plan computed (RuntimeOptions::tiers).
 #pragma once
 
 #include <c10/core/Device.h>

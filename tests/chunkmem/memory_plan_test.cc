@@ -70,32 +70,32 @@ TEST_CASE("the host keeps room for every compute chunk, whatever the device hold
                           "73728 bytes") == 0);
 }
 
-TEST_CASE("optimizer state goes to the device margin from start-up, in layout order", "[plan][placement]") {
+TEST_CASE("optimizer state goes to the device margin from start-up, in layout order", "[plan][tiers]") {
   // bf16: optimizer state (master, m, v) is 1024 x 12 = 12288 bytes per chunk; the
   // working set 4096. Device 30000: margin 0.8 x (30000 - 4096) = 20723 takes chunk 0.
   PlanInput in = Small(2, 30000, 1000000);
   in.margin_use_ratio = 0.8;
   const auto one = PlanMemory(in);
-  CHECK(one.placement.optimizer_on_device == std::vector<bool>{true, false, false, false});
-  CHECK(one.placement.device_optimizer_bytes == 12288);
+  CHECK(one.tiers.optimizer_on_device == std::vector<bool>{true, false, false, false});
+  CHECK(one.tiers.device_optimizer_bytes == 12288);
   CHECK(one.device_bytes == 12288 + 8192);
   CHECK(one.host_bytes == 8192 + 4 * 4096 + 3 * 12288);  // compute, grads, 3 chunks' state
   // A device that takes all of it: the host holds compute and grad chunks only.
   in.device_budget_bytes = 100000;
   const auto all = PlanMemory(in);
-  CHECK(all.placement.device_optimizer_chunks == 4);
+  CHECK(all.tiers.device_optimizer_chunks == 4);
   CHECK(all.host_bytes == 8192 + 4 * 4096);
   // Hybrid off: none, whatever the margin.
   in.margin_use_ratio = 0.0;
-  CHECK(PlanMemory(in).placement.device_optimizer_chunks == 0);
-  // The same placement as the runtime computes from the same input (one function).
+  CHECK(PlanMemory(in).tiers.device_optimizer_chunks == 0);
+  // PlanTiers itself, from the same input: the TierPlan the plan hands the runtime.
   in.margin_use_ratio = 0.8;
-  const auto again = PlanPlacement(all.layout, {{0, 3}, {1}, {2}, {2}, {3}}, PlacementInputOf(in));
-  CHECK(again.optimizer_on_device == all.placement.optimizer_on_device);
+  const auto again = PlanTiers(all.layout, {{0, 3}, {1}, {2}, {2}, {3}}, TierPlanInputOf(in));
+  CHECK(again.optimizer_on_device == all.tiers.optimizer_on_device);
   CHECK(again.host_bytes == all.host_bytes);
 }
 
-TEST_CASE("speculation slots are reserved only for chunks updated on the host", "[plan][placement]") {
+TEST_CASE("speculation slots are reserved only for chunks updated on the host", "[plan][tiers]") {
   // bf16: a slot is master, m, v and a compute copy of the largest chunk (1024): 14 bytes
   // per element, counted in fp32 chunks of 4096 bytes, rounded up.
   PlanInput in = Small(2, 30000, 1000000);
@@ -103,27 +103,27 @@ TEST_CASE("speculation slots are reserved only for chunks updated on the host", 
   in.speculation_slots = 12;
   in.backup_bytes_per_element = 14;
   const auto one = PlanMemory(in);  // chunk 0's state on the device: 3 chunks on the host
-  CHECK(one.placement.speculation_slots == 3);
+  CHECK(one.tiers.speculation_slots == 3);
   CHECK(one.host_bytes == 8192 + 4 * 4096 + 3 * 12288 + (3 * 14 + 3) / 4 * 4096);
   in.speculation_slots = 2;
-  CHECK(PlanMemory(in).placement.speculation_slots == 2);
+  CHECK(PlanMemory(in).tiers.speculation_slots == 2);
   in.speculation_slots = 12;
   in.device_budget_bytes = 100000;  // every chunk's state on the device: no slot
   const auto all = PlanMemory(in);
-  CHECK(all.placement.speculation_slots == 0);
+  CHECK(all.tiers.speculation_slots == 0);
   CHECK(all.host_bytes == 8192 + 4 * 4096);
 }
 
-TEST_CASE("traced budget: the warm-up share comes on top of the pinned state, within the room", "[plan][placement]") {
+TEST_CASE("traced budget: the warm-up share comes on top of the pinned state, within the room", "[plan][tiers]") {
   PlanInput in = Small(2, 30000, 1000000);
   in.device_capacity_bytes = 100000;  // the traced capacity; 30000 is what the activations leave
   in.warmup_share_bytes = 10000;
   in.margin_use_ratio = 0.8;
   const auto plan = PlanMemory(in);
-  CHECK(plan.placement.device_optimizer_bytes == 12288);
-  CHECK(plan.placement.warmup_device_bytes == 12288 + 10000);
+  CHECK(plan.tiers.device_optimizer_bytes == 12288);
+  CHECK(plan.tiers.warmup_device_bytes == 12288 + 10000);
   in.warmup_share_bytes = 25000;  // more than the room left beside the pinned state
-  CHECK(PlanMemory(in).placement.warmup_device_bytes == 30000);
+  CHECK(PlanMemory(in).tiers.warmup_device_bytes == 30000);
 }
 
 TEST_CASE("largest model: the budgets are exactly used at that size", "[plan]") {
@@ -182,11 +182,11 @@ TEST_CASE("ZeRO: each of p ranks holds 1/p of the model data, and the ranks hold
     for (int64_t r = 0; r < p; ++r) {
       const auto plan = PlanMemory(ZeroRank(p, r));
       REQUIRE(plan.layout.num_chunks() == 4);  // a multiple of 2 and 4 already
-      CHECK(plan.placement.owned_chunks == 4 / p);
+      CHECK(plan.tiers.owned_chunks == 4 / p);
       CHECK(plan.compute_chunk_bytes + plan.host_only_bytes == one_data / p);
       CHECK(plan.bytes_per_param == Approx(one.bytes_per_param / static_cast<double>(p)));
       for (int c = 0; c < 4; ++c) {
-        if (c % p != r) CHECK_FALSE(plan.placement.optimizer_on_device[c]);  // only owned chunks' state
+        if (c % p != r) CHECK_FALSE(plan.tiers.optimizer_on_device[c]);  // only owned chunks' state
       }
       compute += plan.compute_chunk_bytes;
       host_only += plan.host_only_bytes;
@@ -206,7 +206,7 @@ TEST_CASE("ZeRO: the chunk count is padded to a multiple of the world size", "[p
   for (int64_t r = 0; r < 3; ++r) {
     const auto plan = PlanMemory(ZeroRank(3, r));
     REQUIRE(plan.layout.num_chunks() == 6);  // 4 chunks + 2 padding chunks
-    CHECK(plan.placement.owned_chunks == 2);
+    CHECK(plan.tiers.owned_chunks == 2);
     compute += plan.compute_chunk_bytes;
   }
   CHECK(compute == 6 * 1024 * 2);
@@ -219,8 +219,8 @@ TEST_CASE("ZeRO: a block's working set is its groups' owned chunk, gathered chun
   // chunk 0: two groups, each the owned chunk (2 kB), the gathered group (2 x 2 kB) and
   // its fp32 gradients (2 x 4 kB).
   const auto plan = PlanMemory(ZeroRank(2, 0));
-  CHECK(plan.placement.group_buffer_bytes == 2 * (2 * 1024 * 2 + 2 * 1024 * 4));
-  CHECK(plan.min_device_bytes == 2 * 1024 * 2 + plan.placement.group_buffer_bytes);
+  CHECK(plan.tiers.group_buffer_bytes == 2 * (2 * 1024 * 2 + 2 * 1024 * 4));
+  CHECK(plan.min_device_bytes == 2 * 1024 * 2 + plan.tiers.group_buffer_bytes);
   CHECK(FormatPlan(plan, ZeroRank(2, 0)).find("ZeRO              rank 0 of 2 holds 2 of 4 chunks") !=
         std::string::npos);
   PlanInput tight = ZeroRank(2, 0);

@@ -33,7 +33,7 @@ struct Fixture {
       store->Allocate(ids.back(), Tier::kHost);
     }
   }
-  std::unique_ptr<Residency> Make(const ResidencySettings& settings, const PlacedDeviceBytes& placed = {}) {
+  std::unique_ptr<Residency> Make(const ResidencySettings& settings, const PlannedDeviceBytes& placed = {}) {
     return std::make_unique<Residency>(*store, ids, std::vector<bool>{}, settings, placed);
   }
   std::set<int> OnDevice(const Residency& r) const {

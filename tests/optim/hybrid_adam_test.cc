@@ -1,6 +1,6 @@
 // HybridAdam over a real ChunkRuntime (simulated device tier): the device path (fused
 // LibTorch AdamW per chunk), the host path (SIMD kernels) and torch::optim::AdamW with
-// clip_grad_norm_ agree; the placement puts chunks on the device only when hybrid is on
+// clip_grad_norm_ agree; the tier plan puts chunks on the device only when hybrid is on
 // and the margin allows; an fp16 overflow skips the step, leaves master/m/v bitwise
 // untouched, restores the compute-dtype parameters from the masters and drives the
 // loss scaler; chunks updated ahead (speculation) end bitwise where the plain step
@@ -75,7 +75,7 @@ struct Rig {
     plan.device_budget_bytes = store->Budget(chunkmem::Tier::kDevice);
     plan.host_budget_bytes = store->Budget(chunkmem::Tier::kHost);
     plan.margin_use_ratio = hybrid ? 0.8 : 0.0;
-    ro.placement = chunkmem::PlanMemory(plan).placement;
+    ro.tiers = chunkmem::PlanMemory(plan).tiers;
     runtime = std::make_unique<chunkmem::ChunkRuntime>(managed, *store, ro);
     HybridAdamOptions o;
     o.optimizer.lr = 1e-2;
@@ -266,7 +266,7 @@ TEST_CASE("gradient norm: whole chunks at once, parameter by parameter where one
   CHECK(r.grad_norm == Approx(std::sqrt(expected)).epsilon(1e-12));
 }
 
-TEST_CASE("placement: a device budget without margin keeps every chunk on the host", "[hybrid_adam]") {
+TEST_CASE("tier plan: a device budget without margin keeps every chunk on the host", "[hybrid_adam]") {
   Rig tight(at::kFloat, /*hybrid=*/true, /*device_budget=*/0);
   LossScaler off{PrecisionConfig{}};
   tight.Backward(Grads(tight, 1));

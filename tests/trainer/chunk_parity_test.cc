@@ -265,7 +265,7 @@ TEST_CASE("host pool: reserved once at the plan's host figure, used within it; s
   const Config c = Chunked("pool", args);
   const TrainResult r = Train(c);
   CheckSameLosses(Train(Tiny("pool_plain", accum)), r);
-  const chunkmem::Placement plan = PlanRun(c, at::kCPU).plan.placement;
+  const chunkmem::TierPlan plan = PlanRun(c, at::kCPU).plan.tiers;
   // The plan's host figure (less parameters outside the chunks), plus the arena's
   // 64-byte rounding (at most 64 bytes per 4 KiB).
   CHECK(r.host_pool_bytes >= plan.host_chunk_bytes);

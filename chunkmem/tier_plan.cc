@@ -1,4 +1,4 @@
-#include "chunkmem/placement.h"
+#include "chunkmem/tier_plan.h"
 
 #include <c10/util/Exception.h>
 
@@ -11,13 +11,13 @@ namespace {
 
 int64_t Mul(int64_t a, int64_t b) {
   int64_t out = 0;
-  TORCH_CHECK(!__builtin_mul_overflow(a, b, &out), "placement: ", a, " x ", b, " bytes overflows int64");
+  TORCH_CHECK(!__builtin_mul_overflow(a, b, &out), "tier plan: ", a, " x ", b, " bytes overflows int64");
   return out;
 }
 
 int64_t Add(int64_t a, int64_t b) {
   int64_t out = 0;
-  TORCH_CHECK(!__builtin_add_overflow(a, b, &out), "placement: ", a, " + ", b, " bytes overflows int64");
+  TORCH_CHECK(!__builtin_add_overflow(a, b, &out), "tier plan: ", a, " + ", b, " bytes overflows int64");
   return out;
 }
 
@@ -39,7 +39,7 @@ struct ChunkSizes {
   int64_t largest_grad = 0, largest_fp32 = 0;  // fp32 chunk bytes: a grad chunk's (if any), any chunk's
 };
 
-ChunkSizes SizeChunks(const ChunkLayout& layout, const PlacementInput& in, Placement& p) {
+ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPlan& p) {
   const int n = layout.num_chunks();
   const int64_t k = in.compute_element_bytes;
   const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*separate master*/ : 0);
@@ -62,7 +62,7 @@ ChunkSizes SizeChunks(const ChunkLayout& layout, const PlacementInput& in, Place
 
 // Device bytes of one block's working set, `chunks` the chunks it uses; `buffers`: of
 // which ZeRO's gathered and gradient buffers.
-int64_t WorkingSetBytes(const ChunkLayout& layout, const PlacementInput& in, const ChunkSizes& z,
+int64_t WorkingSetBytes(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSizes& z,
                         const std::set<int>& chunks, bool zero, int64_t& buffers) {
   const int64_t world = in.world_size;
   int64_t bytes = 0;
@@ -92,7 +92,7 @@ int64_t WorkingSetBytes(const ChunkLayout& layout, const PlacementInput& in, con
 // prefetch: blocks b and b + 1 together (forward gathers b + 1 during b, backward b
 // during b + 1).
 void PlanWorkingSet(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
-                    const PlacementInput& in, const ChunkSizes& z, Placement& p) {
+                    const TierPlanInput& in, const ChunkSizes& z, TierPlan& p) {
   std::set<int> shared;
   int max_block = 0;
   for (size_t i = 0; i < used_by_blocks.size(); ++i) {
@@ -118,7 +118,7 @@ void PlanWorkingSet(const ChunkLayout& layout, const std::vector<std::vector<int
 }
 
 // Optimizer state into the device margin, in layout order; then the tiers' totals.
-void PlaceOptimizerState(const PlacementInput& in, const ChunkSizes& z, int64_t room, Placement& p) {
+void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t room, TierPlan& p) {
   const int n = static_cast<int>(z.optimizer.size());
   auto owned = [&](int c) { return c % in.world_size == in.rank; };
   p.optimizer_on_device.assign(n, false);
@@ -150,8 +150,8 @@ void PlaceOptimizerState(const PlacementInput& in, const ChunkSizes& z, int64_t 
   p.host_bytes = Add(p.host_chunk_bytes, in.host_param_bytes);
 }
 
-// Why the placement does not fit (empty when it does).
-std::string WhyNot(const PlacementInput& in, int64_t room, const Placement& p) {
+// Why the plan does not fit (empty when it does).
+std::string WhyNot(const TierPlanInput& in, int64_t room, const TierPlan& p) {
   if (p.working_set_bytes > room) {
     return in.device_room_name + " leaves " + Bytes(room) + " for chunks, " + Bytes(p.working_set_bytes - room) +
            " short of the largest block working set of " + Bytes(p.working_set_bytes) +
@@ -172,15 +172,15 @@ std::string WhyNot(const PlacementInput& in, int64_t room, const Placement& p) {
 
 }  // namespace
 
-Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
-                        const PlacementInput& in) {
-  TORCH_CHECK(used_by_blocks.size() == layout.placements().size(), "placement: ", used_by_blocks.size(),
+TierPlan PlanTiers(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
+                   const TierPlanInput& in) {
+  TORCH_CHECK(used_by_blocks.size() == layout.placements().size(), "tier plan: ", used_by_blocks.size(),
               " parameters' blocks for a layout of ", layout.placements().size());
   const int64_t world = in.world_size;
-  TORCH_CHECK(world >= 1 && in.rank >= 0 && in.rank < world, "placement: rank ", in.rank, " of world size ", world);
-  TORCH_CHECK(layout.num_chunks() % world == 0, "placement: ", layout.num_chunks(),
+  TORCH_CHECK(world >= 1 && in.rank >= 0 && in.rank < world, "tier plan: rank ", in.rank, " of world size ", world);
+  TORCH_CHECK(layout.num_chunks() % world == 0, "tier plan: ", layout.num_chunks(),
               " chunks are not a multiple of the world size ", world, " (plan the layout with it)");
-  Placement p;
+  TierPlan p;
   const ChunkSizes sizes = SizeChunks(layout, in, p);
   PlanWorkingSet(layout, used_by_blocks, in, sizes, p);
   const int64_t room = std::min(in.device_budget_bytes,

@@ -1,8 +1,11 @@
-// Placement: which tier every chunk of a run sits on from start-up, decided before
-// anything is allocated, from the layout and the tier budgets alone. PlanMemory calls it
-// once per run: `ps_train --plan` prints the result, and the run hands that same result
-// to its ChunkRuntime (RuntimeOptions::placement), which never computes it again, so
-// the plan and the run cannot disagree (docs/chunkmem.md, "Placement").
+// TierPlan: which tier every chunk of a run sits on from start-up, and the bytes each
+// tier holds at most, decided before anything is allocated, from the layout and the
+// tier budgets alone. PlanMemory calls PlanTiers once per run: `ps_train --plan` prints
+// the result, and the run hands that same result to its ChunkRuntime
+// (RuntimeOptions::tiers), which never computes it again, so the plan and the run
+// cannot disagree (docs/chunkmem.md, "Tier plan").
+// Not to be confused with chunk.placement (PlacementKind): how a traced device budget
+// is given out per moment, dynamic or static (docs/chunkmem.md, "Names").
 //
 // The rule:
 // - Optimizer state (fp32 master when it is not the compute chunk, Adam m, v) of the
@@ -32,7 +35,7 @@
 
 namespace ps::chunkmem {
 
-struct PlacementInput {
+struct TierPlanInput {
   int64_t compute_element_bytes = 4;     // 4 (fp32: the compute chunk is the master) or 2
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (RuntimeOptions)
   // Block-major backward (RuntimeOptions::block_major_backward, the vertical schedule):
@@ -43,7 +46,7 @@ struct PlacementInput {
   // the traced capacity).
   int64_t device_budget_bytes = 0;
   // Chunk bytes the device may hold beside the activations: the fixed budget, or the
-  // traced capacity minus the activation estimate (static placement: at most the
+  // traced capacity minus the activation estimate (chunk.placement static: at most the
   // warm-up share). < 0: device_budget_bytes.
   int64_t device_chunk_room_bytes = -1;
   // How the message names that room ("the device budget of chunk.device_budget_bytes").
@@ -59,7 +62,7 @@ struct PlacementInput {
   // The optimizer's speculation backups (optimizer.speculation_slots): slots asked for,
   // and each slot's bytes per element of the largest chunk (fp32 master, m, v, plus the
   // compute chunk when it is not the master). Only chunks updated on the host speculate,
-  // so at most one slot per such owned chunk is reserved (Placement::speculation_slots).
+  // so at most one slot per such owned chunk is reserved (TierPlan::speculation_slots).
   int64_t speculation_slots = 0;
   int64_t backup_bytes_per_element = 0;
   // Share of the device margin given to optimizer state (chunk.margin_use_ratio);
@@ -79,7 +82,7 @@ struct PlacementInput {
   bool prefetch_groups = false;
 };
 
-struct Placement {
+struct TierPlan {
   std::vector<bool> optimizer_on_device;  // [chunk]: master/m/v on the device from start-up
   int device_optimizer_chunks = 0;
   int64_t device_optimizer_bytes = 0;     // pinned on the device for the whole run
@@ -112,7 +115,7 @@ struct Placement {
 
 // `used_by_blocks[i]`: the blocks that use parameter i of the layout (several for a
 // shared parameter, whose chunk stays in use through backward).
-Placement PlanPlacement(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
-                        const PlacementInput& input);
+TierPlan PlanTiers(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
+                   const TierPlanInput& input);
 
 }  // namespace ps::chunkmem
