@@ -7,7 +7,7 @@
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
 # CHECK: parity | eager | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | largest | nccl1 | peers |
-#        largest_ds | all.
+#        ds_prep | peers_ds | largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
 # Runs go to /tmp/gpu_checks; every ps_train run has a time limit (SIGKILL: no checkpoint).
@@ -16,6 +16,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 OUT=$1; shift
 PS=${PS_TRAIN:-.device/ps_train}
 G="$here/gpu_run.sh"
+# ps_train in the peer comparisons: chunk size and both budgets chosen by the plan.
+PEER_ARGS=(--ps-train "$PS" --ps-set chunk.size_elements=auto --ps-set chunk.device_budget_bytes=0
+           --ps-set chunk.host_budget_bytes=0)
 R=/tmp/gpu_checks; mkdir -p "$R" "$OUT"
 t0=$(date +%s)
 log() { echo "$(( $(date +%s) - t0 )) s: $*" >> "$OUT/timeline.txt"; }
@@ -121,14 +124,19 @@ check() {
       run nccl1_zero_ref 60 "${Q[@]}" --set chunk.enabled=true --set chunk.size_elements=100000
       run nccl1_zero 60 "${Q[@]}" --set chunk.enabled=true --set chunk.size_elements=100000 \
         --set distributed.force_collectives=true ;;
-    peers)  # issue #9 §8: against eager, torch.compile, FSDP2 and DeepSpeed ZeRO-2/3 with CPU offload
-      # (tools/bench_offload.py; DeepSpeed from .device/wheels: `bench_offload.py --fetch-deepspeed` here first)
-      local P=(--ps-train "$PS" --ps-set chunk.size_elements=auto --ps-set chunk.device_budget_bytes=0
-               --ps-set chunk.host_budget_bytes=0)
-      timeout 330 $G python3 "$here/bench_offload.py" "${P[@]}" --preset gpt2-1.5b --batch-size 8 --steps 12 \
-        --peers eager,compile,fsdp2,ds_zero2 --ps-set optimizer.hybrid_adam=false --timeout-s 150 \
-        --out "$OUT/peers_1p5b.json" > "$OUT/peers_1p5b.log" 2>&1; log "peers_1p5b rc=$?"
-      timeout 260 $G python3 "$here/bench_offload.py" "${P[@]}" --preset GPT2_4B --batch-size 8 --steps 8 \
+    peers)  # issue #9 §8: against eager, torch.compile and FSDP2 with CPU offload (tools/bench_offload.py)
+      timeout 330 $G python3 "$here/bench_offload.py" "${PEER_ARGS[@]}" --preset gpt2-1.5b --batch-size 8 --steps 12 \
+        --peers eager,compile,fsdp2 --ps-set optimizer.hybrid_adam=false --timeout-s 150 \
+        --out "$OUT/peers_1p5b.json" > "$OUT/peers_1p5b.log" 2>&1; log "peers_1p5b rc=$?" ;;
+    ds_prep)  # DeepSpeed from .device/wheels (`bench_offload.py --fetch-deepspeed` here first) installed and
+      # its CPU Adam built, each timed: over 4 minutes on a fresh machine, so it goes before peers_ds
+      timeout 400 $G python3 "$here/bench_offload.py" --prepare-deepspeed > "$OUT/ds_prep.log" 2>&1
+      log "ds_prep rc=$?" ;;
+    peers_ds)  # issue #9 §8: against DeepSpeed ZeRO-2 (optimizer offloaded) and ZeRO-3 (parameters too); after ds_prep
+      timeout 240 $G python3 "$here/bench_offload.py" "${PEER_ARGS[@]}" --preset gpt2-1.5b --batch-size 8 --steps 12 \
+        --peers ds_zero2 --ps-set optimizer.hybrid_adam=false --timeout-s 200 \
+        --out "$OUT/peers_ds2.json" > "$OUT/peers_ds2.log" 2>&1; log "peers_ds2 rc=$?"
+      timeout 260 $G python3 "$here/bench_offload.py" "${PEER_ARGS[@]}" --preset GPT2_4B --batch-size 8 --steps 8 \
         --checkpointing --peers ds_zero3 --timeout-s 200 --out "$OUT/peers_4b.json" > "$OUT/peers_4b.log" 2>&1
       log "peers_4b rc=$?" ;;
     largest_ds)  # issue #9 §8: the largest ladder model DeepSpeed ZeRO-3 offload trains (micro 1, checkpointing),
@@ -136,7 +144,7 @@ check() {
       timeout 590 $G python3 "$here/bench_offload.py" --ps-train "$PS" --largest --runners ds_zero3 --batch-size 1 \
         --steps 3 --checkpointing --ladder GPT2_4B,GPT3_6B,GPT3_8B --timeout-s 150 --out "$OUT/largest_ds.json" \
         > "$OUT/largest_ds.log" 2>&1; log "largest_ds rc=$?" ;;
-    all) for c in parity eager accum accum4b accum4bv gpt3_6b startup6b spec6b pin6b gaming largest nccl1 peers largest_ds; do
+    all) for c in parity eager accum accum4b accum4bv gpt3_6b startup6b spec6b pin6b gaming largest nccl1 peers ds_prep peers_ds largest_ds; do
            check $c; done ;;
     *) echo "unknown check: $1" >&2; exit 2 ;;
   esac
