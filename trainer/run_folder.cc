@@ -45,6 +45,12 @@ nlohmann::json RunFingerprint(const Config& c) {
                       {"model.tie_word_embeddings", m.tie_word_embeddings},
                       {"precision.dtype", optim::ToString(c.precision.dtype)},
                       {"data.seq_len", c.data.seq_len}};
+  if (c.data.format == data::DataFormat::kSft) {
+    // A sample is an example, or with packing a row of several: data.consumed_samples
+    // counts those, so a resume under the other layout would continue elsewhere.
+    f["data.format"] = "sft";
+    f["data.packing"] = c.data.packing;
+  }
   if (c.model_type != models::ModelType::kLlama) return f;  // GPT's and BERT's as they always were
   // A Llama's function also depends on these: a resume with another rope or window would
   // load every tensor and silently compute something else.
@@ -74,10 +80,18 @@ RunIdentity IdentityOf(const Config& c) {
 
 void CheckFingerprint(const nlohmann::json& saved, const nlohmann::json& now, const std::string& checkpoint) {
   std::string diffs;
+  const auto shown = [](const nlohmann::json& f, const std::string& key) {
+    const auto it = f.find(key);
+    return it == f.end() ? std::string("(absent)") : it->dump();
+  };
   for (auto it = now.begin(); it != now.end(); ++it) {
-    const auto s = saved.find(it.key());
-    const std::string was = s == saved.end() ? "(absent)" : s->dump();
+    const std::string was = shown(saved, it.key());
     if (was != it.value().dump()) diffs += "\n  " + it.key() + ": checkpoint " + was + ", this config " + it.value().dump();
+  }
+  if (saved.is_object()) {
+    for (auto it = saved.begin(); it != saved.end(); ++it) {  // keys only the checkpoint's run had
+      if (!now.contains(it.key())) diffs += "\n  " + it.key() + ": checkpoint " + it.value().dump() + ", this config (absent)";
+    }
   }
   if (!diffs.empty()) {
     throw ConfigError(checkpoint + ": this checkpoint was saved by a run that differs in what must match to resume:" +

@@ -17,7 +17,8 @@ namespace ps::trainer {
 std::string CheckpointDir(const Config& config);
 
 // What must be equal for a checkpoint to resume this config: the model shape,
-// vocabulary, precision and sequence length.
+// vocabulary, precision and sequence length; for chat data (data.format sft) the format
+// and data.packing, which decide what data.consumed_samples counts.
 nlohmann::json RunFingerprint(const Config& config);
 
 // This run as its checkpoints name it: run.name, run.output_dir (absolute, canonical),

@@ -4,6 +4,7 @@
 // segment_ids only when packed), the validation file of the same format, and the slot
 // counts behind the packing efficiency; a missing .mask is a DataError naming it. And a
 // whole run on chat data through Train(): packed, accumulated, evaluated over targets.
+// A checkpoint resumes only under its sample layout (format sft and packing fingerprinted).
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "tests/temp_dir.h"
 #include "trainer/config_loader.h"
 #include "trainer/run_data.h"
+#include "trainer/run_folder.h"
 #include "trainer/train_loop.h"
 
 namespace ps::trainer {
@@ -134,6 +136,22 @@ TEST_CASE("chat data trains through Train(): packed rows, accumulation, evaluati
     if (line.find("\"summary\"") != std::string::npos) summary = line;
   }
   CHECK(summary.find("\"packing_efficiency\": ") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint resumes only under the same sample layout: sft and packing are in the fingerprint",
+          "[sft][resume]") {
+  const std::string p = WriteChats("sft_fingerprint", 6);
+  const nlohmann::json packed = RunFingerprint(Load("data: {format: sft, packing: true, train_path: " + p + "}\n"));
+  const nlohmann::json padded = RunFingerprint(Load("data: {format: sft, train_path: " + p + "}\n"));
+  const nlohmann::json stream = RunFingerprint(Load("data: {format: synthetic}\n"));
+  CHECK_NOTHROW(CheckFingerprint(packed, packed, "ck"));
+  // data.consumed_samples counts packed rows in one and examples in the other.
+  CHECK_THROWS_WITH(CheckFingerprint(packed, padded, "ck"), Catch::Contains("data.packing: checkpoint true, this config false"));
+  CHECK_THROWS_WITH(CheckFingerprint(padded, stream, "ck"), Catch::Contains("data.format: checkpoint \"sft\", this config (absent)"));
+  CHECK_THROWS_WITH(CheckFingerprint(stream, padded, "ck"), Catch::Contains("data.format: checkpoint (absent), this config \"sft\""));
+  // Token-stream runs fingerprint as before, so their older checkpoints still resume.
+  CHECK_FALSE(stream.contains("data.format"));
+  CHECK_FALSE(stream.contains("data.packing"));
 }
 
 }  // namespace
