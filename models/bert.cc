@@ -8,6 +8,7 @@
 #include "models/leaf_linear.h"
 #include "models/recompute.h"
 #include "models/sliced_head.h"
+#include "models/uninitialised_modules.h"
 
 namespace ps::models {
 namespace F = torch::nn::functional;

@@ -13,6 +13,7 @@
 #include "models/recompute.h"
 #include "models/leaf_linear.h"
 #include "models/sliced_head.h"
+#include "models/uninitialised_modules.h"
 
 namespace ps::models {
 namespace F = torch::nn::functional;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "models/block_parameter.h"
 #include "models/block_passes.h"
 #include "models/gpt_config.h"
 #include "models/layer_hooks.h"
@@ -24,21 +25,6 @@
 #include "models/param_init.h"
 
 namespace ps::models {
-
-// A parameter with the blocks that use it in forward, in order: the tied embedding is
-// used by the first and the last block. `block_id` is the first of them.
-struct BlockParameter {
-  std::string name;
-  at::Tensor tensor;
-  int block_id;
-  std::vector<int> used_by_blocks;
-};
-
-struct ParameterCounts {
-  int64_t total_numel = 0;          // every parameter once (tied counted once)
-  int64_t embedding_numel = 0;      // token + position embeddings
-  int64_t non_embedding_numel = 0;  // total - embedding (Kaplan's N)
-};
 
 // Causal multi-head self-attention ("attn.c_attn", "attn.c_proj").
 class AttentionImpl : public torch::nn::Module {

@@ -6,6 +6,7 @@
 
 #include "models/leaf_linear.h"
 #include "models/param_init.h"
+#include "models/uninitialised_modules.h"
 
 namespace ps::models {
 

@@ -3,12 +3,13 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
 #include <mutex>
 
-#include "models/gpt.h"
+#include "models/block_parameter.h"
 
 namespace ps::models {
 namespace {
@@ -21,21 +22,6 @@ uint64_t SplitMix64(uint64_t x) {
 }
 
 }  // namespace
-
-torch::nn::Linear UninitialisedLinear(int64_t in_features, int64_t out_features, bool bias) {
-  torch::nn::Linear m(torch::nn::LinearOptions(1, 1).bias(bias));
-  m->options.in_features(in_features).out_features(out_features);
-  m->weight.set_data(at::empty({out_features, in_features}));
-  if (bias) m->bias.set_data(at::empty({out_features}));
-  return m;
-}
-
-torch::nn::Embedding UninitialisedEmbedding(int64_t num_embeddings, int64_t embedding_dim) {
-  torch::nn::Embedding m(torch::nn::EmbeddingOptions(1, 1));
-  m->options.num_embeddings(num_embeddings).embedding_dim(embedding_dim);
-  m->weight.set_data(at::empty({num_embeddings, embedding_dim}));
-  return m;
-}
 
 uint64_t SeedFromDefaultGenerator() {
   at::Generator gen = at::detail::getDefaultCPUGenerator();

@@ -14,8 +14,6 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 
 #include <cstdint>
 #include <functional>
@@ -50,17 +48,11 @@ struct InitPlan {
 // Writes the initial values of parameter `name` into `values` (fp32, contiguous).
 using ParameterInitFn = std::function<void(const std::string& name, at::Tensor values)>;
 
-// Tag of the model constructors that leave parameters uninitialised: their storage is
-// allocated (fp32, host) but never written, so it costs no memory bandwidth and, for
+// Tag of the model constructors that leave parameters uninitialised (built with
+// uninitialised_modules.h): their storage is allocated (fp32, host) but never written, so it costs no memory bandwidth and, for
 // the pages a chunk run never touches, no resident memory.
 struct Uninitialised {};
 inline constexpr Uninitialised kUninitialised{};
-
-// LibTorch's Linear and Embedding initialise their weights in the constructor (a full
-// pass over them with the default generator). These build them at 1x1 and give them
-// storage of the real shape that is never written; options() states the real shape.
-torch::nn::Linear UninitialisedLinear(int64_t in_features, int64_t out_features, bool bias = true);
-torch::nn::Embedding UninitialisedEmbedding(int64_t num_embeddings, int64_t embedding_dim);
 
 // A run seed drawn from LibTorch's default CPU generator: models built without a run
 // seed (tests, tools) are still decided by torch::manual_seed.

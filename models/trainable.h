@@ -1,49 +1,28 @@
 // TrainableModel: what the training engines need of a model, whatever its architecture
 // and task (GPT or Llama next-token prediction, BERT masked LM, BERT sequence classification):
 // the loss of a batch through the layer hooks, its parameters by block, and the switches
-// the chunk runtime sets. The engines hold one of these and never name GPT or BERT.
-//
-// A Batch carries what any of them reads; fields a model does not use stay undefined.
+// the chunk runtime sets. The engines hold one of these and never name GPT or BERT; the
+// concrete models are made by trainable_models.h. A Batch: models/batch.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
-#include <torch/nn/module.h>
+#include <c10/core/ScalarType.h>
 
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "models/bert.h"
-#include "models/gpt.h"
+#include "models/batch.h"
+#include "models/block_parameter.h"
 #include "models/layer_hooks.h"
-#include "models/llama.h"
+
+// Declared only: module()'s callers include <torch/nn/module.h> (a heavy header that
+// this one, included across trainer/, does not pull in).
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
 
 namespace ps::models {
-
-struct Batch {
-  at::Tensor input_ids;       // [B, T] int64
-  // GPT/Llama: next tokens [B, T], -100 where nothing is predicted (chat data: prompts,
-  // padding); BERT MLM: original ids at masked positions, -100 elsewhere [B, T];
-  // classification: labels [B].
-  at::Tensor labels;
-  at::Tensor token_type_ids;  // [B, T] int64 or undefined (one segment)
-  // [B, T] 1 = token, 0 = padding, or undefined (no padding). BERT reads it; GPT and
-  // Llama do not need it: their padding is at the end of a row (or of its own segment
-  // when packed), behind causal attention, with labels -100.
-  at::Tensor attention_mask;
-  // Packed rows (data.packing; packed_rows.h), GPT and Llama only (BERT refuses them):
-  at::Tensor position_ids;    // [B, T] int64 restarting per example, or undefined (0..T-1)
-  at::Tensor segment_ids;     // [B, T] int64 example of each token (padding its own), or undefined (one per row)
-
-  Batch To(at::Device device) const;  // undefined fields stay undefined
-};
-
-// The targets a next-token or MLM batch's loss averages over: labels other than -100
-// (classification: every label). The trainer weights micro-batches by it so a global
-// batch's loss is the mean over all of its counted targets. Reads labels (a host sync
-// when they are on a device).
-int64_t CountedTargets(const Batch& batch);
 
 // The loss of a batch and, for models that predict labels, how many predictions were
 // right (`correct`) out of how many counted (`counted`): int64 scalars on the loss's
@@ -80,14 +59,5 @@ class TrainableModel {
   // The name of the accuracy in metrics ("mlm_accuracy", "accuracy"); empty: none.
   virtual std::string accuracy_name() const { return ""; }
 };
-
-// The models may be built initialised or not (kUninitialised; the engines fill them).
-std::unique_ptr<TrainableModel> MakeTrainableGpt(Gpt model);
-// A Llama-family decoder (next-token prediction, as GPT; LossMany included).
-std::unique_ptr<TrainableModel> MakeTrainableLlama(Llama model);
-// BERT with its MLM head (labels: -100 where nothing is predicted).
-std::unique_ptr<TrainableModel> MakeTrainableBertMlm(Bert model);
-// BERT with its sequence-classification head (config.num_labels > 0; labels [B]).
-std::unique_ptr<TrainableModel> MakeTrainableBertClassifier(Bert model);
 
 }  // namespace ps::models

@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "data/mlm_masking.h"
-#include "models/trainable.h"
+#include "models/batch.h"
 #include "trainer/config.h"
 
 namespace ps::trainer {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "data/mlm_masking.h"  // MlmSpecialIds
-#include "models/trainable.h"
+#include "models/batch.h"
 
 namespace ps::trainer {
 

@@ -1,5 +1,6 @@
 #include "trainer/engine.h"
 
+#include <ATen/TensorOperators.h>
 #include <torch/cuda.h>
 
 #include <chrono>

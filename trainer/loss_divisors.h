@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "models/trainable.h"
+#include "models/batch.h"
 
 namespace ps::trainer {
 

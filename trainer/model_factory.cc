@@ -1,5 +1,7 @@
 #include "trainer/model_factory.h"
 
+#include "models/trainable_models.h"
+
 namespace ps::trainer {
 
 std::unique_ptr<models::TrainableModel> MakeModel(const Config& c) {

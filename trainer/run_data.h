@@ -13,7 +13,7 @@
 #include "data/sft_batcher.h"
 #include "data/sft_examples.h"
 #include "data/token_source.h"
-#include "models/trainable.h"
+#include "models/batch.h"
 #include "trainer/classification_data.h"
 #include "trainer/config.h"
 

@@ -1,5 +1,6 @@
 #include "trainer/step_record.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/stack.h>
 
 namespace ps::trainer {

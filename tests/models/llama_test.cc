@@ -14,7 +14,7 @@
 #include "models/hf_llama.h"
 #include "models/llama.h"
 #include "models/safetensors.h"
-#include "models/trainable.h"
+#include "models/trainable_models.h"
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
 

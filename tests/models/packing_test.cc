@@ -16,7 +16,7 @@
 #include "models/bert.h"
 #include "models/gpt.h"
 #include "models/llama.h"
-#include "models/trainable.h"
+#include "models/trainable_models.h"
 #include "tests/catch.h"
 
 namespace ps::models {

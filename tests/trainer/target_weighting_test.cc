@@ -4,7 +4,9 @@
 // first step's gradients, plain fp32 engine over a tiny GPT), and the mean of the
 // micro-batches' means (the 2024 gradient-accumulation bug) does not. Also the divisors
 // themselves, over two ranks (a scripted second rank).
+#include <ATen/ops/full.h>
 #include <ATen/ops/randint.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/allclose.h>
 
 #include <map>

@@ -4,6 +4,7 @@
 // agreed), the divergence stop, and the engine's accumulation schedule. The fake's
 // state is one small tensor whose value depends on every step and every batch it saw,
 // so a resume that restores the wrong step, batches or state shows in the losses.
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/ones.h>
