@@ -1,0 +1,178 @@
+#include <c10/util/Exception.h>
+
+#include <filesystem>
+#include <string>
+
+#include "data/data_config.h"
+#include "trainer/config_loader.h"
+#include "trainer/config_steps.h"
+#include "trainer/llama_keys.h"
+#include "trainer/model_shape.h"
+
+namespace ps::trainer {
+namespace {
+
+// The checks over a resolved Config, each error naming where its key was set.
+class Validator {
+ public:
+  Validator(const Config& config, const KeyPlaces& places) : config_(config), places_(places) {}
+
+  // run.output_dir and checkpoint.dir are folders the run creates: an empty output_dir
+  // (e.g. from an unset ${VAR:-}) or a path that is, or lies under, an existing
+  // non-directory is an error here rather than a file-system error later. Reads the
+  // file system (symlinks followed); creates nothing.
+  void ValidateOutputDirs() const {
+    const auto& c = config_;
+    if (c.run.output_dir.empty()) {
+      throw ConfigError(At("run.output_dir") + ": run.output_dir is empty (an unset ${VAR:-}?); name the run's folder");
+    }
+    namespace fs = std::filesystem;
+    for (const auto& [key, dir] : {std::pair<std::string, std::string>{"run.output_dir", c.run.output_dir},
+                                   {"checkpoint.dir", c.checkpoint.dir}}) {
+      if (dir.empty()) continue;
+      for (fs::path p = fs::path(dir); !p.empty(); p = p.parent_path()) {
+        std::error_code ec;
+        const fs::file_status st = fs::status(p, ec);
+        if (fs::exists(st) && !fs::is_directory(st)) {
+          const bool self = p == fs::path(dir);
+          throw ConfigError(At(key) + ": " + key + " '" + dir + "': " +
+                            (self ? std::string("is a file, not a folder")
+                                  : "'" + p.string() + "' is a file, not a folder, so nothing can be created under it"));
+        }
+        if (p == p.parent_path()) break;  // the root
+      }
+    }
+  }
+
+  // What model.type: bert needs and refuses.
+  void ValidateModelType() const {
+    const auto& c = config_;
+    const bool classification = c.data.format == data::DataFormat::kClassification;
+    if (classification && (c.model_type != models::ModelType::kBert || c.bert.num_labels == 0)) {
+      throw ConfigError(At("data.format") + ": data.format classification trains a sequence classifier: it needs "
+                        "model.type: bert and model.num_labels > 0");
+    }
+    if (c.bert.num_labels > 0 && !classification) {
+      throw ConfigError(At("model.num_labels") + ": model.num_labels " + std::to_string(c.bert.num_labels) +
+                        " fine-tunes a classifier, which reads labelled examples: set data.format: classification");
+    }
+    // A key at its default is no contradiction (config.resolved.yaml lists every key).
+    const bool llama = c.model_type == models::ModelType::kLlama;
+    for (const std::string& key : llama ? std::vector<std::string>{} : ChangedLlamaKeys(c)) {
+      throw ConfigError(At(key) + ": " + key + " is a Llama key; set model.type: llama, or drop it");
+    }
+    if (c.model_type != models::ModelType::kBert) {
+      const models::BertKeys defaults;
+      const std::pair<const char*, bool> bert_keys[] = {
+          {"model.intermediate_size", !llama && c.bert.intermediate_size != defaults.intermediate_size},
+          {"model.type_vocab_size", c.bert.type_vocab_size != defaults.type_vocab_size},
+          {"model.num_labels", c.bert.num_labels != defaults.num_labels}};
+      for (const auto& [key, changed] : bert_keys) {
+        if (changed) throw ConfigError(At(key) + ": " + std::string(key) + " is a BERT key; set model.type: bert, or drop it");
+      }
+      return;
+    }
+    if (!c.model.tie_word_embeddings) {
+      throw ConfigError(At("model.tie_word_embeddings") +
+                        ": model.tie_word_embeddings is a GPT key (BERT's MLM decoder is always tied to the word "
+                        "embeddings); drop it");
+    }
+    const bool bytes = c.data.format == data::DataFormat::kText ||
+                       (classification && c.data.tokenizer.empty() && c.model.init_from.empty());
+    if (bytes && c.model.vocab_size < 260) {
+      throw ConfigError(At("model.vocab_size") + ": model.vocab_size " + std::to_string(c.model.vocab_size) +
+                        " is below 260: BERT on byte-level text (data.format " + data::ToString(c.data.format) +
+                        " without a tokenizer) reads bytes 0-255 and needs the ids 256-259 for [PAD], [CLS], [SEP] "
+                        "and [MASK]");
+    }
+    if (c.data.seq_len < 3) {
+      throw ConfigError(At("data.seq_len") + ": data.seq_len " + std::to_string(c.data.seq_len) +
+                        " leaves no room for tokens between [CLS] and [SEP] (BERT needs at least 3)");
+    }
+  }
+
+  // What train.accumulation_schedule: vertical needs (the ranks are checked in Train()).
+  void ValidateAccumulationSchedule() const {
+    const auto& c = config_;
+    if (c.train.accumulation_schedule != AccumulationSchedule::kVertical) return;
+    if (c.model_type == models::ModelType::kBert) {
+      throw ConfigError(At("train.accumulation_schedule") +
+                        ": train.accumulation_schedule: vertical is built for GPT and Llama; use horizontal with BERT");
+    }
+    if (!c.model.activation_checkpointing) {
+      throw ConfigError(At("train.accumulation_schedule") +
+                        ": train.accumulation_schedule: vertical needs model.activation_checkpointing: true (it keeps "
+                        "the block inputs of every micro-batch of the step; without checkpointing it would keep all "
+                        "their activations, as one micro-batch k times the size would)");
+    }
+  }
+
+  void Validate() const {
+    ValidateModelType();
+    ValidateAccumulationSchedule();
+    const auto& c = config_;
+    if (const auto bad = data::ChatKeyProblem(c.data, c.model_type == models::ModelType::kBert))
+      throw ConfigError(At(bad->key) + ": " + bad->message);
+    // Llama: its own shape checks (model.head_dim may set the head width).
+    if (c.model_type != models::ModelType::kLlama && c.model.n_embd % c.model.n_head != 0) {
+      throw ConfigError(At("model.n_head") + ": model.n_embd " + std::to_string(c.model.n_embd) +
+                        " is not divisible by model.n_head " + std::to_string(c.model.n_head));
+    }
+    if (c.data.seq_len > c.model.n_positions) {
+      throw ConfigError(At("data.seq_len") + ": data.seq_len " + std::to_string(c.data.seq_len) +
+                        " exceeds model.n_positions " + std::to_string(c.model.n_positions));
+    }
+    if (c.data.format != data::DataFormat::kSynthetic && c.data.train_path.empty()) {
+      throw ConfigError(At("data.format") + ": data.train_path is required for data.format " +
+                        data::ToString(c.data.format));
+    }
+    if (c.data.format == data::DataFormat::kText && c.model.vocab_size < 256 &&
+        c.model_type != models::ModelType::kBert) {
+      throw ConfigError(At("model.vocab_size") + ": model.vocab_size " + std::to_string(c.model.vocab_size) +
+                        " is below 256, the byte values of data.format text");
+    }
+    // Sizes derived from the shape must be countable in int64 (the memory plan and the
+    // chunk runtime count elements and bytes in it); models/ checks the arithmetic
+    // and names the shape.
+    try {
+      ValidateModelShape(c);
+    } catch (const c10::Error& e) {
+      throw ConfigError(At("model.n_embd") + ": " + e.what_without_backtrace());
+    }
+    try {
+      // The vertical schedule keeps every micro-batch's block inputs (one rank: the most).
+      const bool vertical = c.train.accumulation_schedule == AccumulationSchedule::kVertical &&
+                            c.train.global_batch_size % c.train.micro_batch_size == 0;
+      const int64_t kept = vertical ? c.train.global_batch_size / c.train.micro_batch_size : 1;
+      ActivationBytesOf(c, c.train.micro_batch_size * c.data.seq_len, /*element_bytes=*/4, kept);
+    } catch (const c10::Error& e) {
+      throw ConfigError(At("train.micro_batch_size") + ": train.micro_batch_size " +
+                        std::to_string(c.train.micro_batch_size) + " x data.seq_len " +
+                        std::to_string(c.data.seq_len) + ": " + e.what_without_backtrace());
+    }
+    if (c.lr_schedule.min_lr > c.optimizer.lr) {
+      throw ConfigError(At("lr_schedule.min_lr") + ": lr_schedule.min_lr is above optimizer.lr");
+    }
+    try {
+      GradAccumSteps(c.train, 1);
+    } catch (const ConfigError& e) {
+      throw ConfigError(At("train.global_batch_size") + ": " + e.what());
+    }
+  }
+
+ private:
+  std::string At(const std::string& key) const { return places_.At(key); }
+
+  const Config& config_;
+  const KeyPlaces& places_;
+};
+
+}  // namespace
+
+void ValidateConfig(const Config& config, const KeyPlaces& places) {
+  const Validator v(config, places);
+  v.Validate();
+  v.ValidateOutputDirs();
+}
+
+}  // namespace ps::trainer
