@@ -57,6 +57,7 @@ on a small model (the --n-* options), a check that the script itself works; `--l
 """
 import argparse
 import contextlib
+import glob
 import json
 import os
 import socket
@@ -121,6 +122,12 @@ def prepare_deepspeed():
     the CPU Adam build): a device call runs this first, so the ds_* runs after it (same machine, while
     it stays warm) time training only."""
     t0 = time.monotonic()
+    # A JIT build killed mid-way (a device call's time limit) leaves its lock, and the next
+    # load waits on it for ever; nothing else builds while this runs.
+    ext_root = os.environ.get("TORCH_EXTENSIONS_DIR", os.path.expanduser("~/.cache/torch_extensions"))
+    for lock in glob.glob(os.path.join(ext_root, "*", "*", "lock")):
+        os.remove(lock)
+        print(f"removed a stale build lock: {lock}")
     ensure_deepspeed()
     t1 = time.monotonic()
     from deepspeed.ops.op_builder import CPUAdamBuilder  # imports deepspeed

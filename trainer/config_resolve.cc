@@ -18,7 +18,7 @@ namespace {
 // Resolve steps over one Config: what the keys set leave open.
 class Resolver {
  public:
-  Resolver(Config& config, KeyPlaces& places) : config_(config), set_at_(places.set_at), source_(places.source), places_(places) {}
+  Resolver(Config& config, KeyPlaces& places) : config_(config), places_(places) {}
 
   void ResolvePreset() {
     auto& m = config_.model;
@@ -45,7 +45,7 @@ class Resolver {
     // train one shape while its config names another.
     auto fill = [&](const std::string& name, int64_t& field, int64_t value) {
       const std::string key = "model." + name;
-      if (!set_at_.count(key)) {
+      if (!places_.set_at.count(key)) {
         field = value;
       } else if (field != value) {
         throw ConfigError(At(key) + ": " + key + " " + std::to_string(field) + " disagrees with model.preset '" +
@@ -64,8 +64,8 @@ class Resolver {
   // 1e-12 and dropout 0.1, unless set.
   void ApplyBertDefaults() {
     if (config_.model_type != models::ModelType::kBert) return;
-    if (!set_at_.count("model.layer_norm_eps")) config_.model.layer_norm_eps = 1e-12;
-    if (!set_at_.count("model.dropout")) config_.model.dropout = 0.1;
+    if (!places_.set_at.count("model.layer_norm_eps")) config_.model.layer_norm_eps = 1e-12;
+    if (!places_.set_at.count("model.dropout")) config_.model.dropout = 0.1;
   }
 
   // model.init_from's config.json as GPT's shape keys; for BERT, its own config in `hf_bert`
@@ -101,10 +101,10 @@ class Resolver {
     const bool preset_shape = !m.preset.empty();
     auto given = [&](const std::string& key) {
       const bool shape_key = key != "model.layer_norm_eps" && key != "model.tie_word_embeddings";
-      return set_at_.count(key) > 0 || (preset_shape && shape_key);
+      return places_.set_at.count(key) > 0 || (preset_shape && shape_key);
     };
     auto disagree = [&](const std::string& key, const std::string& ours, const std::string& theirs) {
-      const std::string by = set_at_.count(key) ? At(key) : At("model.preset") + " (model.preset '" + m.preset + "')";
+      const std::string by = places_.set_at.count(key) ? At(key) : At("model.preset") + " (model.preset '" + m.preset + "')";
       throw ConfigError(by + ": " + key + " " + ours + " disagrees with model.init_from '" + m.init_from +
                         "', whose config.json says " + theirs + "; drop the key or use another folder");
     };
@@ -123,7 +123,7 @@ class Resolver {
     fill("vocab_size", m.vocab_size, hf.vocab_size);
     if (bert) {  // no preset sets these: only the config can disagree
       auto fill_bert = [&](const std::string& key, int64_t& field, int64_t value) {
-        if (!set_at_.count(key)) {
+        if (!places_.set_at.count(key)) {
           field = value;
         } else if (field != value) {
           disagree(key, std::to_string(field), std::to_string(value));
@@ -147,7 +147,7 @@ class Resolver {
 
   // model.type llama: the preset's, then model.init_from's keys (llama_keys.h).
   void ResolveLlama() {
-    ResolveLlamaKeys(config_, [this](const std::string& key) { return set_at_.count(key) > 0; },
+    ResolveLlamaKeys(config_, [this](const std::string& key) { return places_.set_at.count(key) > 0; },
                      [this](const std::string& key) { return At(key); });
   }
 
@@ -168,7 +168,7 @@ class Resolver {
     }
     if (d.format != data::DataFormat::kAuto) return;
     if (d.train_path.empty()) {
-      const std::string where = set_at_.count("data.valid_path") ? At("data.valid_path") : source_;
+      const std::string where = places_.set_at.count("data.valid_path") ? At("data.valid_path") : places_.source;
       throw ConfigError(where + ": no training data: data.train_path and data.format are not set; set data.train_path " +
                         "(data.format is inferred from the file), or data.format: synthetic to train on random tokens");
     }
@@ -196,16 +196,14 @@ class Resolver {
                         "with model.num_labels)");
     }
     d.format = train;
-    set_at_["data.format"] = At("data.train_path") + " (data.format inferred from data.train_path)";
+    places_.set_at["data.format"] = At("data.train_path") + " (data.format inferred from data.train_path)";
   }
 
  private:
   std::string At(const std::string& key) const { return places_.At(key); }
 
   Config& config_;
-  std::map<std::string, std::string>& set_at_;
-  const std::string& source_;
-  const KeyPlaces& places_;
+  KeyPlaces& places_;
 };
 
 }  // namespace
