@@ -6,6 +6,7 @@
 #include <torch/nn/functional/loss.h>
 
 #include "models/leaf_linear.h"
+#include "models/lora.h"
 #include "models/recompute.h"
 #include "models/sliced_head.h"
 #include "models/uninitialised_modules.h"
@@ -14,10 +15,6 @@ namespace ps::models {
 namespace F = torch::nn::functional;
 
 namespace {
-
-at::Tensor ApplyLinear(torch::nn::Linear& m, const at::Tensor& x, bool leaf) {
-  return leaf ? LeafLinear(x, m->weight, m->bias) : m->forward(x);
-}
 
 torch::nn::LayerNorm Norm(const BertConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd}).eps(c.layer_norm_eps));

@@ -12,6 +12,7 @@
 #include "models/block_passes.h"
 #include "models/recompute.h"
 #include "models/leaf_linear.h"
+#include "models/lora.h"
 #include "models/sliced_head.h"
 #include "models/uninitialised_modules.h"
 
@@ -19,10 +20,6 @@ namespace ps::models {
 namespace F = torch::nn::functional;
 
 namespace {
-at::Tensor Apply(torch::nn::Linear& m, const at::Tensor& x, bool leaf) {
-  return leaf ? LeafLinear(x, m->weight, m->bias) : m->forward(x);
-}
-
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -51,7 +48,7 @@ AttentionImpl::AttentionImpl(const GptConfig& c) : n_head_(c.n_head), dropout_(c
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t head_dim = C / n_head_;
-  auto qkv = Apply(c_attn, x, save_weight_leaves).split(C, /*dim=*/2);  // 3 x [B, T, C]
+  auto qkv = ApplyLinear(c_attn, x, save_weight_leaves).split(C, /*dim=*/2);  // 3 x [B, T, C]
   auto heads = [&](const at::Tensor& t) {    // [B, nh, T, hd]
     return t.view({B, T, n_head_, head_dim}).transpose(1, 2);
   };
@@ -60,7 +57,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
   if (mask.defined()) attn_mask = mask;
   auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), attn_mask, p,
                                             /*is_causal=*/!mask.defined());
-  return Apply(c_proj, y.transpose(1, 2).contiguous().view({B, T, C}), save_weight_leaves);
+  return ApplyLinear(c_proj, y.transpose(1, 2).contiguous().view({B, T, C}), save_weight_leaves);
 }
 
 MlpImpl::MlpImpl(const GptConfig& c) {
@@ -69,7 +66,7 @@ MlpImpl::MlpImpl(const GptConfig& c) {
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
-  return Apply(c_proj, at::gelu(Apply(c_fc, x, save_weight_leaves), "tanh"), save_weight_leaves);  // HF "gelu_new"
+  return ApplyLinear(c_proj, at::gelu(ApplyLinear(c_fc, x, save_weight_leaves), "tanh"), save_weight_leaves);  // HF "gelu_new"
 }
 
 BlockImpl::BlockImpl(const GptConfig& c) {
@@ -145,7 +142,7 @@ at::Tensor GptImpl::Head(const at::Tensor& x) {
   if (config_.tie_word_embeddings) {
     return save_weight_leaves_ ? LeafLinear(y, wte->weight, {}) : F::linear(y, wte->weight);
   }
-  return Apply(lm_head, y, save_weight_leaves_);
+  return ApplyLinear(lm_head, y, save_weight_leaves_);
 }
 
 at::Tensor GptImpl::HeadLoss(const at::Tensor& x, const at::Tensor& targets) {

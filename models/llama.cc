@@ -8,6 +8,7 @@
 
 #include "models/block_passes.h"
 #include "models/leaf_linear.h"
+#include "models/lora.h"
 #include "models/recompute.h"
 #include "models/sliced_head.h"
 #include "models/uninitialised_modules.h"

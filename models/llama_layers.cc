@@ -4,15 +4,11 @@
 
 #include <cmath>
 
-#include "models/leaf_linear.h"
+#include "models/lora.h"
 #include "models/param_init.h"
 #include "models/uninitialised_modules.h"
 
 namespace ps::models {
-
-at::Tensor ApplyLinear(torch::nn::Linear& m, const at::Tensor& x, bool leaf) {
-  return leaf ? LeafLinear(x, m->weight, m->bias) : m->forward(x);
-}
 
 RmsNormImpl::RmsNormImpl(int64_t width, double eps) : eps_(eps) {
   weight = register_parameter("weight", at::empty({width}, at::kFloat));

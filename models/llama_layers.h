@@ -90,7 +90,4 @@ class LlamaBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaBlock);
 
-// y = x W^T + b by LeafLinear (`leaf`) or at::linear.
-at::Tensor ApplyLinear(torch::nn::Linear& m, const at::Tensor& x, bool leaf);
-
 }  // namespace ps::models

@@ -102,6 +102,11 @@ at::Tensor RecomputedCall(const at::Tensor& x, std::function<at::Tensor(const at
   auto state = c10::make_intrusive<RecomputeState>();
   state->fn = std::move(fn);
   state->before_recompute = std::move(before_recompute);
+  // An input without a gradient (a frozen embedding's output: LoRA) would leave the
+  // node out of the graph, and the parameters inside `fn` without theirs.
+  if (at::GradMode::is_enabled() && !x.requires_grad()) {
+    return CheckpointFunction::apply(x.detach().requires_grad_(true), state);
+  }
   return CheckpointFunction::apply(x, state);
 }
 

@@ -7,7 +7,8 @@
 // the autocast state of the first run (same dropout masks, same dtypes; backward runs
 // outside the plain engine's autocast), back-propagates the incoming gradient through
 // the recomputed graph (parameter gradients accumulate as usual), and returns x's
-// gradient. Thread: the autograd thread that runs backward.
+// gradient. An `x` that needs no gradient is given one (a block of adapters behind a
+// frozen embedding still trains). Thread: the autograd thread that runs backward.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -9,4 +9,9 @@ std::vector<LossOutput> TrainableModel::LossMany(const std::vector<Batch>& /*bat
   return {};
 }
 
+std::vector<std::string> TrainableModel::AttachLora(const LoraConfig& /*config*/) {
+  TORCH_CHECK(false, "lora: this model takes no adapters yet (GPT-2 and the Llama family do)");
+  return {};
+}
+
 }  // namespace ps::models

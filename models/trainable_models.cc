@@ -5,6 +5,8 @@
 
 #include <type_traits>
 
+#include "models/lora.h"
+
 namespace ps::models {
 namespace {
 
@@ -22,7 +24,9 @@ class ModelOf : public TrainableModel {
   }
   torch::nn::Module& module() override { return *model_; }
   void InitParameter(const std::string& name, at::Tensor values, uint64_t seed) const override {
-    if constexpr (std::is_same_v<Holder, Gpt>) {
+    if (IsLoraParameter(name)) {
+      InitLoraParameter(name, std::move(values), seed);
+    } else if constexpr (std::is_same_v<Holder, Gpt>) {
       InitGptParameter(model_->config(), name, std::move(values), seed);
     } else if constexpr (std::is_same_v<Holder, Llama>) {
       InitLlamaParameter(model_->config(), name, std::move(values), seed);
@@ -40,6 +44,23 @@ template <typename Holder>
 class TrainableDecoder final : public ModelOf<Holder> {
  public:
   using ModelOf<Holder>::ModelOf;
+  std::vector<std::string> AttachLora(const LoraConfig& config) override {
+    // The blocks' Linear modules (the LM head is computed by sliced_head.h, never adapted).
+    const bool gpt = std::is_same_v<Holder, Gpt>;
+    const std::string blocks = gpt ? "h." : "layers.";
+    std::vector<NamedLinear> linears;
+    for (const auto& item : this->model_->named_modules("", /*include_self=*/false)) {
+      if (item.key().rfind(blocks, 0) != 0) continue;
+      if (auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(item.value())) {
+        linears.push_back({item.key(), torch::nn::Linear(linear)});
+      }
+    }
+    std::vector<std::string> adapted = models::AttachLora(linears, config, DefaultLoraTargets(gpt ? "gpt2" : "llama"));
+    for (const auto& p : this->BlockParameters()) {
+      if (!IsLoraParameter(p.name)) at::Tensor(p.tensor).requires_grad_(false);
+    }
+    return adapted;
+  }
   LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
     return {this->model_->Loss(batch.input_ids, batch.labels, hooks, PackingOf(batch)), {}, {}};
   }

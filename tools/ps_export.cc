@@ -1,9 +1,13 @@
 // ps_export: a ps_train checkpoint -> an HF folder of its architecture (GPT2LMHeadModel,
 // BertForMaskedLM, LlamaForCausalLM, Qwen2/Qwen3/MistralForCausalLM): config.json,
 // model.safetensors or shards + index, the run's tokenizer files and the source's
-// generation_config.json, which transformers' from_pretrained loads.
+// generation_config.json, which transformers' from_pretrained loads. A LoRA run's
+// checkpoint (lora.enabled) gives a PEFT adapter folder (PeftModel.from_pretrained over
+// the base), or with --merge the base with the adapters merged in (trainer/lora_io.h).
 //
 //   ps_export --checkpoint runs/x/checkpoints[/step_N] --out runs/x/hf [--overwrite] [--dtype bf16]
+//   ps_export --checkpoint runs/lora/checkpoints --out runs/lora/adapter [--base-model meta-llama/Llama-3.1-8B]
+//   ps_export --checkpoint runs/lora/checkpoints --out runs/lora/merged --merge
 //
 // Exit status: 0 done, 2 bad arguments, 1 a bad checkpoint or a failed write (the
 // message names the file). The folder appears complete or not at all.
@@ -13,8 +17,10 @@
 #include <exception>
 #include <iostream>
 
+#include "trainer/checkpoint.h"
 #include "trainer/config_loader.h"
 #include "trainer/hf_io.h"
+#include "trainer/lora_io.h"
 
 namespace {
 
@@ -29,6 +35,9 @@ int Run(int argc, char** argv) {
        cxxopts::value<int64_t>()->default_value("5000000000"))
       ("dtype", "the weights' dtype: auto (bf16 for Llama-family models, else fp32), bf16 or fp32; default: the "
        "checkpoint's checkpoint.export_dtype", cxxopts::value<std::string>())
+      ("merge", "a LoRA checkpoint: write the base model with the adapters merged in, not the adapter folder")
+      ("base-model", "a LoRA checkpoint: the adapter's base_model_name_or_path (e.g. the hub name of the base); "
+       "default: the run's model.init_from", cxxopts::value<std::string>())
       ("h,help", "this help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -44,9 +53,28 @@ int Run(int argc, char** argv) {
     std::cerr << "ps_export: --dtype " << dtype << ": expected auto, bf16 or fp32\n";
     return 2;
   }
-  const auto report =
-      ps::trainer::ExportCheckpoint(args["checkpoint"].as<std::string>(), args["out"].as<std::string>(),
-                                    args.count("overwrite") > 0, args["max-shard-bytes"].as<int64_t>(), dtype);
+  const std::string checkpoint = args["checkpoint"].as<std::string>(), out = args["out"].as<std::string>();
+  const std::string folder = ps::trainer::ResolveCheckpointFolder(checkpoint);
+  const auto manifest = ps::trainer::ReadCheckpoint(folder, ps::trainer::CheckpointParts::kManifestOnly);
+  const bool lora = ps::trainer::ConfigOfCheckpoint(manifest.config_yaml, folder).lora.enabled;
+  if (!lora && (args.count("merge") || args.count("base-model"))) {
+    std::cerr << "ps_export: --merge and --base-model are for a LoRA run's checkpoint; " << folder
+              << " holds a whole model (lora.enabled is false in its config)\n";
+    return 2;
+  }
+  ps::trainer::HfExportReport report;
+  if (lora) {
+    ps::trainer::LoraExportOptions o;
+    o.merge = args.count("merge") > 0;
+    o.base_model = args.count("base-model") ? args["base-model"].as<std::string>() : "";
+    o.replace = args.count("overwrite") > 0;
+    o.max_shard_bytes = args["max-shard-bytes"].as<int64_t>();
+    o.export_dtype = dtype;
+    report = ps::trainer::ExportLoraCheckpoint(folder, out, o);
+  } else {
+    report = ps::trainer::ExportCheckpoint(folder, out, args.count("overwrite") > 0,
+                                           args["max-shard-bytes"].as<int64_t>(), dtype);
+  }
   std::string files;
   for (const auto& f : report.files) files += (files.empty() ? "" : ", ") + f;
   spdlog::info("wrote {} ({:.1f} MB in {:.2f} s): {}", report.folder, report.bytes / 1e6, report.seconds, files);

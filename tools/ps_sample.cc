@@ -7,7 +7,9 @@
 // --no-cache reruns the window for every token (the reference, for comparison).
 // Generation stops at the tokenizer's end-of-text token and at the eos ids of the
 // folder's generation_config.json (else config.json; for a checkpoint, those of its
-// model.init_from folder when it is still there), unless --ignore-eos. The summary on
+// model.init_from folder when it is still there), unless --ignore-eos. A LoRA run's
+// checkpoint is sampled with its adapters merged into the base (trainer/lora_io.h,
+// MergedParams: model.init_from must still be there). The summary on
 // stderr gives prefill and decode tokens/s.
 //
 //   ps_sample --checkpoint runs/x/checkpoints --prompt "Once upon a time" --max-new-tokens 50
@@ -43,6 +45,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/hf_io.h"
 #include "trainer/llama_keys.h"
+#include "trainer/lora_io.h"
 
 namespace {
 
@@ -88,7 +91,9 @@ LoadedModel FromCheckpoint(const std::string& path, at::Device device) {
   const std::string folder = ps::trainer::ResolveCheckpointFolder(path);
   auto contents = ps::trainer::ReadCheckpoint(folder, ps::trainer::CheckpointParts::kParamsOnly);
   const ps::trainer::Config config = ps::trainer::ConfigOfCheckpoint(contents.config_yaml, folder);
-  const ps::models::TensorMap& params = contents.engine.params;
+  // A LoRA run's checkpoint holds the adapters: sample the base with them merged in.
+  const ps::models::TensorMap params =
+      config.lora.enabled ? ps::trainer::MergedParams(contents.engine.params, config) : contents.engine.params;
   LoadedModel m;
   switch (config.model_type) {
     case ps::models::ModelType::kGpt: {

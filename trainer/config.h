@@ -12,6 +12,7 @@
 #include "comm/comm_config.h"
 #include "data/data_config.h"
 #include "models/gpt_config.h"
+#include "models/lora_config.h"
 #include "models/model_type.h"
 #include "optim/optim_config.h"
 
@@ -82,6 +83,7 @@ struct Config {
   models::GptConfig model;  // the shape keys (model.*), shared by GPT, BERT and Llama
   models::BertKeys bert;    // model.* keys of BERT (intermediate_size: BERT and Llama)
   models::LlamaKeys llama;  // model.* keys of Llama only
+  models::LoraConfig lora;  // lora.*: adapters on a frozen base (models/lora.h)
   data::DataConfig data;
   TrainConfig train;
   optim::OptimizerConfig optimizer;

@@ -240,6 +240,26 @@ FieldSpec FloatList(std::string key, Access access, std::string help, size_t len
           }};
 }
 
+// A list of non-empty strings (module names): a YAML sequence, or [] for none.
+template <typename Access>
+FieldSpec TextList(std::string key, Access access, std::string help) {
+  return {std::move(key), "list of strings", std::move(help),
+          [=](Config& c, const YAML::Node& n) {
+            if (!n.IsSequence()) throw std::invalid_argument("expected a list of names, e.g. [q_proj, v_proj]");
+            std::vector<std::string> v;
+            for (const auto& item : n) {
+              v.push_back(Scalar(item, "a name"));
+              if (v.back().empty()) throw std::invalid_argument("an empty name in the list");
+            }
+            access(c) = v;
+          },
+          [=](const Config& c) {
+            std::string s = "[";
+            for (size_t i = 0; i < access(c).size(); ++i) s += (i ? ", " : "") + Quote(access(c)[i]);
+            return s + "]";
+          }};
+}
+
 #define PS_ACCESS(member) [](auto& c) -> auto& { return c.member; }
 
 }  // namespace
@@ -449,6 +469,23 @@ std::vector<FieldSpec> BuildConfigSchema() {
       Int("precision.max_skips_at_min_scale", PS_ACCESS(precision.max_skips_at_min_scale),
           "fp16 dynamic: stop with an error after this many consecutive overflowing steps at min_loss_scale "
           "(the run has diverged); 0 = never"),
+      // lora
+      Bool("lora.enabled", PS_ACCESS(lora.enabled),
+           "train low-rank adapters on a frozen base (PEFT's LoRA; GPT-2 and model.type llama): only the adapters "
+           "get gradients, optimizer state and checkpoints"),
+      Int("lora.r", PS_ACCESS(lora.r), "the adapters' rank", IntRange(1, kMaxEmbd)),
+      Float("lora.alpha", PS_ACCESS(lora.alpha), "the adapters' scale is alpha / r (alpha / sqrt(r) with use_rslora)",
+            FloatRange(0.0, kInf, true)),
+      Float("lora.dropout", PS_ACCESS(lora.dropout), "dropout on the adapters' input (training only)",
+            FloatRange(0.0, 1.0, false, true)),
+      TextList("lora.target_modules", PS_ACCESS(lora.target_modules),
+               "module names that get adapters, as HF names them (llama: q_proj k_proj v_proj o_proj gate_proj "
+               "up_proj down_proj; GPT-2: c_attn c_proj c_fc); [] = PEFT's default (q_proj, v_proj; GPT-2: c_attn)"),
+      Bool("lora.use_rslora", PS_ACCESS(lora.use_rslora), "rank-stabilised scale alpha / sqrt(r) (rsLoRA)"),
+      Text("lora.init_from", PS_ACCESS(lora.init_from),
+           "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start the adapters from; "
+           "its r and target modules must match; empty = PEFT's initialisation (A Kaiming-uniform, B zero) "
+           "from run.seed"),
       // chunk
       Bool("chunk.enabled", PS_ACCESS(chunk.enabled), "manage parameters, gradients and Adam state in chunks (docs/chunkmem.md)"),
       IntOrAuto("chunk.size_elements", PS_ACCESS(chunk.size_elements),

@@ -1,5 +1,6 @@
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -107,8 +108,44 @@ class Validator {
     }
   }
 
+  // lora.*: what the adapters need, and its keys only with lora.enabled.
+  void ValidateLora() const {
+    const auto& c = config_;
+    const models::LoraConfig defaults;
+    if (!c.lora.enabled) {
+      const std::pair<const char*, bool> keys[] = {
+          {"lora.r", c.lora.r != defaults.r},
+          {"lora.alpha", c.lora.alpha != defaults.alpha},
+          {"lora.dropout", c.lora.dropout != defaults.dropout},
+          {"lora.target_modules", c.lora.target_modules != defaults.target_modules},
+          {"lora.use_rslora", c.lora.use_rslora != defaults.use_rslora},
+          {"lora.init_from", c.lora.init_from != defaults.init_from}};
+      for (const auto& [key, changed] : keys) {
+        if (changed) throw ConfigError(At(key) + ": " + key + " is set but lora.enabled is false; enable it, or drop the key");
+      }
+      return;
+    }
+    if (c.model_type == models::ModelType::kBert) {
+      throw ConfigError(At("lora.enabled") + ": lora.enabled: BERT takes no adapters yet (GPT-2 and model.type llama do)");
+    }
+    // Checked here as well as when the adapters are attached: before the run folder is touched.
+    const std::vector<std::string> names = models::LoraModuleNames(c.model_type == models::ModelType::kGpt);
+    for (const std::string& t : c.lora.target_modules) {
+      if (std::find(names.begin(), names.end(), t) != names.end()) continue;
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw ConfigError(At("lora.target_modules") + ": lora.target_modules: '" + t +
+                        "' names no module of this model; its Linear modules are: " + known);
+    }
+    if (c.chunk.enabled) {
+      throw ConfigError(At("lora.enabled") + ": lora.enabled with chunk.enabled: the frozen base in compute-dtype "
+                        "chunks is not built yet (issue #24); set chunk.enabled: false");
+    }
+  }
+
   void Validate() const {
     ValidateModelType();
+    ValidateLora();
     ValidateAccumulationSchedule();
     const auto& c = config_;
     if (const auto bad = data::ChatKeyProblem(c.data, c.model_type == models::ModelType::kBert))

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdio>
 
 namespace ps::trainer {
 
@@ -45,6 +46,34 @@ void CheckNoUnknownParams(const EngineState& state, const std::vector<std::strin
                 state.params_file.empty() ? std::string("the saved state") : state.params_file, ": parameter '",
                 name, "' is not in this model (a checkpoint of another model?)");
   }
+}
+
+std::string ValuesFingerprint(const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  const auto mix = [&h](const void* data, size_t bytes) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < bytes; ++i) {
+      h ^= p[i];
+      h *= 0x100000001B3ull;
+    }
+  };
+  constexpr int64_t kSample = 64;
+  for (const auto& [name, tensor] : params) {
+    mix(name.data(), name.size() + 1);
+    for (const int64_t d : tensor.sizes()) mix(&d, sizeof d);
+    const at::Tensor flat = tensor.detach().reshape({-1});
+    const int64_t n = flat.numel();
+    if (n == 0) continue;
+    const int64_t stride = std::max<int64_t>(1, n / kSample);
+    const at::Tensor strided = flat.slice(0, 0, n, stride);
+    const at::Tensor picked = at::cat(
+        {flat.narrow(0, 0, std::min(n, kSample)), strided.narrow(0, 0, std::min(kSample, strided.numel()))});
+    const at::Tensor bits = picked.to(at::kCPU).to(at::kBFloat16).contiguous();
+    mix(bits.data_ptr(), static_cast<size_t>(bits.numel()) * 2);
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
 }
 
 }  // namespace ps::trainer

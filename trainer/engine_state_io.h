@@ -6,6 +6,8 @@
 #include <c10/util/ArrayRef.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "trainer/engine.h"
 
@@ -28,5 +30,12 @@ int64_t RestoreAdamParam(const EngineState& state, const std::string& name, cons
 // Throws c10::Error naming the first parameter of `state.params` that is not in `known`
 // (a checkpoint of another model).
 void CheckNoUnknownParams(const EngineState& state, const std::vector<std::string>& known);
+
+// A fingerprint of parameters' values (LoRA's frozen base, kept out of checkpoints):
+// their names, shapes and a sample of each one's values (its first 64 elements and 64
+// evenly strided ones) rounded to bf16, hashed (FNV-1a, 64 bits); 16 hex digits. Rounded
+// so that a base held in fp32 and the same base held in bf16 agree. Reads every tensor
+// (any device; a few elements each).
+std::string ValuesFingerprint(const std::vector<std::pair<std::string, at::Tensor>>& params);
 
 }  // namespace ps::trainer

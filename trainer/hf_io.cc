@@ -19,6 +19,7 @@
 #include "models/hf_gpt2.h"
 #include "models/hf_llama.h"
 #include "models/hf_llama_export.h"
+#include "models/lora_config.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config_loader.h"
 #include "trainer/file_io.h"
@@ -86,10 +87,17 @@ void LoadInitialWeights(TrainingEngine& engine, const Config& config, InitialWei
   const auto start = std::chrono::steady_clock::now();
   EngineState state;
   state.params = std::move(weights.params);
+  const models::TensorMap fresh = weights.missing.empty() && !config.lora.enabled
+                                      ? models::TensorMap()
+                                      : engine.GatherParams();  // collective under ZeRO
+  if (config.lora.enabled) {  // the adapters start from their own init (or lora.init_from, later)
+    for (const auto& [name, tensor] : fresh) {
+      if (models::IsLoraParameter(name)) state.params[name] = tensor.clone();
+    }
+  }
   if (!weights.missing.empty()) {
     // A head the folder lacks (a classifier started from a masked-LM folder) keeps
     // this run's random init (the engine initialised only these).
-    const models::TensorMap fresh = engine.GatherParams();  // collective under ZeRO
     std::string names;
     for (const auto& name : weights.missing) {
       state.params[name] = fresh.at(name).clone();
@@ -257,6 +265,15 @@ void CheckExportDestination(const std::string& out_dir, bool replace, const std:
 HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& config, const std::string& out_dir,
                               bool replace, const std::vector<std::string>& protected_paths,
                               int64_t max_shard_bytes) {
+  return ExportFolder(
+      config, out_dir, replace, protected_paths,
+      [&](const std::string& folder) { return WriteModelFiles(folder, params, config, max_shard_bytes); },
+      /*generation_config=*/true);
+}
+
+HfExportReport ExportFolder(const Config& config, const std::string& out_dir, bool replace,
+                            const std::vector<std::string>& protected_paths, const ExportFilesFn& write_files,
+                            bool generation_config) {
   const auto start = std::chrono::steady_clock::now();
   CheckExportDestination(out_dir, replace, protected_paths, "export");
   const fs::path out(out_dir);
@@ -265,14 +282,14 @@ HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& con
   HfExportReport report;
   report.folder = out_dir;
   try {
-    report.files = WriteModelFiles(tmp.string(), params, config, max_shard_bytes);
+    report.files = write_files(tmp.string());
     for (const std::string& file : TokenizerFiles(TokenizerSource(config))) {
       const std::string name = fs::path(file).filename().string();
       fs::copy_file(file, tmp / name, fs::copy_options::overwrite_existing);
       report.files.push_back(name);
     }
     const fs::path generation = fs::path(config.model.init_from) / kGenerationConfigFile;
-    if (!config.model.init_from.empty() && fs::is_regular_file(generation)) {
+    if (generation_config && !config.model.init_from.empty() && fs::is_regular_file(generation)) {
       fs::copy_file(generation, tmp / kGenerationConfigFile, fs::copy_options::overwrite_existing);
       report.files.push_back(kGenerationConfigFile);
     }

@@ -9,6 +9,7 @@
 #include <ATen/core/ScalarType.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,16 @@ at::ScalarType ExportDtype(const Config& config);
 HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& config, const std::string& out_dir,
                               bool replace, const std::vector<std::string>& protected_paths,
                               int64_t max_shard_bytes = 5'000'000'000);
+
+// How ExportHfFolder writes any export folder (the destination checked, a fresh hidden
+// folder written and swapped in, the run's tokenizer files, the marker), with the
+// model's own files written by `write_files` into the folder it is given (returning
+// their names); model.init_from's generation_config.json copied when
+// `generation_config`. LoRA's adapter folder is one (trainer/lora_io.h).
+using ExportFilesFn = std::function<std::vector<std::string>(const std::string& folder)>;
+HfExportReport ExportFolder(const Config& config, const std::string& out_dir, bool replace,
+                            const std::vector<std::string>& protected_paths, const ExportFilesFn& write_files,
+                            bool generation_config);
 
 // <run.output_dir>/hf: where checkpoint.export_hf writes.
 std::string HfExportFolder(const Config& config);

@@ -1,10 +1,15 @@
 #include "trainer/model_factory.h"
 
+#include <c10/util/Exception.h>
+
 #include "models/trainable_models.h"
+#include "trainer/config_loader.h"
 
 namespace ps::trainer {
 
-std::unique_ptr<models::TrainableModel> MakeModel(const Config& c) {
+namespace {
+
+std::unique_ptr<models::TrainableModel> MakeBaseModel(const Config& c) {
   if (c.model_type == models::ModelType::kGpt) {
     return models::MakeTrainableGpt(models::Gpt(c.model, models::kUninitialised));
   }
@@ -14,6 +19,20 @@ std::unique_ptr<models::TrainableModel> MakeModel(const Config& c) {
   const models::BertConfig b = BertConfigOf(c);
   if (b.num_labels > 0) return models::MakeTrainableBertClassifier(models::Bert(b, models::kUninitialised));
   return models::MakeTrainableBertMlm(models::Bert(b, models::kUninitialised));
+}
+
+}  // namespace
+
+std::unique_ptr<models::TrainableModel> MakeModel(const Config& c) {
+  std::unique_ptr<models::TrainableModel> model = MakeBaseModel(c);
+  if (c.lora.enabled) {
+    try {
+      model->AttachLora(c.lora);
+    } catch (const c10::Error& e) {  // a target naming no module: the config's
+      throw ConfigError(e.what_without_backtrace());
+    }
+  }
+  return model;
 }
 
 std::vector<models::ParameterShape> ParameterShapesOf(const Config& c) {

@@ -18,7 +18,9 @@
 namespace ps::trainer {
 
 // The model of `config`, on the host, its parameters allocated but not initialised: the
-// engine writes their initial values (MakeEngine, models/param_init.h).
+// engine writes their initial values (MakeEngine, models/param_init.h). With
+// lora.enabled, adapters attached and the rest frozen (TrainableModel::AttachLora); a
+// target naming no module is a ConfigError.
 std::unique_ptr<models::TrainableModel> MakeModel(const Config& config);
 
 // The model's parameters without building it, in BlockParameters() order.

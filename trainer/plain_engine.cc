@@ -65,7 +65,11 @@ PlainEngine::PlainEngine(std::unique_ptr<models::TrainableModel> model, const Co
   model_->module().to(device_);
   model_->module().train();
   params_ = model_->BlockParameters();
-  for (const auto& p : params_) param_tensors_.push_back(p.tensor);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].tensor.requires_grad()) continue;
+    trainable_.push_back(i);
+    param_tensors_.push_back(params_[i].tensor);
+  }
   optimizer_ = std::make_unique<optim::FusedAdam>(param_tensors_, config_.optimizer);
 }
 
@@ -125,17 +129,33 @@ models::LossOutput PlainEngine::EvalLoss(const models::Batch& batch) {
 
 void PlainEngine::EndEval() { model_->module().train(); }
 
+std::string PlainEngine::FrozenFingerprint() const {
+  std::vector<std::pair<std::string, at::Tensor>> frozen;
+  for (const auto& p : params_) {
+    if (!p.tensor.requires_grad()) frozen.emplace_back(p.name, p.tensor);
+  }
+  return frozen.empty() ? std::string() : ValuesFingerprint(frozen);
+}
+
 EngineState PlainEngine::Save() const {
   EngineState out;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& p = params_[i];
+  for (size_t k = 0; k < trainable_.size(); ++k) {
+    const auto& p = params_[trainable_[k]];
     out.params[p.name] = p.tensor.detach();
-    const int64_t steps = optimizer_->steps(static_cast<int>(i));
+    const int64_t steps = optimizer_->steps(static_cast<int>(k));
     if (steps == 0) continue;  // never updated (no gradient yet)
-    out.exp_avg[p.name] = optimizer_->exp_avg(static_cast<int>(i));
-    out.exp_avg_sq[p.name] = optimizer_->exp_avg_sq(static_cast<int>(i));
+    out.exp_avg[p.name] = optimizer_->exp_avg(static_cast<int>(k));
+    out.exp_avg_sq[p.name] = optimizer_->exp_avg_sq(static_cast<int>(k));
     out.adam_steps[p.name] = steps;
   }
+  const std::string frozen = FrozenFingerprint();
+  if (!frozen.empty()) out.extra["frozen_fingerprint"] = frozen;
+  return out;
+}
+
+models::TensorMap PlainEngine::GatherParams() const {
+  models::TensorMap out;
+  for (const auto& p : params_) out[p.name] = p.tensor.detach();
   return out;
 }
 
@@ -144,16 +164,29 @@ void PlainEngine::Load(const EngineState& state) {
   std::vector<std::string> names;
   for (const auto& p : params_) names.push_back(p.name);
   CheckNoUnknownParams(state, names);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& p = params_[i];
+  for (const auto& p : params_) {  // frozen: written when given (the base from model.init_from), else kept
+    if (!p.tensor.requires_grad() && state.params.count(p.name) != 0) {
+      p.tensor.copy_(StateTensor(state.params, p.name, p.tensor.sizes(), "parameter", state.params_file));
+    }
+  }
+  if (state.extra.contains("frozen_fingerprint")) {
+    const std::string saved = state.extra.at("frozen_fingerprint").get<std::string>();
+    const std::string now = FrozenFingerprint();
+    TORCH_CHECK(saved == now, state.params_file.empty() ? std::string("the saved state") : state.params_file,
+                ": saved over a frozen base of fingerprint ", saved, ", but this run's base has fingerprint ",
+                now.empty() ? std::string("(none: nothing is frozen)") : now,
+                " (another model.init_from, or another run.seed for a random base)");
+  }
+  for (size_t k = 0; k < trainable_.size(); ++k) {
+    const auto& p = params_[trainable_[k]];
     p.tensor.copy_(StateTensor(state.params, p.name, p.tensor.sizes(), "parameter", state.params_file));
     const int64_t steps = StateSteps(state, p.name);
     if (steps == 0) {  // as torch.optim: no state before the first update
-      optimizer_->SetState(static_cast<int>(i), at::Tensor(), at::Tensor(), 0);
+      optimizer_->SetState(static_cast<int>(k), at::Tensor(), at::Tensor(), 0);
       continue;
     }
     optimizer_->SetState(
-        static_cast<int>(i),
+        static_cast<int>(k),
         StateTensor(state.exp_avg, p.name, p.tensor.sizes(), "optimizer.exp_avg", state.optimizer_file),
         StateTensor(state.exp_avg_sq, p.name, p.tensor.sizes(), "optimizer.exp_avg_sq", state.optimizer_file), steps);
   }

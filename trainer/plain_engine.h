@@ -5,6 +5,11 @@
 // whole state; the first step broadcasts rank 0's parameters, and SyncGradients
 // averages the gradients over ranks in fp32 buckets of about kBucketBytes (one
 // all-reduce per bucket, the next bucket packed while the last one travels).
+// Frozen parameters (requires_grad false: LoRA's base) get no gradient, no optimizer
+// state and no place in Save(); Save() records their ValuesFingerprint instead
+// (extra "frozen_fingerprint"), and Load() keeps a frozen parameter the state lacks and
+// refuses a state saved over other frozen values. Only the trainable parameters are
+// broadcast and averaged over ranks (each rank builds the same frozen ones).
 #pragma once
 
 
@@ -39,6 +44,7 @@ class PlainEngine final : public TrainingEngine {
   models::LossOutput EvalLoss(const models::Batch& batch) override;
   void EndEval() override;
   EngineState Save() const override;
+  models::TensorMap GatherParams() const override;  // frozen ones included
   void Load(const EngineState& state) override;
   at::Device device() const override { return device_; }
 
@@ -46,8 +52,11 @@ class PlainEngine final : public TrainingEngine {
   std::unique_ptr<models::TrainableModel> model_;
   const Config& config_;
   at::Device device_;
+  std::string FrozenFingerprint() const;  // empty: nothing frozen
+
   std::vector<models::BlockParameter> params_;  // each once, in model order
-  std::vector<at::Tensor> param_tensors_;
+  std::vector<size_t> trainable_;               // indices into params_ of those that train
+  std::vector<at::Tensor> param_tensors_;       // the trainable ones' tensors (the optimizer's order)
   std::unique_ptr<optim::FusedAdam> optimizer_;
   comm::Communicator* comm_ = nullptr;
   bool params_broadcast_ = false;  // rank 0's parameters sent to all (first step)

@@ -51,6 +51,15 @@ nlohmann::json RunFingerprint(const Config& c) {
     f["data.format"] = "sft";
     f["data.packing"] = c.data.packing;
   }
+  if (c.lora.enabled) {
+    // The checkpoint holds the adapters of these modules and this rank; their scale
+    // (alpha, rsLoRA) changes what they compute. The base is checked by its values
+    // (PlainEngine's frozen_fingerprint).
+    f["lora.r"] = c.lora.r;
+    f["lora.alpha"] = c.lora.alpha;
+    f["lora.use_rslora"] = c.lora.use_rslora;
+    f["lora.target_modules"] = c.lora.target_modules;
+  }
   if (c.model_type != models::ModelType::kLlama) return f;  // GPT's and BERT's as they always were
   // A Llama's function also depends on these: a resume with another rope or window would
   // load every tensor and silently compute something else.

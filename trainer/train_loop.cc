@@ -27,6 +27,7 @@
 #include "trainer/file_io.h"
 #include "trainer/hf_io.h"
 #include "trainer/host_memory.h"
+#include "trainer/lora_io.h"
 #include "trainer/metrics.h"
 #include "trainer/model_factory.h"
 #include "trainer/model_shape.h"
@@ -138,6 +139,13 @@ at::Device RankDevice(const Config& c, int world, int local_rank) {
 // part in gathering the weights.
 void ExportAtEndOfRun(TrainingEngine& engine, const Config& c, bool writer, StepLogger& logger) {
   if (!c.checkpoint.export_hf) return;
+  if (c.lora.enabled) {  // the adapter folder (every rank holds the adapters whole)
+    if (writer) {
+      const HfExportReport exported = ExportLoraAtEnd(engine, c);
+      logger.Record(JsonLine().Add("hf_export", exported.folder).Add("hf_export_bytes", exported.bytes));
+    }
+    return;
+  }
   if (writer) {
     const std::string final_checkpoint =
         c.checkpoint.at_end ? CheckpointDir(c) + "/step_" + std::to_string(c.train.max_steps) : std::string();
@@ -208,14 +216,19 @@ RankSetup SetUpRank(const Config& c, const TrainOptions& options) {
 struct BuiltEngine {
   std::unique_ptr<TrainingEngine> engine;
   models::ParameterCounts counts;
+  int64_t trainable_numel = 0;  // all but a frozen base (LoRA)
   std::string accuracy_name;
 };
 
+// LoRA: a checkpoint holds only the adapters, so a resumed run builds its frozen base
+// as a fresh one does (model.init_from or the seed) and checks it against the
+// checkpoint's fingerprint of it (the engine's Load).
 BuiltEngine BuildEngine(const Config& c, const RankSetup& rank, comm::Communicator* comm, bool resuming,
                         std::optional<InitialWeights> initial_weights, StartupPhases& phases) {
   models::InitPlan init{static_cast<uint64_t>(c.run.seed), {}};
-  init.all_provided = resuming;
-  if (resuming) initial_weights.reset();
+  const bool restores_all = resuming && !c.lora.enabled;
+  init.all_provided = restores_all;
+  if (restores_all) initial_weights.reset();
   for (const auto& [name, tensor] : initial_weights ? initial_weights->params : models::TensorMap{}) {
     init.provided.insert(name);
   }
@@ -223,12 +236,17 @@ BuiltEngine BuildEngine(const Config& c, const RankSetup& rank, comm::Communicat
   phases.Mark("model built");
   BuiltEngine built;
   built.counts = model->CountParameters();  // before an engine takes the storage
+  for (const auto& p : model->BlockParameters()) built.trainable_numel += p.tensor.requires_grad() ? p.tensor.numel() : 0;
   built.accuracy_name = model->accuracy_name();
   built.engine = MakeEngine(std::move(model), c, rank.device, init, comm);
   phases.Mark(c.chunk.enabled ? "chunks placed and initialised" : "parameters initialised");
   if (initial_weights) {
     LoadInitialWeights(*built.engine, c, std::move(*initial_weights));
     phases.Mark("model.init_from loaded");
+  }
+  if (!c.lora.init_from.empty() && !resuming) {
+    LoadInitialAdapters(*built.engine, c);
+    phases.Mark("lora.init_from loaded");
   }
   return built;
 }
@@ -273,6 +291,10 @@ void LogRunHeader(const Config& c, const BuiltEngine& built, const RankSetup& ra
   spdlog::info("run '{}': {} {} layers x {} wide, {} heads; {:.2f}M parameters ({:.2f}M non-embedding)", c.run.name,
                ModelKindName(c), c.model.n_layer, c.model.n_embd, c.model.n_head, n.total_numel / 1e6,
                n.non_embedding_numel / 1e6);
+  if (c.lora.enabled) {
+    spdlog::info("lora: rank {} adapters, {:.3f}M trainable parameters ({:.2f}% of the model); the base is frozen",
+                 c.lora.r, built.trainable_numel / 1e6, 100.0 * built.trainable_numel / std::max<int64_t>(1, n.total_numel));
+  }
   spdlog::info("device {}, {} CPU threads, {}; data {} ({} tokens, {} samples/epoch)", rank.device.str(), rank.threads,
                optim::ToString(c.precision.dtype), data.description(), data.num_tokens(),
                data.train().samples_per_epoch());

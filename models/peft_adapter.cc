@@ -1,0 +1,105 @@
+#include "models/peft_adapter.h"
+
+#include <c10/util/Exception.h>
+
+#include <filesystem>
+#include <set>
+
+#include "models/hf_folder.h"
+
+namespace ps::models {
+namespace {
+
+constexpr char kKeyPrefix[] = "base_model.model.";
+
+// The module name an adapter key adapts: "...self_attn.q_proj.lora_A.weight" -> "q_proj".
+std::string TargetOf(const std::string& name) {
+  const std::string module = name.substr(0, name.rfind(".lora_"));
+  const size_t dot = module.rfind('.');
+  return dot == std::string::npos ? module : module.substr(dot + 1);
+}
+
+}  // namespace
+
+PeftAdapter ReadPeftAdapter(const std::string& folder, const std::string& hf_prefix) {
+  namespace fs = std::filesystem;
+  const std::string config_path = (fs::path(folder) / kPeftConfigFile).string();
+  const std::string weights_path = (fs::path(folder) / kPeftWeightsFile).string();
+  TORCH_CHECK(fs::is_directory(folder), folder, ": not a PEFT adapter folder (",
+              fs::exists(folder) ? "a file" : "it does not exist", ")");
+  const nlohmann::json j = ReadHfJson(config_path);
+  TORCH_CHECK(j.is_object() && j.value("peft_type", std::string()) == "LORA", config_path,
+              ": peft_type is not LORA (only LoRA adapters are read)");
+  PeftAdapter out;
+  out.lora.enabled = true;
+  out.lora.r = HfIntKey(j, "r", config_path);
+  TORCH_CHECK(j.contains("lora_alpha") && j.at("lora_alpha").is_number(), config_path, ": lora_alpha is missing");
+  out.lora.alpha = j.at("lora_alpha").get<double>();
+  out.lora.dropout = j.value("lora_dropout", 0.0);
+  out.lora.use_rslora = j.value("use_rslora", false);
+  out.base_model_name_or_path = j.value("base_model_name_or_path", std::string());
+  // Variants that change what the adapter computes: refused rather than ignored.
+  TORCH_CHECK(!j.value("use_dora", false), config_path, ": use_dora is true (DoRA is not computed here)");
+  for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
+    TORCH_CHECK(!j.contains(pattern) || j.at(pattern).is_null() || j.at(pattern).empty(), config_path, ": ",
+                pattern, " is set (one r and alpha for every module are computed here)");
+  }
+  TORCH_CHECK(j.value("bias", std::string("none")) == "none", config_path, ": bias is '",
+              j.value("bias", std::string()), "' (adapters without biases are computed here)");
+
+  const std::string prefix = kKeyPrefix + hf_prefix;
+  std::set<std::string> targets;
+  for (auto& [key, tensor] : MapSafetensors(weights_path)) {
+    TORCH_CHECK(key.rfind(prefix, 0) == 0 && IsLoraParameter(key),
+                weights_path, ": tensor '", key, "' is not a LoRA factor of this model (expected '", prefix,
+                "<module>.lora_A.weight' or '.lora_B.weight')");
+    const std::string name = key.substr(prefix.size());
+    TORCH_CHECK(tensor.dim() == 2, weights_path, ": tensor '", key, "' has ", tensor.dim(), " dimensions, not 2");
+    const int64_t rank_dim = EndsWith(name, ".lora_A.weight") ? 0 : 1;
+    TORCH_CHECK(tensor.size(rank_dim) == out.lora.r, weights_path, ": tensor '", key, "' has shape ", tensor.sizes(),
+                ", not rank r = ", out.lora.r, " of ", config_path);
+    targets.insert(TargetOf(name));
+    out.weights[name] = tensor;
+  }
+  TORCH_CHECK(!out.weights.empty(), weights_path, ": holds no LoRA factor");
+  out.lora.target_modules.assign(targets.begin(), targets.end());
+  return out;
+}
+
+void WritePeftAdapter(const std::string& folder, const TensorMap& weights, const LoraConfig& lora,
+                      const std::string& base_model_name_or_path, const std::string& hf_prefix,
+                      bool fan_in_fan_out) {
+  namespace fs = std::filesystem;
+  fs::create_directories(folder);
+  TensorMap keyed;
+  std::set<std::string> targets;
+  for (const auto& [name, tensor] : weights) {
+    TORCH_CHECK(IsLoraParameter(name), "WritePeftAdapter: '", name,
+                "' is not a LoRA factor");
+    keyed[kKeyPrefix + hf_prefix + name] = tensor;
+    targets.insert(TargetOf(name));
+  }
+  SaveSafetensors((fs::path(folder) / kPeftWeightsFile).string(), keyed, at::kFloat);
+  nlohmann::json j = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"r", lora.r},
+      {"lora_alpha", lora.alpha},
+      {"lora_dropout", lora.dropout},
+      {"target_modules", std::vector<std::string>(targets.begin(), targets.end())},
+      {"use_rslora", lora.use_rslora},
+      {"base_model_name_or_path", base_model_name_or_path},
+      {"bias", "none"},
+      {"fan_in_fan_out", fan_in_fan_out},
+      {"inference_mode", true},
+      {"init_lora_weights", true},
+      {"use_dora", false},
+      {"modules_to_save", nullptr},
+      {"layers_to_transform", nullptr},
+      {"rank_pattern", nlohmann::json::object()},
+      {"alpha_pattern", nlohmann::json::object()},
+  };
+  WriteHfJsonFile((fs::path(folder) / kPeftConfigFile).string(), j);
+}
+
+}  // namespace ps::models

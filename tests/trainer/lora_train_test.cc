@@ -1,0 +1,247 @@
+// LoRA through the trainer (issue #24 §3): 20 steps of a plain LoRA run from PEFT's
+// initial adapters equal PEFT + torch AdamW (losses and final adapters; fixtures:
+// tools/gen_lora_fixture.py) for a Llama (bf16 base, all seven projections) and GPT-2
+// (Conv1D base, rsLoRA); checkpoints hold only the adapters, their Adam state and the
+// base's fingerprint; a killed LoRA run resumes bitwise; a resume over another base is an
+// error naming both fingerprints; ps_export's adapter folder holds the checkpoint's
+// adapters and its merged model computes what the adapted one does; config and
+// lora.init_from errors name the key.
+#include <cmath>
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "models/lora_config.h"
+#include "models/param_init.h"
+#include "models/trainable.h"
+#include "models/safetensors.h"
+#include "trainer/checkpoint.h"
+#include "trainer/config_loader.h"
+#include "trainer/engine.h"
+#include "trainer/hf_io.h"
+#include "trainer/lora_io.h"
+#include "trainer/model_factory.h"
+#include "trainer/train_loop.h"
+#include "tests/temp_dir.h"
+// Last: c10 headers define a glog-style CHECK that Catch must override.
+#include "tests/catch.h"
+
+namespace ps::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+const std::string kLora = "tests/models/testdata/lora/";
+
+// The fixture's settings (tools/gen_lora_fixture.py): fp32, constant lr, AdamW, clip 1.
+Config ParityConfig(const std::string& family) {
+  const bool llama = family == "llama";
+  const std::string base = llama ? "tests/models/testdata/llama_family/llama" : "tests/models/testdata/gpt2_tiny_hf";
+  const std::string lora =
+      llama ? "lora: {enabled: true, r: 4, alpha: 8, target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, "
+              "up_proj, down_proj]}\n"
+            : "lora: {enabled: true, r: 4, alpha: 4, use_rslora: true, target_modules: [c_attn, c_proj, c_fc]}\n";
+  return LoadConfigText(std::string("model: {type: ") + (llama ? "llama" : "gpt") + "}\n" + lora +
+                            "run: {device: cpu, threads: 1}\n"
+                            "data: {format: synthetic, seq_len: 16}\n"
+                            "precision: {dtype: fp32}\n"
+                            "optimizer: {lr: 1.0e-2, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.01}\n"
+                            "train: {grad_clip: 1.0}\n",
+                        "lora_parity.yaml",
+                        {"model.init_from=" + base, "lora.init_from=" + kLora + family + "/init",
+                         "run.output_dir=" + TempDir() + "/lora_parity_" + family},
+                        ProcessEnv());
+}
+
+// HF's labels=input_ids: position t predicts token t + 1; the last predicts nothing.
+at::Tensor ShiftedTargets(const at::Tensor& ids) {
+  at::Tensor t = at::full_like(ids, -100);
+  t.narrow(1, 0, ids.size(1) - 1).copy_(ids.narrow(1, 1, ids.size(1) - 1));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("lora: 20 steps from PEFT's initial adapters equal PEFT with torch AdamW", "[lora][parity]") {
+  for (const std::string family : {"llama", "gpt2"}) {
+    CAPTURE(family);
+    const Config c = ParityConfig(family);
+    const models::TensorMap ref = models::LoadSafetensors(kLora + family + "/reference.safetensors");
+    InitialWeights weights = ReadInitialWeights(c);
+    models::InitPlan init{static_cast<uint64_t>(c.run.seed), {}};
+    for (const auto& [name, t] : weights.params) init.provided.insert(name);
+    std::unique_ptr<TrainingEngine> engine = MakeEngine(MakeModel(c), c, at::kCPU, init);
+    LoadInitialWeights(*engine, c, std::move(weights));
+    LoadInitialAdapters(*engine, c);
+    const at::Tensor ids = ref.at("input_ids");
+    const at::Tensor losses = ref.at("losses");
+    for (int64_t step = 0; step < ids.size(0); ++step) {
+      engine->BeginStep(c.optimizer.lr);
+      models::Batch batch;
+      batch.input_ids = ids[step];
+      batch.labels = ShiftedTargets(ids[step]);
+      const ForwardBackwardResult r = engine->ForwardBackward({batch});
+      engine->SyncGradients();
+      engine->OptimizerStep(c.optimizer.lr, c.train.grad_clip);
+      const double got = r.outs[0].loss.item<double>(), want = losses[step].item<double>();
+      INFO("step " << step + 1 << ": " << got << " vs PEFT " << want);
+      CHECK(std::abs(got - want) <= 2e-6 * std::abs(want));
+    }
+    const EngineState saved = engine->Save();
+    const std::string prefix = std::string("final.base_model.model.") + HfModulePrefix(c);
+    int compared = 0;
+    for (const auto& [key, want] : ref) {
+      if (key.rfind("final.", 0) != 0) continue;
+      const std::string name = key.substr(prefix.size());
+      REQUIRE(saved.params.count(name) == 1);
+      INFO(name << ": max |diff| " << (saved.params.at(name) - want).abs().max().item<double>());
+      CHECK(at::allclose(saved.params.at(name), want, 1e-4, 1e-5));
+      ++compared;
+    }
+    CHECK(compared == static_cast<int>(saved.params.size()));  // the checkpoint's tensors: the adapters alone
+  }
+}
+
+namespace {
+
+std::string Corpus() { return testing::WriteRepeatedText("lora_corpus.txt", 300); }
+
+// A tiny Llama with a random base (from run.seed), adapters on all seven projections.
+Config Tiny(const std::string& name, std::vector<std::string> extra = {}) {
+  std::vector<std::string> overrides = {"data.train_path=" + Corpus(), "run.output_dir=" + TempDir() + "/" + name,
+                                        "run.threads=1"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return LoadConfigText(
+      "model: {type: llama, n_layer: 2, n_head: 4, num_key_value_heads: 2, n_embd: 64, intermediate_size: 96,\n"
+      "        n_positions: 32, vocab_size: 256, tie_word_embeddings: false, rope_theta: 10000.0}\n"
+      "lora: {enabled: true, r: 8, alpha: 16, target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+      "down_proj]}\n"
+      "data: {format: text, seq_len: 32, shuffle: true}\n"
+      "train: {micro_batch_size: 4, global_batch_size: 8, max_steps: 8, grad_clip: 1.0}\n"
+      "optimizer: {lr: 1.0e-2, weight_decay: 0.0}\n"
+      "lr_schedule: {type: cosine, warmup_steps: 2}\n"
+      "logging: {level: warn}\n"
+      "checkpoint: {at_end: true}\n",
+      "lora_test.yaml", overrides, ProcessEnv());
+}
+
+}  // namespace
+
+TEST_CASE("lora: a run trains the adapters alone and checkpoints only them, with the base's fingerprint",
+          "[lora][checkpoint]") {
+  const Config c = Tiny("lora_ckpt", {"run.overwrite=true", "model.activation_checkpointing=true"});
+  const TrainResult r = Train(c);
+  REQUIRE(r.losses.size() == 8);
+  CHECK(r.losses.back() < r.losses.front());
+  const CheckpointContents saved = ReadCheckpoint(TempDir() + "/lora_ckpt/checkpoints/step_8");
+  CHECK(saved.engine.params.size() == 2 * 7 * 2);
+  for (const auto& [name, t] : saved.engine.params) {
+    CHECK(models::IsLoraParameter(name));
+    CHECK(saved.engine.adam_steps.at(name) == 8);
+  }
+  CHECK(saved.engine.extra.at("frozen_fingerprint").get<std::string>().size() == 16);
+  CHECK(saved.fingerprint.at("lora.r") == 8);
+}
+
+TEST_CASE("lora: a killed run resumes bitwise; over another base it is an error naming both fingerprints",
+          "[lora][resume]") {
+  const TrainResult whole = Train(Tiny("lora_whole", {"run.overwrite=true", "checkpoint.resume=never"}));
+  const Config cut = Tiny("lora_cut", {"checkpoint.every_steps=4"});
+  fs::remove_all(cut.run.output_dir);
+  TrainOptions kill;
+  kill.abort_after_step = 6;
+  REQUIRE(Train(cut, kill).losses.size() == 6);
+  const TrainResult resumed = Train(cut);
+  REQUIRE(resumed.start_step == 4);
+  REQUIRE(resumed.losses.size() == 4);
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    INFO("step " << 5 + i);
+    CHECK(resumed.losses[i] == whole.losses[4 + i]);  // bitwise
+  }
+  // Another run.seed draws another random base: the adapters were trained over the first.
+  CHECK_THROWS_WITH(Train(Tiny("lora_cut", {"run.seed=99"})),
+                    Catch::Contains("saved over a frozen base of fingerprint ") &&
+                        Catch::Contains("but this run's base has fingerprint "));
+  // The adapters' shape is part of what must match.
+  CHECK_THROWS_WITH(Train(Tiny("lora_cut", {"lora.r=4"})), Catch::Contains("lora.r: checkpoint 8"));
+}
+
+namespace {
+
+// The loss of `model` with `values` written into its parameters (by name; those absent
+// keep theirs), in eval mode, on a fixed batch.
+double LossWith(models::TrainableModel& model, const models::TensorMap& values) {
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& p : model.BlockParameters()) {
+      const auto it = values.find(p.name);
+      if (it != values.end()) p.tensor.copy_(it->second.to(at::kFloat));
+    }
+  }
+  model.module().eval();
+  at::manual_seed(8);
+  models::Batch b;
+  b.input_ids = at::randint(256, {2, 32}, at::kLong);
+  b.labels = ShiftedTargets(b.input_ids);
+  at::NoGradGuard no_grad;
+  return model.Loss(b).loss.item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("lora: ps_export writes the PEFT adapter folder and the merged model", "[lora][export]") {
+  const Config c = Tiny("lora_export", {"run.overwrite=true", "train.max_steps=3"});
+  Train(c);
+  const std::string checkpoint = c.run.output_dir + "/checkpoints";
+  const CheckpointContents saved = ReadCheckpoint(checkpoint + "/step_3");
+  const std::string adapter_dir = TempDir() + "/lora_export_adapter", merged_dir = TempDir() + "/lora_export_merged";
+  fs::remove_all(adapter_dir);
+  fs::remove_all(merged_dir);
+  LoraExportOptions o;
+  o.base_model = "my-org/tiny-llama";
+  ExportLoraCheckpoint(checkpoint, adapter_dir, o);
+  const models::TensorMap file = models::LoadSafetensors(adapter_dir + "/adapter_model.safetensors");
+  REQUIRE(file.size() == saved.engine.params.size());
+  for (const auto& [name, t] : saved.engine.params) {
+    CHECK(at::equal(file.at("base_model.model.model." + name), t));
+  }
+  CHECK(fs::exists(adapter_dir + "/adapter_config.json"));
+  CHECK_THROWS_WITH(ExportLoraCheckpoint(checkpoint, adapter_dir, o), Catch::Contains("exists already"));
+
+  // Merged: a plain model holding W + scale B A computes what the adapted model computes.
+  o.merge = true;
+  o.export_dtype = "fp32";
+  ExportLoraCheckpoint(checkpoint, merged_dir, o);
+  CHECK(fs::exists(merged_dir + "/config.json"));
+  Config plain = c;
+  plain.lora = models::LoraConfig();
+  auto merged_model = MakeModel(plain);
+  const double merged_loss = LossWith(*merged_model, MergedParams(saved.engine.params, c));
+  auto adapted = MakeModel(c);
+  const uint64_t seed = static_cast<uint64_t>(c.run.seed);
+  models::InitParameters(adapted->BlockParameters(), models::InitPlan{seed, {}},
+                         [&](const std::string& name, at::Tensor v) { adapted->InitParameter(name, v, seed); });
+  const double adapted_loss = LossWith(*adapted, saved.engine.params);
+  CHECK(std::abs(merged_loss - adapted_loss) < 1e-5 * adapted_loss);
+}
+
+TEST_CASE("lora: config errors name the key", "[lora][config]") {
+  CHECK_THROWS_WITH(Tiny("lora_bad", {"lora.target_modules=[q_proj, qkv]"}),
+                    Catch::Contains("--set lora.target_modules=[q_proj, qkv]: lora.target_modules: 'qkv' names no "
+                                    "module of this model; its Linear modules are: down_proj, gate_proj, k_proj"));
+  CHECK_THROWS_WITH(Tiny("lora_bad", {"lora.enabled=false"}),
+                    Catch::Contains("lora.target_modules is set but lora.enabled is false"));
+  CHECK_THROWS_WITH(Tiny("lora_bad", {"chunk.enabled=true"}),
+                    Catch::Contains("lora.enabled with chunk.enabled"));
+  CHECK_THROWS_WITH(Tiny("lora_bad", {"lora.target_modules=q_proj"}),
+                    Catch::Contains("lora.target_modules") &&
+                        Catch::Contains("expected a list of names"));
+  // A PEFT folder of another rank than lora.r.
+  CHECK_THROWS_WITH(Train(Tiny("lora_bad", {"run.overwrite=true", "lora.init_from=" + kLora + "llama/init"})),
+                    Catch::Contains("lora.init_from: " + kLora + "llama/init has r 4, this run's "
+                                                       "lora.r is 8"));
+}
+
+}  // namespace ps::trainer
