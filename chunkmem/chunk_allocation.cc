@@ -20,7 +20,7 @@ struct Zeroing {
 
 struct Slots {  // with ChunkValues::initial: where parameter `index`'s values go
   int index;
-  at::Tensor master, compute;
+  at::Tensor master, compute;  // master undefined: a frozen parameter (compute alone)
 };
 
 at::Tensor SlotView(const ChunkStore& store, const ChunkAllocation& r, int id, int index) {
@@ -47,6 +47,7 @@ ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::ve
   };
   const bool separate_master = r.compute_dtype != at::kFloat;
   ids[compute] = add(r.compute_dtype, Tier::kHost, true);
+  if (chunk.frozen) return ids;  // the compute kind alone: no gradient, master or moments
   ids[static_cast<int>(ChunkKind::kGrad)] = r.grads_in_compute_chunks ? ids[compute] : add(at::kFloat, Tier::kHost, false);
   ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat, optimizer_tier, true) : ids[compute];
   ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat, optimizer_tier, false);
@@ -80,17 +81,20 @@ void ZeroPayloads(const ChunkLayout& layout, std::vector<Zeroing>& zeroing) {
 // buffer per task, reused for its parameters.
 void WriteInitialValues(const std::vector<Slots>& fill, const ChunkValues& values, bool separate_master) {
   at::parallel_for(0, static_cast<int64_t>(fill.size()), 1, [&](int64_t begin, int64_t end) {
-    at::Tensor staging;  // host fp32, grown to the largest device-placed master of the task
+    at::Tensor staging;  // host fp32, grown to the largest slot of the task not written in place
     for (int64_t i = begin; i < end; ++i) {
       const Slots& f = fill[i];
-      at::Tensor v = f.master;
-      if (!f.master.device().is_cpu()) {
-        if (!staging.defined() || staging.numel() < f.master.numel()) staging = at::empty({f.master.numel()}, at::kFloat);
-        v = staging.narrow(0, 0, f.master.numel()).view(f.master.sizes());
+      // Written in place: a fp32 master on the host. Else through staging: a master on
+      // a CUDA device, or a frozen parameter's compute slot (rounded when copied).
+      const at::Tensor& target = f.master.defined() ? f.master : f.compute;
+      at::Tensor v = target;
+      if (!target.device().is_cpu() || target.scalar_type() != at::kFloat) {
+        if (!staging.defined() || staging.numel() < target.numel()) staging = at::empty({target.numel()}, at::kFloat);
+        v = staging.narrow(0, 0, target.numel()).view(target.sizes());
       }
       if (!values.initial(f.index, v)) v.zero_();
-      if (!v.is_same(f.master)) f.master.copy_(v);
-      if (separate_master) f.compute.copy_(v);
+      if (!v.is_same(target)) target.copy_(v);
+      if (separate_master && f.master.defined()) f.compute.copy_(v);
     }
   });
 }
@@ -110,15 +114,16 @@ std::vector<ChunkIds> AllocateChunks(ChunkStore& store, const ChunkAllocation& r
     const ChunkIds& cid = ids.back();
     for (int index : r.layout.chunks()[c].param_indices) {
       if (!r.owned[c]) break;
+      const int master_id = cid[static_cast<int>(ChunkKind::kMaster)];  // -1: frozen
       const at::Tensor compute = SlotView(store, r, cid[static_cast<int>(ChunkKind::kCompute)], index);
-      const at::Tensor master = SlotView(store, r, cid[static_cast<int>(ChunkKind::kMaster)], index);
+      const at::Tensor master = master_id < 0 ? at::Tensor() : SlotView(store, r, master_id, index);
       if (values.initial) {  // written on many threads below, after the zeroing
         fill.push_back({index, master, compute});
         continue;
       }
       const at::Tensor current = values.current(index);
       compute.copy_(current);
-      if (separate_master) master.copy_(current);
+      if (separate_master && master.defined()) master.copy_(current);
     }
     filled(c);
   }

@@ -225,8 +225,8 @@ void GradSink::PinToDevice() {
   int64_t max_grad_bytes = 0;
   bool any_host_updated = false;  // chunks updated on the host keep staging: room for their slots
   for (int c = 0; c < layout_.num_chunks(); ++c) {
+    if (residency_.on_device(c)) pinned -= residency_.chunk_bytes(c);  // compute chunks, frozen ones too
     if (chunks_.grad_ids[c] < 0) continue;
-    if (residency_.on_device(c)) pinned -= residency_.chunk_bytes(c);
     max_grad_bytes = std::max(max_grad_bytes, GradChunkBytes(c));
     any_host_updated = any_host_updated || store_.tier(chunks_.adam_m_ids[c]) != Tier::kDevice;
   }
@@ -234,8 +234,9 @@ void GradSink::PinToDevice() {
   int64_t slots = static_cast<int64_t>(kMaxFlushesInFlight + 1);
   if (block_major_) {
     std::vector<int64_t> chunks_of_block(num_blocks_, 0);
-    for (const auto& blocks : blocks_of_chunk_) {
-      for (int b : blocks) ++chunks_of_block[b];
+    for (int c = 0; c < layout_.num_chunks(); ++c) {
+      if (chunks_.grad_ids[c] < 0) continue;  // no gradient slot (frozen; another rank's)
+      for (int b : blocks_of_chunk_[c]) ++chunks_of_block[b];
     }
     slots += *std::max_element(chunks_of_block.begin(), chunks_of_block.end());
   }

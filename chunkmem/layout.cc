@@ -12,6 +12,66 @@ int64_t AlignUp(int64_t n, int64_t align) { return (n + align - 1) / align * ali
 
 }  // namespace
 
+namespace {
+
+// Packs parameters into chunks by rules 1-3 (docs/chunkmem.md, "Layout"), one open
+// chunk per class (trainable, frozen), so no chunk mixes the two.
+class Packer {
+ public:
+  Packer(const std::vector<ParamSpec>& params, int64_t capacity, int64_t align, std::vector<ChunkSpec>& chunks,
+         std::vector<ParamPlacement>& placements)
+      : params_(params), capacity_(capacity), align_(align), chunks_(chunks), placements_(placements) {}
+
+  // Places `members` (indices of one block's parameters of one class, in order).
+  void PackBlock(const std::vector<size_t>& members, bool frozen) {
+    if (members.empty()) return;
+    int& current = current_[frozen ? 1 : 0];
+    int64_t block_numel = 0;  // the space the block needs when packed from an aligned start
+    for (const size_t i : members) block_numel = AlignUp(block_numel, align_) + params_[i].numel;
+    // A block that does not fit in the space left starts a new chunk, also when it is
+    // larger than a chunk: it then spans as few chunks as possible.
+    if (!Fits(current, block_numel) && (current < 0 || !chunks_[current].param_indices.empty())) {
+      current = Open(capacity_, frozen);
+    }
+    for (const size_t i : members) {
+      const int64_t numel = params_[i].numel;
+      if (numel > capacity_) {
+        Place(Open(AlignUp(numel, align_), frozen), i);  // oversize: a chunk of its own
+        continue;
+      }
+      if (!Fits(current, numel)) current = Open(capacity_, frozen);
+      Place(current, i);
+    }
+  }
+
+ private:
+  int Open(int64_t cap, bool frozen) {
+    ChunkSpec c{cap, 0, {}, false};
+    c.frozen = frozen;
+    chunks_.push_back(c);
+    return static_cast<int>(chunks_.size()) - 1;
+  }
+  // Appends param i to chunk c at the next aligned offset (the caller checked it fits).
+  void Place(int c, size_t i) {
+    ChunkSpec& chunk = chunks_[c];
+    const int64_t offset = AlignUp(chunk.used_numel, align_);
+    placements_[i] = {c, offset, params_[i].numel};
+    chunk.used_numel = offset + params_[i].numel;
+    chunk.param_indices.push_back(static_cast<int>(i));
+  }
+  bool Fits(int c, int64_t numel) const {
+    return c >= 0 && AlignUp(chunks_[c].used_numel, align_) + numel <= chunks_[c].capacity_numel;
+  }
+
+  const std::vector<ParamSpec>& params_;
+  const int64_t capacity_, align_;
+  std::vector<ChunkSpec>& chunks_;
+  std::vector<ParamPlacement>& placements_;
+  int current_[2] = {-1, -1};  // the regular chunk being filled, per class
+};
+
+}  // namespace
+
 ChunkLayout ChunkLayout::Plan(const std::vector<ParamSpec>& params, const LayoutOptions& o) {
   TORCH_CHECK(o.chunk_numel > 0, "chunk size must be > 0 elements, got ", o.chunk_numel);
   TORCH_CHECK(o.world_size > 0, "world size must be > 0, got ", o.world_size);
@@ -22,47 +82,23 @@ ChunkLayout ChunkLayout::Plan(const std::vector<ParamSpec>& params, const Layout
   auto& chunks = layout.chunks_;
   const int64_t capacity = AlignUp(o.chunk_numel, o.align_numel);
   layout.regular_capacity_numel_ = capacity;
-
-  auto open_chunk = [&](int64_t cap) {
-    chunks.push_back(ChunkSpec{cap, 0, {}, false});
-    return static_cast<int>(chunks.size()) - 1;
-  };
-  // Appends param i to chunk c at the next aligned offset (the caller checked it fits).
-  auto place = [&](int c, size_t i) {
-    ChunkSpec& chunk = chunks[c];
-    const int64_t offset = AlignUp(chunk.used_numel, o.align_numel);
-    layout.placements_[i] = {c, offset, params[i].numel};
-    chunk.used_numel = offset + params[i].numel;
-    chunk.param_indices.push_back(static_cast<int>(i));
-  };
-  auto fits = [&](int c, int64_t numel) {
-    return c >= 0 && AlignUp(chunks[c].used_numel, o.align_numel) + numel <= chunks[c].capacity_numel;
-  };
-
-  int current = -1;  // the regular chunk being filled
-  size_t i = 0;
-  while (i < params.size()) {
-    TORCH_CHECK(params[i].numel > 0, "parameter '", params[i].name, "' has ", params[i].numel, " elements");
-    // The block [i, end) and the space it needs when packed from an aligned start.
-    size_t end = i;
-    int64_t block_numel = 0;
-    while (end < params.size() && params[end].block_id == params[i].block_id) {
-      block_numel = AlignUp(block_numel, o.align_numel) + params[end].numel;
-      ++end;
+  Packer packer(params, capacity, o.align_numel, chunks, layout.placements_);
+  bool any_frozen = false;
+  for (size_t i = 0; i < params.size();) {
+    std::vector<size_t> members[2];  // the block's trainable and frozen parameters
+    for (const int block = params[i].block_id; i < params.size() && params[i].block_id == block; ++i) {
+      TORCH_CHECK(params[i].numel > 0, "parameter '", params[i].name, "' has ", params[i].numel, " elements");
+      members[params[i].frozen ? 1 : 0].push_back(i);
+      any_frozen |= params[i].frozen;
     }
-    // A block that does not fit in the space left starts a new chunk, also when it is
-    // larger than a chunk: it then spans as few chunks as possible.
-    if (!fits(current, block_numel) && (current < 0 || !chunks[current].param_indices.empty())) {
-      current = open_chunk(capacity);
-    }
-    for (; i < end; ++i) {
-      const int64_t numel = params[i].numel;
-      if (numel > capacity) {
-        place(open_chunk(AlignUp(numel, o.align_numel)), i);  // oversize: a chunk of its own
-        continue;
-      }
-      if (!fits(current, numel)) current = open_chunk(capacity);
-      place(current, i);
+    packer.PackBlock(members[0], false);
+    packer.PackBlock(members[1], true);
+  }
+  // Beside a frozen base the trainable parameters (adapters) are small: their chunks
+  // keep only the capacity they use (every kind of them costs 16 bytes per element).
+  if (any_frozen && o.world_size == 1) {
+    for (auto& c : chunks) {
+      if (!c.frozen) c.capacity_numel = AlignUp(c.used_numel, o.align_numel);
     }
   }
   while (chunks.size() % static_cast<size_t>(o.world_size) != 0) {

@@ -4,7 +4,9 @@
 // Adam m, Adam v): chunk i of every kind holds the same parameters at the same
 // element offsets. Rules (docs/chunkmem.md): aligned offsets; a block's parameters kept
 // in one chunk when they fit; a parameter larger than the chunk size gets a chunk of its
-// own; chunk count padded to a multiple of the world size. Immutable once planned.
+// own; chunk count padded to a multiple of the world size; frozen and trainable
+// parameters in chunks of their own (beside frozen ones, trainable chunks trimmed to
+// what they hold). Immutable once planned.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@ struct ParamSpec {
   std::string name;
   int64_t numel = 0;
   int block_id = 0;  // parameters of one block are kept together where they fit
+  bool frozen = false;  // trains nothing (LoRA's base): planned into frozen chunks
 };
 
 struct ParamPlacement {
@@ -30,6 +33,8 @@ struct ChunkSpec {
   int64_t used_numel = 0;          // end of the last parameter (incl. alignment gaps)
   std::vector<int> param_indices;  // into the planned parameter list, in offset order
   bool padding = false;            // empty chunk added to reach a multiple of world size
+  // Holds frozen parameters only: compute kind alone (docs/chunkmem.md, "Frozen chunks").
+  bool frozen = false;
 };
 
 struct LayoutOptions {

@@ -65,22 +65,24 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   std::vector<ParamSpec> specs;
   std::vector<std::vector<int>> used_by;
   for (const auto& p : in.params) {
-    specs.push_back({p.name, p.numel, p.used_by_blocks.front()});
+    specs.push_back({p.name, p.numel, p.used_by_blocks.front(), p.frozen});
     used_by.push_back(p.used_by_blocks);
   }
   const int64_t chunk_numel = in.chunk_numel > 0 ? in.chunk_numel : ChooseChunkNumel(specs, in.world_size);
   plan.layout = ChunkLayout::Plan(specs, {chunk_numel, in.world_size, 32});
   plan.param_numel = plan.layout.param_numel();
-  int64_t capacity = 0;  // of the chunks this rank holds (all of them with one process)
+  int64_t capacity = 0, trainable = 0;  // of the chunks this rank holds (all of them with one process)
   for (int c = 0; c < plan.layout.num_chunks(); ++c) {
-    if (c % in.world_size == in.rank) capacity = AddBytes(capacity, plan.layout.chunks()[c].capacity_numel);
+    if (c % in.world_size != in.rank) continue;
+    capacity = AddBytes(capacity, plan.layout.chunks()[c].capacity_numel);
+    if (!plan.layout.chunks()[c].frozen) trainable = AddBytes(trainable, plan.layout.chunks()[c].capacity_numel);
   }
   const int64_t k = in.compute_element_bytes;
   const int64_t grad_per_element = in.grads_in_compute_chunks ? 0 : 4;
   const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*master*/ : 0);
   const int64_t host_per_element = grad_per_element + optimizer_per_element;
   plan.compute_chunk_bytes = MulBytes(capacity, k);
-  plan.host_only_bytes = MulBytes(capacity, host_per_element);
+  plan.host_only_bytes = MulBytes(trainable, host_per_element);  // frozen chunks: the compute kind alone
   const int64_t model_chunk_bytes = AddBytes(plan.compute_chunk_bytes, plan.host_only_bytes);
   plan.host_param_bytes = MulBytes(16, in.host_param_numel);
 
@@ -99,7 +101,10 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   const double H = static_cast<double>(in.host_budget_bytes) - static_cast<double>(plan.host_param_bytes);
   const double D = static_cast<double>(std::min(TierPlanInputOf(in).device_budget_bytes, in.device_budget_bytes));
   const double A = std::max(0.0, in.margin_use_ratio * (D - static_cast<double>(plan.min_device_bytes)));
-  const double kg = static_cast<double>(k + grad_per_element), o = static_cast<double>(optimizer_per_element);
+  // Per element of capacity, frozen chunks counted at k alone (t: the trainable share).
+  const double t = capacity > 0 ? static_cast<double>(trainable) / static_cast<double>(capacity) : 1.0;
+  const double kg = static_cast<double>(k) + t * static_cast<double>(grad_per_element);
+  const double o = t * static_cast<double>(optimizer_per_element);
   double n = H / (kg * u);
   if (o * n * u > A) n = (H + A) / ((kg + o) * u);
   plan.largest_param_numel = static_cast<int64_t>(std::max(0.0, n));

@@ -23,6 +23,7 @@ struct PlanParam {
   std::string name;
   int64_t numel = 0;
   std::vector<int> used_by_blocks;
+  bool frozen = false;  // a frozen chunk's: compute kind alone (k bytes per element)
 };
 
 struct PlanInput {

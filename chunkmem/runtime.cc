@@ -60,10 +60,12 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
 void ChunkRuntime::PlanChunks() {
   std::vector<ParamSpec> specs;
   for (const auto& p : params_) {
-    TORCH_CHECK(p.tensor.defined() && p.tensor.is_leaf() && p.tensor.requires_grad(),
-                "chunkmem: parameter '", p.name, "' must be a leaf that requires grad");
+    TORCH_CHECK(p.tensor.defined() && p.tensor.is_leaf(), "chunkmem: parameter '", p.name, "' must be a leaf");
     TORCH_CHECK(!p.used_by_blocks.empty(), "chunkmem: parameter '", p.name, "' is used by no block");
-    specs.push_back({p.name, p.tensor.numel(), p.used_by_blocks.front()});
+    // requires_grad false: frozen (LoRA's base), in chunks of the compute kind alone.
+    TORCH_CHECK(!zero() || p.tensor.requires_grad(), "chunkmem: parameter '", p.name,
+                "' is frozen; ZeRO is not built for frozen chunks");
+    specs.push_back({p.name, p.tensor.numel(), p.used_by_blocks.front(), !p.tensor.requires_grad()});
     shapes_.push_back(p.tensor.sizes().vec());
     for (int b : p.used_by_blocks) {
       if (static_cast<int>(params_of_block_.size()) <= b) params_of_block_.resize(b + 1);
@@ -78,6 +80,9 @@ void ChunkRuntime::PlanChunks() {
                 " (use chunk.size_elements: auto, or at least the largest parameter)");
   }
   if (params_of_block_.empty()) params_of_block_.resize(1);  // block 0 exists even without parameters
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].frozen) frozen_used_above_.push_back(static_cast<int>(i));
+  }
   TORCH_CHECK(!options_.grads_in_compute_chunks || options_.compute_dtype != at::kFloat,
               "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
   TORCH_CHECK(!options_.block_major_backward || (!zero() && !options_.grads_in_compute_chunks),
@@ -103,6 +108,7 @@ void ChunkRuntime::BindChunk(int chunk) {
     auto& param = params_[index].tensor;
     SetState(index, TensorState::kHold);  // kFree -> kHold: the values are in the chunks
     param.set_data(empty);                // the model's own storage is released
+    if (frozen(index)) continue;          // no gradient ever arrives
     torch::autograd::impl::set_post_acc_grad_hooks(param, std::make_unique<GradArrivedHook>(this, index));
   }
 }
@@ -174,7 +180,9 @@ ChunkRuntime::~ChunkRuntime() {
     // View waits for copies in flight, which can throw; a destructor must not (it may
     // run while an exception unwinds, and a second one terminates the process).
     try {
-      params_[i].tensor.set_data(View(ChunkKind::kMaster, static_cast<int>(i)).clone());
+      const int index = static_cast<int>(i);
+      params_[i].tensor.set_data(frozen(index) ? View(ChunkKind::kCompute, index).to(at::kFloat)
+                                               : View(ChunkKind::kMaster, index).clone());
     } catch (const std::exception&) {
       params_[i].tensor.set_data(at::empty({0}, params_[i].tensor.options()));
     }
@@ -185,6 +193,8 @@ int ChunkRuntime::chunk_id(ChunkKind kind, int chunk) const { return ids_.at(chu
 
 at::Tensor ChunkRuntime::View(ChunkKind kind, int index) const {
   const auto& pl = layout_.placements()[index];
+  TORCH_CHECK(kind == ChunkKind::kCompute || chunk_id(kind, pl.chunk_id) >= 0, "chunkmem: parameter '",
+              params_[index].name, "' has a compute slot only (", frozen(index) ? "frozen" : "another rank's", ")");
   const at::Tensor& payload =
       kind == ChunkKind::kCompute ? ComputePayload(pl.chunk_id) : store_.payload(chunk_id(kind, pl.chunk_id));
   const auto& shape = shapes_[index];
@@ -234,6 +244,13 @@ void ChunkRuntime::PreBackward(int block) {
   // Block-major: the chunks backward has left are complete; their slots go first, so the
   // moment's budget does not count them as in use.
   if (options_.block_major_backward) grads_->EnterBackwardBlock(block);
+  // Frozen parameters get no gradient to release them: those used only above `block`
+  // are done once its backward starts (docs/chunkmem.md, "Frozen chunks", F3).
+  for (int i : frozen_used_above_) {
+    if (states_[i] == TensorState::kCompute && params_[i].used_by_blocks.front() > block) {
+      Release(i, TensorState::kHoldAfterBwd);
+    }
+  }
   residency_->BeginMoment("backward", block);
   if (zero()) zero_groups_->ReleaseIdle(block);
   for (int i : params_of_block_.at(block)) Access(i);

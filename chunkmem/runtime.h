@@ -52,7 +52,7 @@ namespace ps::chunkmem {
 
 struct ManagedParam {
   std::string name;
-  at::Tensor tensor;             // the model's leaf parameter (requires grad)
+  at::Tensor tensor;             // the model's leaf parameter; no requires_grad: frozen
   std::vector<int> used_by_blocks;
 };
 
@@ -216,6 +216,10 @@ class ChunkRuntime {
   int chunk_id(ChunkKind kind, int chunk) const;
   // View of parameter `index` in a chunk of `kind`, shaped like the parameter.
   at::Tensor View(ChunkKind kind, int index) const;
+  // Parameter `index` trains nothing (it did not require grad): its chunk is frozen, of
+  // the compute kind alone (docs/chunkmem.md, "Frozen chunks"); View of another kind throws.
+  bool frozen(int index) const { return layout_.params()[index].frozen; }
+  bool frozen_chunk(int chunk) const { return layout_.chunks()[chunk].frozen; }
   // True if parameter `index` received a gradient since the last ZeroGrads().
   bool has_grad(int index) const { return has_grad_[index]; }
   TensorState state(int index) const { return states_[index]; }
@@ -250,6 +254,7 @@ class ChunkRuntime {
   std::vector<TensorState> states_;                // [param]
   std::vector<std::array<int, kNumTensorStates>> counts_;  // [chunk][state] -> params
   std::vector<bool> has_grad_;                     // [param]
+  std::vector<int> frozen_used_above_;             // frozen params, released in PreBackward
   std::vector<std::vector<int64_t>> shapes_;       // [param] -> shape
   std::unique_ptr<Residency> residency_;           // compute chunks' tiers (made in the constructor)
   std::unique_ptr<ResidencyMoves> moves_;          // the optimizer's, over residency_

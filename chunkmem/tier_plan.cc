@@ -48,14 +48,18 @@ ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPl
   z.optimizer.resize(n);
   for (int c = 0; c < n; ++c) {
     const int64_t capacity = layout.chunks()[c].capacity_numel;
-    z.largest_fp32 = std::max(z.largest_fp32, Mul(capacity, 4));
-    if (!in.grads_in_compute_chunks) z.largest_grad = z.largest_fp32;
+    const bool frozen = layout.chunks()[c].frozen;  // the compute kind alone
     z.compute[c] = Mul(capacity, k);
-    z.optimizer[c] = Mul(capacity, optimizer_per_element);
+    z.optimizer[c] = frozen ? 0 : Mul(capacity, optimizer_per_element);
+    if (!frozen) {
+      z.largest_fp32 = std::max(z.largest_fp32, Mul(capacity, 4));
+      if (!in.grads_in_compute_chunks) z.largest_grad = z.largest_fp32;
+    }
     if (c % in.world_size != in.rank) continue;
     ++p.owned_chunks;
+    p.frozen_chunks += frozen ? 1 : 0;
     p.compute_bytes = Add(p.compute_bytes, z.compute[c]);
-    if (!in.grads_in_compute_chunks) p.grad_bytes = Add(p.grad_bytes, Mul(capacity, 4));
+    if (!in.grads_in_compute_chunks && !frozen) p.grad_bytes = Add(p.grad_bytes, Mul(capacity, 4));
   }
   return z;
 }
@@ -70,7 +74,9 @@ int64_t WorkingSetBytes(const ChunkLayout& layout, const TierPlanInput& in, cons
   if (!zero) {
     for (int c : chunks) {
       bytes += z.compute[c];  // <= compute_bytes, which did not overflow
-      if (in.block_major_grads) bytes = Add(bytes, Mul(layout.chunks()[c].capacity_numel, 4));
+      if (in.block_major_grads && !layout.chunks()[c].frozen) {
+        bytes = Add(bytes, Mul(layout.chunks()[c].capacity_numel, 4));
+      }
     }
     return bytes;
   }
@@ -125,7 +131,8 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
   if (in.margin_use_ratio > 0 && room > p.working_set_bytes) {
     double allowed = in.margin_use_ratio * static_cast<double>(room - p.working_set_bytes);
     for (int c = 0; c < n; ++c) {
-      if (!owned(c) || static_cast<double>(z.optimizer[c]) > allowed) continue;
+      // Frozen chunks (no optimizer state) are never placed.
+      if (!owned(c) || z.optimizer[c] == 0 || static_cast<double>(z.optimizer[c]) > allowed) continue;
       allowed -= static_cast<double>(z.optimizer[c]);
       p.optimizer_on_device[c] = true;
       ++p.device_optimizer_chunks;
@@ -142,7 +149,8 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
   if (in.warmup_share_bytes > 0) {
     p.warmup_device_bytes = p.device_optimizer_bytes + std::min(in.warmup_share_bytes, compute_room);
   }
-  p.speculation_slots = std::min<int64_t>(in.speculation_slots, p.owned_chunks - p.device_optimizer_chunks);
+  p.speculation_slots =
+      std::min<int64_t>(in.speculation_slots, p.owned_chunks - p.frozen_chunks - p.device_optimizer_chunks);
   // Backups counted in fp32 chunks of the largest chunk, rounded up.
   const int64_t backup_chunks = (Mul(p.speculation_slots, in.backup_bytes_per_element) + 3) / 4;
   p.host_scratch_bytes = Add(Mul(in.host_scratch_chunks, z.largest_grad), Mul(backup_chunks, z.largest_fp32));

@@ -91,6 +91,7 @@ struct TierPlan {
   // gradients reduce-scattered from them) of that block; 0 with one process.
   int64_t group_buffer_bytes = 0;
   int owned_chunks = 0;                   // chunks whose data this rank holds (all, with one process)
+  int frozen_chunks = 0;                  // of which frozen: compute kind only (no grad or optimizer state)
   int64_t compute_bytes = 0;              // all compute chunks
   int64_t grad_bytes = 0;                 // all fp32 grad chunks (host)
   int64_t host_optimizer_bytes = 0;       // optimizer state of the other chunks (host)

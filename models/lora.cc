@@ -38,12 +38,6 @@ LoraFactorImpl::LoraFactorImpl(int64_t rows, int64_t cols) {
   weight = register_parameter("weight", at::empty({rows, cols}, at::kFloat));
 }
 
-std::vector<std::string> DefaultLoraTargets(const std::string& family) {
-  if (family == "gpt2") return {"c_attn"};
-  if (family == "bert") return {"query", "value"};
-  return {"q_proj", "v_proj"};  // llama, qwen2, qwen3, mistral
-}
-
 std::vector<std::string> AttachLora(const std::vector<NamedLinear>& linears, const LoraConfig& config,
                                     const std::vector<std::string>& default_targets) {
   TORCH_CHECK(config.r > 0, "lora.r must be positive, got ", config.r);

@@ -38,9 +38,6 @@ struct NamedLinear {
   torch::nn::Linear linear;
 };
 
-// PEFT's default target modules of a model family ("llama", "gpt2", "bert").
-std::vector<std::string> DefaultLoraTargets(const std::string& family);
-
 // Attaches an adapter to each of `linears` whose path ends in a module name of
 // config.target_modules (or `default_targets` when that is empty); returns their paths.
 // Throws c10::Error when an entry names no module (listing the names there are), or a

@@ -31,6 +31,13 @@ inline std::vector<std::string> LoraModuleNames(bool gpt2) {
   return {"down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"};
 }
 
+// PEFT's default target modules of a model family ("gpt2", "bert"; else the Llama family's).
+inline std::vector<std::string> DefaultLoraTargets(const std::string& family) {
+  if (family == "gpt2") return {"c_attn"};
+  if (family == "bert") return {"query", "value"};
+  return {"q_proj", "v_proj"};  // llama, qwen2, qwen3, mistral
+}
+
 // The adapters' scale: alpha / r, or alpha / sqrt(r) with use_rslora.
 inline double LoraScale(const LoraConfig& c) {
   const double r = static_cast<double>(c.r);

@@ -34,9 +34,16 @@ std::vector<bool> OptimizerOnDevice(const chunkmem::ChunkRuntime& runtime) {
   return on_device;
 }
 
+// Chunks the optimizer updates: this rank's, and not frozen (compute kind alone).
+bool Updated(const chunkmem::ChunkRuntime& runtime, int chunk) {
+  return runtime.owned(chunk) && !runtime.frozen_chunk(chunk);
+}
+
 int64_t LargestChunkNumel(const chunkmem::ChunkRuntime& runtime) {
   int64_t largest = 0;
-  for (const auto& spec : runtime.layout().chunks()) largest = std::max(largest, spec.capacity_numel);
+  for (int c = 0; c < runtime.layout().num_chunks(); ++c) {
+    if (!runtime.frozen_chunk(c)) largest = std::max(largest, runtime.layout().chunks()[c].capacity_numel);
+  }
   return largest;
 }
 
@@ -60,7 +67,7 @@ chunkmem::HostPipelineSettings PipelineSettings(const chunkmem::ChunkRuntime& ru
 SpeculationOptions SpeculationSettings(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions& options,
                                        const CpuAdamKernels& kernels, const std::vector<bool>& on_device) {
   int host_updated = 0;
-  for (int c = 0; c < runtime.layout().num_chunks(); ++c) host_updated += runtime.owned(c) && !on_device[c] ? 1 : 0;
+  for (int c = 0; c < runtime.layout().num_chunks(); ++c) host_updated += Updated(runtime, c) && !on_device[c] ? 1 : 0;
   SpeculationOptions s;
   s.slots = std::max(0, std::min(options.speculation_slots, host_updated));
   s.backoff_steps = options.speculation_backoff_steps;
@@ -128,7 +135,7 @@ double HybridAdam::SumSquares() {
   double host_chunks_sum = 0.0;
   const auto& layout = runtime_.layout();
   for (int chunk = 0; chunk < layout.num_chunks(); ++chunk) {
-    if (!runtime_.owned(chunk)) continue;  // ZeRO: its owner counts it
+    if (!Updated(runtime_, chunk)) continue;  // ZeRO: its owner counts it; frozen: no gradient
     // Taken by Speculate, where this loop would have taken it.
     if (speculation_.AddSumSquares(chunk, host_chunks_sum, device_sums)) continue;
     const std::vector<at::Tensor> grads = ChunkGrads(chunk);
@@ -159,7 +166,7 @@ void HybridAdam::RestoreComputeFromMaster() {
   if (!runtime_.grads_in_compute_chunks()) return;  // the compute slots still hold the parameters
   const auto& store = runtime_.store();
   for (int c = 0; c < runtime_.layout().num_chunks(); ++c) {
-    if (!runtime_.owned(c)) continue;
+    if (!Updated(runtime_, c)) continue;
     store.payload(runtime_.chunk_id(ChunkKind::kCompute, c)).copy_(store.payload(runtime_.chunk_id(ChunkKind::kMaster, c)));
   }
 }
@@ -206,7 +213,7 @@ std::vector<at::Tensor> HybridAdam::UpdatedPayloads(int chunk, bool staged) cons
 }
 
 bool HybridAdam::Speculate(int chunk) {
-  if (on_device_[chunk] || !runtime_.owned(chunk) || !speculation_.CanTake(chunk)) return false;
+  if (on_device_[chunk] || !Updated(runtime_, chunk) || !speculation_.CanTake(chunk)) return false;
   // The compute chunk (gradients in bf16/fp16 runs, the master in fp32 ones) comes to
   // the host first when the kernels cannot read it where it is, unless it only
   // receives the new parameters: then they are staged in the slot and copied in by
@@ -281,7 +288,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   }
   std::vector<int> host_chunks;
   for (int chunk = 0; chunk < runtime_.layout().num_chunks(); ++chunk) {
-    if (!on_device_[chunk] && runtime_.owned(chunk) && !kept[chunk]) host_chunks.push_back(chunk);
+    if (!on_device_[chunk] && Updated(runtime_, chunk) && !kept[chunk]) host_chunks.push_back(chunk);
   }
   // Device chunks first: on CUDA their fused updates queue on the GPU and run while the
   // CPU kernels update the host chunks, and the host pipeline's send-backs come last, so

@@ -56,6 +56,9 @@ class ChunkEngine final : public TrainingEngine {
   // ZeRO: every rank's owned fp32 state of `kind`, gathered group by group, as the
   // whole layout ([chunks x chunk size]); collective.
   at::Tensor GatherAll(chunkmem::ChunkKind kind) const;
+  // Frozen parameters (LoRA's base): written from `state` where it has them, and
+  // checked against its frozen_fingerprint (chunk_engine_state.cc).
+  void LoadFrozen(const EngineState& state);
 
   std::unique_ptr<models::TrainableModel> model_;
   comm::Communicator* comm_ = nullptr;  // data parallel only (world size > 1, or distributed.force_collectives)

@@ -302,7 +302,7 @@ void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& 
     if (EmbeddingOnHost(c, p.name)) {
       input.host_param_numel += p.numel;
     } else {
-      input.params.push_back({p.name, p.numel, p.used_by_blocks});
+      input.params.push_back({p.name, p.numel, p.used_by_blocks, p.frozen});
     }
   }
   input.chunk_numel = c.chunk.size_elements;

@@ -137,9 +137,9 @@ class Validator {
       throw ConfigError(At("lora.target_modules") + ": lora.target_modules: '" + t +
                         "' names no module of this model; its Linear modules are: " + known);
     }
-    if (c.chunk.enabled) {
-      throw ConfigError(At("lora.enabled") + ": lora.enabled with chunk.enabled: the frozen base in compute-dtype "
-                        "chunks is not built yet (issue #24); set chunk.enabled: false");
+    if (c.chunk.enabled && c.chunk.cpu_embedding) {
+      throw ConfigError(At("chunk.cpu_embedding") + ": chunk.cpu_embedding with lora.enabled: a frozen embedding "
+                        "costs 2 bytes per parameter in its chunk already; set chunk.cpu_embedding: false");
     }
   }
 

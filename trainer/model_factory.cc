@@ -2,6 +2,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <utility>
+
+#include "models/lora_config.h"
 #include "models/trainable_models.h"
 #include "trainer/config_loader.h"
 
@@ -35,10 +39,64 @@ std::unique_ptr<models::TrainableModel> MakeModel(const Config& c) {
   return model;
 }
 
-std::vector<models::ParameterShape> ParameterShapesOf(const Config& c) {
+namespace {
+
+std::vector<models::ParameterShape> BaseShapesOf(const Config& c) {
   if (c.model_type == models::ModelType::kGpt) return models::GptParameterShapes(c.model);
   if (c.model_type == models::ModelType::kLlama) return models::LlamaParameterShapes(LlamaConfigOf(c));
   return models::BertParameterShapes(BertConfigOf(c));
+}
+
+// "layers.3.self_attn.q_proj.weight" -> "layers.3.self_attn.q_proj".
+std::string ModuleOf(const std::string& name) { return name.substr(0, name.rfind('.')); }
+
+// In and out features of a block's Linear `module` (its path), as the models build them.
+std::pair<int64_t, int64_t> LinearFeatures(const Config& c, const std::string& module) {
+  const std::string leaf = module.substr(module.rfind('.') + 1);
+  const int64_t C = c.model.n_embd;
+  if (c.model_type == models::ModelType::kGpt) {
+    if (leaf == "c_attn") return {C, 3 * C};
+    if (leaf == "c_fc") return {C, 4 * C};
+    return module.find(".mlp.") != std::string::npos ? std::pair<int64_t, int64_t>{4 * C, C} : std::pair{C, C};
+  }
+  const models::LlamaConfig l = LlamaConfigOf(c);
+  const int64_t q = l.n_head * l.head_width(), kv = l.kv_heads() * l.head_width(), m = l.mlp_width();
+  if (leaf == "q_proj") return {C, q};
+  if (leaf == "k_proj" || leaf == "v_proj") return {C, kv};
+  if (leaf == "o_proj") return {q, C};
+  if (leaf == "down_proj") return {m, C};
+  return {C, m};  // gate_proj, up_proj
+}
+
+// Whether `module` gets an adapter: a block's Linear that lora.target_modules names.
+bool Adapted(const Config& c, const std::string& module) {
+  const bool gpt = c.model_type == models::ModelType::kGpt;
+  if (module.rfind(gpt ? "h." : "layers.", 0) != 0) return false;
+  const std::string leaf = module.substr(module.rfind('.') + 1);
+  const std::vector<std::string> targets =
+      c.lora.target_modules.empty() ? models::DefaultLoraTargets(gpt ? "gpt2" : "llama") : c.lora.target_modules;
+  return std::find(targets.begin(), targets.end(), leaf) != targets.end();
+}
+
+}  // namespace
+
+std::vector<models::ParameterShape> ParameterShapesOf(const Config& c) {
+  std::vector<models::ParameterShape> base = BaseShapesOf(c);
+  if (!c.lora.enabled) return base;
+  // As AttachLora registers them: each adapted Linear's lora_A and lora_B right after its
+  // own weight and bias (named_parameters order); everything else frozen.
+  std::vector<models::ParameterShape> out;
+  for (size_t i = 0; i < base.size(); ++i) {
+    out.push_back(base[i]);
+    out.back().frozen = true;
+    const std::string module = ModuleOf(base[i].name);
+    const bool last_of_module = i + 1 == base.size() || ModuleOf(base[i + 1].name) != module;
+    if (!last_of_module || !Adapted(c, module)) continue;
+    const auto [in, features_out] = LinearFeatures(c, module);
+    out.push_back({module + ".lora_A.weight", c.lora.r * in, base[i].used_by_blocks, false});
+    out.push_back({module + ".lora_B.weight", features_out * c.lora.r, base[i].used_by_blocks, false});
+  }
+  return out;
 }
 
 bool EmbeddingOnHost(const Config& c, const std::string& name) {

@@ -184,6 +184,11 @@ void CheckRunSettings(const Config& c, const TrainOptions& options) {
                       "use bf16 or fp32 without chunks");
   }
   CheckAccumulationSchedule(c, options.comm ? options.comm->world_size() : 1);
+  const bool zero = (options.comm != nullptr && options.comm->world_size() > 1) || c.distributed.force_collectives;
+  if (c.lora.enabled && c.chunk.enabled && zero) {
+    throw ConfigError("lora.enabled with chunk.enabled over several ranks: ZeRO is not built for frozen chunks yet "
+                      "(issue #24); train LoRA over ranks with chunk.enabled: false (adapters replicated)");
+  }
   if (c.distributed.force_collectives && options.comm == nullptr) {
     throw ConfigError("distributed.force_collectives: the run has no communicator (ps_train's main builds one)");
   }

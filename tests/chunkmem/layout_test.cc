@@ -150,3 +150,45 @@ TEST_CASE("auto chunk size: at least the largest parameter, least waste", "[layo
 
 }  // namespace
 }  // namespace ps::chunkmem
+
+namespace ps::chunkmem {
+
+TEST_CASE("frozen parameters get chunks of their own; beside them trainable chunks are trimmed", "[layout][frozen]") {
+  // A LoRA-like model: per block a frozen weight and two small adapters, a frozen head.
+  std::vector<ParamSpec> params = {{"embed", 6000, 0, true}};
+  for (int b = 1; b <= 3; ++b) {
+    const std::string p = "layers." + std::to_string(b) + ".";
+    params.push_back({p + "q.weight", 4000, b, true});
+    params.push_back({p + "q.lora_A.weight", 100, b, false});
+    params.push_back({p + "q.lora_B.weight", 90, b, false});
+    params.push_back({p + "norm.weight", 40, b, true});
+  }
+  params.push_back({"head", 6000, 4, true});
+  const LayoutOptions o{10000, 1, 32};
+  const ChunkLayout layout = ChunkLayout::Plan(params, o);
+  int frozen_chunks = 0, trainable_chunks = 0;
+  for (const auto& chunk : layout.chunks()) {
+    frozen_chunks += chunk.frozen ? 1 : 0;
+    trainable_chunks += chunk.frozen ? 0 : 1;
+    for (int i : chunk.param_indices) CHECK(layout.params()[i].frozen == chunk.frozen);  // F1: never mixed
+    // Trimmed: a trainable chunk's capacity is what it holds, aligned.
+    if (!chunk.frozen) CHECK(chunk.capacity_numel == (chunk.used_numel + 31) / 32 * 32);
+    if (chunk.frozen) CHECK(chunk.capacity_numel == 10016);
+  }
+  CHECK(trainable_chunks == 1);  // the six adapters together (a block of each fits)
+  CHECK(frozen_chunks == 4);     // embed | blocks 1 and 2 | block 3 | head (rule 2 per class)
+  // Each block's frozen parameters stay together.
+  CHECK(layout.placements()[1].chunk_id == layout.placements()[4].chunk_id);
+
+  // Without frozen parameters the layout is what it was (F1): no trimming, same chunks.
+  std::vector<ParamSpec> none = params;
+  for (auto& p : none) p.frozen = false;
+  const ChunkLayout plain = ChunkLayout::Plan(none, o);
+  for (const auto& chunk : plain.chunks()) CHECK_FALSE(chunk.frozen);
+  CHECK(plain.chunks().front().capacity_numel == 10016);
+  // Over several ranks nothing is trimmed (ZeRO gathers chunks of one size).
+  const ChunkLayout two = ChunkLayout::Plan(params, {10000, 2, 32});
+  for (const auto& chunk : two.chunks()) CHECK(chunk.capacity_numel == 10016);
+}
+
+}  // namespace ps::chunkmem

@@ -17,6 +17,7 @@
 #include "models/trainable.h"
 #include "models/safetensors.h"
 #include "trainer/checkpoint.h"
+#include "trainer/chunk_setup.h"
 #include "trainer/config_loader.h"
 #include "trainer/engine.h"
 #include "trainer/hf_io.h"
@@ -227,14 +228,121 @@ TEST_CASE("lora: ps_export writes the PEFT adapter folder and the merged model",
   CHECK(std::abs(merged_loss - adapted_loss) < 1e-5 * adapted_loss);
 }
 
+TEST_CASE("lora through chunks: the frozen base in compute chunks trains as the plain path, resident and evicting",
+          "[lora][chunk]") {
+  const TrainResult plain = Train(Tiny("lora_plain", {"run.overwrite=true", "checkpoint.resume=never"}));
+  const std::vector<std::string> chunks = {"run.overwrite=true", "checkpoint.resume=never", "chunk.enabled=true",
+                                           "chunk.size_elements=20000"};
+  const TrainResult resident = Train(Tiny("lora_resident", chunks));
+  std::vector<std::string> evicting = chunks;
+  evicting.push_back("chunk.device_budget_bytes=260000");
+  const TrainResult evicted = Train(Tiny("lora_evicting", evicting));
+  for (const TrainResult* r : {&resident, &evicted}) {
+    REQUIRE(r->losses.size() == plain.losses.size());
+    for (size_t i = 0; i < plain.losses.size(); ++i) {
+      INFO("step " << i + 1 << ": " << r->losses[i] << " vs plain " << plain.losses[i]);
+      CHECK(std::abs(r->losses[i] - plain.losses[i]) <= 1e-6 * plain.losses[i]);
+    }
+  }
+  CHECK(resident.evictions == 0);
+  CHECK(evicted.evictions > 0);
+  CHECK(evicted.peak_device_chunk_bytes <= evicted.device_budget_bytes);
+  // The base's chunks hold their fp32 values (the compute dtype) alone: 4 bytes per base
+  // element where a full fine-tune keeps 16 (value, gradient, m, v); the adapters are 13%
+  // of the parameters here, so the chunks take well under half of a full fine-tune's.
+  std::vector<std::string> full = chunks;
+  full.insert(full.end(), {"lora.enabled=false", "lora.target_modules=[]"});
+  const TrainResult full_run = Train(Tiny("lora_full_chunks", full));
+  INFO(resident.model_data_bytes << " bytes of chunks against " << full_run.model_data_bytes);
+  CHECK(resident.model_data_bytes < 0.45 * static_cast<double>(full_run.model_data_bytes));
+  // A chunk run's checkpoint holds the adapters and the base's fingerprint, as a plain one.
+  const CheckpointContents saved = ReadCheckpoint(TempDir() + "/lora_resident/checkpoints/step_8");
+  CHECK(saved.engine.params.size() == 2 * 7 * 2);
+  CHECK(saved.engine.extra.contains("frozen_fingerprint"));
+}
+
+TEST_CASE("lora through chunks: bf16, a killed run resumes bitwise, another base is refused", "[lora][chunk][resume]") {
+  const std::vector<std::string> extra = {"chunk.enabled=true", "chunk.size_elements=20000", "precision.dtype=bf16",
+                                          "chunk.device_budget_bytes=130000"};
+  std::vector<std::string> whole_keys = extra;
+  whole_keys.insert(whole_keys.end(), {"run.overwrite=true", "checkpoint.resume=never"});
+  const TrainResult whole = Train(Tiny("lora_bf16_whole", whole_keys));
+  CHECK(whole.losses.back() < whole.losses.front());
+  std::vector<std::string> cut_keys = extra;
+  cut_keys.push_back("checkpoint.every_steps=4");
+  const Config cut = Tiny("lora_bf16_cut", cut_keys);
+  fs::remove_all(cut.run.output_dir);
+  TrainOptions kill;
+  kill.abort_after_step = 6;
+  REQUIRE(Train(cut, kill).losses.size() == 6);
+  const TrainResult resumed = Train(cut);
+  REQUIRE(resumed.losses.size() == 4);
+  for (size_t i = 0; i < resumed.losses.size(); ++i) CHECK(resumed.losses[i] == whole.losses[4 + i]);
+  cut_keys.push_back("run.seed=7");
+  CHECK_THROWS_WITH(Train(Tiny("lora_bf16_cut", cut_keys)), Catch::Contains("saved over a frozen base of fingerprint"));
+}
+
+TEST_CASE("lora: the plan's parameters are the built model's, adapters in place and the base frozen", "[lora][plan]") {
+  for (const std::string targets : {"[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]", "[]"}) {
+    const Config c = Tiny("lora_shapes", {"lora.target_modules=" + targets, "model.qkv_bias=true"});
+    const auto shapes = ParameterShapesOf(c);
+    const auto model = MakeModel(c);
+    const auto params = model->BlockParameters();
+    REQUIRE(shapes.size() == params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      CAPTURE(params[i].name);
+      CHECK(shapes[i].name == params[i].name);
+      CHECK(shapes[i].numel == params[i].tensor.numel());
+      CHECK(shapes[i].used_by_blocks == params[i].used_by_blocks);
+      CHECK(shapes[i].frozen == !params[i].tensor.requires_grad());
+    }
+  }
+  Config gpt = LoadConfigText("model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 64, n_positions: 16}\n"
+                              "lora: {enabled: true, target_modules: [c_attn, c_proj, c_fc]}\n"
+                              "data: {format: synthetic, seq_len: 16}\n",
+                              "gpt_lora.yaml", {}, ProcessEnv());
+  const auto gpt_model = MakeModel(gpt);
+  const auto gpt_params = gpt_model->BlockParameters();
+  const auto gpt_shapes = ParameterShapesOf(gpt);
+  REQUIRE(gpt_shapes.size() == gpt_params.size());
+  for (size_t i = 0; i < gpt_params.size(); ++i) {
+    CHECK(gpt_shapes[i].name == gpt_params[i].name);
+    CHECK(gpt_shapes[i].numel == gpt_params[i].tensor.numel());
+  }
+}
+
+TEST_CASE("lora: --plan admits llama-3.1-8b LoRA (r 16, seven projections) under 8 GiB of device and 32 GiB of host",
+          "[lora][plan]") {
+  // The README's command: configs/lora-llama-3.1-8b-8gb.yaml with the preset's shape.
+  const Config c = LoadConfigFile("configs/lora-llama-3.1-8b-8gb.yaml",
+                                  {"model.init_from=", "model.preset=llama-3.1-8b",
+                                   "run.output_dir=" + TempDir() + "/lora_plan"},
+                                  ProcessEnv());
+  CHECK(c.lora.r == 16);
+  CHECK(c.lora.target_modules.size() == 7);
+  CHECK(c.chunk.device_memory_bytes == int64_t{8} << 30);
+  CHECK(c.chunk.host_budget_bytes == int64_t{32} << 30);
+  bool fits = false;
+  const std::string plan = PlanReport(c, at::kCPU, &fits);
+  INFO(plan);
+  CHECK(fits);
+  CHECK(plan.find("2.20 bytes/chunked parameter") != std::string::npos);  // 2 for the base, 16-18 for the adapters
+  // Without the frozen kind (a full fine-tune) the same budgets are far short.
+  Config full = c;
+  full.lora = models::LoraConfig();
+  bool full_fits = true;
+  PlanReport(full, at::kCPU, &full_fits);
+  CHECK_FALSE(full_fits);
+}
+
 TEST_CASE("lora: config errors name the key", "[lora][config]") {
   CHECK_THROWS_WITH(Tiny("lora_bad", {"lora.target_modules=[q_proj, qkv]"}),
                     Catch::Contains("--set lora.target_modules=[q_proj, qkv]: lora.target_modules: 'qkv' names no "
                                     "module of this model; its Linear modules are: down_proj, gate_proj, k_proj"));
   CHECK_THROWS_WITH(Tiny("lora_bad", {"lora.enabled=false"}),
                     Catch::Contains("lora.target_modules is set but lora.enabled is false"));
-  CHECK_THROWS_WITH(Tiny("lora_bad", {"chunk.enabled=true"}),
-                    Catch::Contains("lora.enabled with chunk.enabled"));
+  CHECK_THROWS_WITH(Tiny("lora_bad", {"chunk.enabled=true", "chunk.cpu_embedding=true"}),
+                    Catch::Contains("chunk.cpu_embedding with lora.enabled"));
   CHECK_THROWS_WITH(Tiny("lora_bad", {"lora.target_modules=q_proj"}),
                     Catch::Contains("lora.target_modules") &&
                         Catch::Contains("expected a list of names"));
