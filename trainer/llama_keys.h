@@ -1,7 +1,7 @@
 // The model.type: llama side of a Config: its models::LlamaConfig (the shared shape keys
 // plus config.llama), and how a preset or an HF folder's config.json fills the keys a
-// config leaves unset. Pure functions of a Config; the loader (config_loader.cc) and the
-// model factory call them.
+// config leaves unset. Pure functions of a Config; the config steps (config_resolve.cc
+// fills the keys, config_validate.cc checks them) and the model factory call them.
 #pragma once
 
 #include <functional>
