@@ -205,13 +205,7 @@ void ChunkEngine::LoadFrozen(const EngineState& state) {
     }
     frozen.emplace_back(name, slot);
   }
-  if (!state.extra.contains("frozen_fingerprint")) return;
-  const std::string saved = state.extra.at("frozen_fingerprint").get<std::string>();
-  const std::string now = frozen.empty() ? std::string() : ValuesFingerprint(frozen);
-  TORCH_CHECK(saved == now, state.params_file.empty() ? std::string("the saved state") : state.params_file,
-              ": saved over a frozen base of fingerprint ", saved, ", but this run's base has fingerprint ",
-              now.empty() ? std::string("(none: nothing is frozen)") : now,
-              " (another model.init_from, or another run.seed for a random base)");
+  CheckFrozenFingerprint(state, frozen.empty() ? std::string() : ValuesFingerprint(frozen));
 }
 
 }  // namespace ps::trainer

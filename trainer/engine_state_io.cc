@@ -76,4 +76,13 @@ std::string ValuesFingerprint(const std::vector<std::pair<std::string, at::Tenso
   return out;
 }
 
+void CheckFrozenFingerprint(const EngineState& state, const std::string& now) {
+  if (!state.extra.contains("frozen_fingerprint")) return;
+  const std::string saved = state.extra.at("frozen_fingerprint").get<std::string>();
+  TORCH_CHECK(saved == now, state.params_file.empty() ? std::string("the saved state") : state.params_file,
+              ": saved over a frozen base of fingerprint ", saved, ", but this run's base has fingerprint ",
+              now.empty() ? std::string("(none: nothing is frozen)") : now,
+              " (another model.init_from, or another run.seed for a random base)");
+}
+
 }  // namespace ps::trainer

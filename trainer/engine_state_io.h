@@ -38,4 +38,9 @@ void CheckNoUnknownParams(const EngineState& state, const std::vector<std::strin
 // (any device; a few elements each).
 std::string ValuesFingerprint(const std::vector<std::pair<std::string, at::Tensor>>& params);
 
+// Throws c10::Error naming both fingerprints when `state` was saved over a frozen base
+// (its extra "frozen_fingerprint") other than the one an engine holds now (`now`, from
+// ValuesFingerprint; empty: nothing frozen). A state without one passes.
+void CheckFrozenFingerprint(const EngineState& state, const std::string& now);
+
 }  // namespace ps::trainer

@@ -87,7 +87,7 @@ models::TensorMap MergedParams(const models::TensorMap& adapters, const Config& 
   models::TensorMap out = BaseParams(config);
   const double scale = models::LoraScale(config.lora);
   for (const auto& [name, a] : adapters) {
-    if (name.size() < kLoraA.size() || name.compare(name.size() - kLoraA.size(), kLoraA.size(), kLoraA) != 0) continue;
+    if (!models::IsLoraParameter(name) || name.compare(name.size() - kLoraA.size(), kLoraA.size(), kLoraA) != 0) continue;
     const std::string module = name.substr(0, name.size() - kLoraA.size());
     const auto b = adapters.find(module + ".lora_B.weight");
     const auto w = out.find(module + ".weight");

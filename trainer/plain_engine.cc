@@ -169,14 +169,7 @@ void PlainEngine::Load(const EngineState& state) {
       p.tensor.copy_(StateTensor(state.params, p.name, p.tensor.sizes(), "parameter", state.params_file));
     }
   }
-  if (state.extra.contains("frozen_fingerprint")) {
-    const std::string saved = state.extra.at("frozen_fingerprint").get<std::string>();
-    const std::string now = FrozenFingerprint();
-    TORCH_CHECK(saved == now, state.params_file.empty() ? std::string("the saved state") : state.params_file,
-                ": saved over a frozen base of fingerprint ", saved, ", but this run's base has fingerprint ",
-                now.empty() ? std::string("(none: nothing is frozen)") : now,
-                " (another model.init_from, or another run.seed for a random base)");
-  }
+  CheckFrozenFingerprint(state, FrozenFingerprint());
   for (size_t k = 0; k < trainable_.size(); ++k) {
     const auto& p = params_[trainable_[k]];
     p.tensor.copy_(StateTensor(state.params, p.name, p.tensor.sizes(), "parameter", state.params_file));
