@@ -102,4 +102,24 @@ void WritePeftAdapter(const std::string& folder, const TensorMap& weights, const
   WriteHfJsonFile((fs::path(folder) / kPeftConfigFile).string(), j);
 }
 
+void MergeLoraInto(TensorMap& base, const TensorMap& adapters, double scale, at::ScalarType dtype) {
+  static const std::string kA = ".lora_A.weight";
+  TensorMap merged;  // written into `base` once every adapter is checked
+  for (const auto& [name, a] : adapters) {
+    if (name.size() <= kA.size() || name.compare(name.size() - kA.size(), kA.size(), kA) != 0) continue;
+    const std::string module = name.substr(0, name.size() - kA.size());
+    const auto b = adapters.find(module + ".lora_B.weight");
+    const auto w = base.find(module + ".weight");
+    TORCH_CHECK(b != adapters.end(), "adapter ", module, " has lora_A but no lora_B");
+    TORCH_CHECK(w != base.end(), "adapter ", module, " adapts no weight of the base model");
+    TORCH_CHECK(a.dim() == 2 && b->second.dim() == 2 && a.size(0) == b->second.size(1) &&
+                    w->second.sizes() == at::IntArrayRef({b->second.size(0), a.size(1)}),
+                "adapter ", module, ": lora_B ", b->second.sizes(), " x lora_A ", a.sizes(),
+                " does not match the base weight ", w->second.sizes());
+    const at::Tensor delta = b->second.to(at::kFloat).mm(a.to(at::kFloat)).mul(scale);
+    merged[w->first] = w->second.to(at::kFloat).add(delta).to(dtype);
+  }
+  for (auto& [name, tensor] : merged) base[name] = std::move(tensor);
+}
+
 }  // namespace ps::models

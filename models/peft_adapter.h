@@ -10,6 +10,8 @@
 // Errors (c10::Error) name the file and the key.
 #pragma once
 
+#include <c10/core/ScalarType.h>
+
 #include <string>
 
 #include "models/lora_config.h"
@@ -37,5 +39,12 @@ PeftAdapter ReadPeftAdapter(const std::string& folder, const std::string& hf_pre
 void WritePeftAdapter(const std::string& folder, const TensorMap& weights, const LoraConfig& lora,
                       const std::string& base_model_name_or_path, const std::string& hf_prefix,
                       bool fan_in_fan_out);
+
+// Merges each adapter of `adapters` (this project's names: "<module>.lora_A.weight" and
+// "<module>.lora_B.weight") into `base` (by this project's names; "<module>.weight"):
+// W + scale * B A computed in fp32 and held in `dtype`, as PEFT's merge_and_unload.
+// Entries of `adapters` that are not factors are ignored. Throws when an A lacks its B,
+// or a module has no weight in `base` or one of another shape; `base` is then unchanged.
+void MergeLoraInto(TensorMap& base, const TensorMap& adapters, double scale, at::ScalarType dtype);
 
 }  // namespace ps::models

@@ -13,6 +13,9 @@ files and a generation_config.json naming its end-of-text ids, as a released mod
   qwen2    Qwen2 tokenizer (qwen2: no BOS, eos <|endoftext|> and <|im_end|>)
   qwen3    Qwen2 tokenizer, as Qwen3 ships it
   mistral  SentencePiece-style Metaspace tokenizer (spm_metaspace: <s> ... </s>)
+  llama_chat  Llama 3 tokenizer with its chat template and header tokens
+           (tests/tools/testdata/sft/llama3): the stand-in for Llama-3.1-8B-Instruct in
+           the README's LoRA walk-through (tests/tools/lora_chat_path_test.sh)
 
 Developer-run when the fixtures must change; needs torch and transformers, no downloads:
 
@@ -39,6 +42,8 @@ PAIRS = {
     "qwen2": ("qwen2", None, ["<|endoftext|>", "<|im_end|>"]),
     "qwen3": ("qwen2", None, ["<|endoftext|>", "<|im_end|>"]),
     "mistral": ("spm_metaspace", "<s>", ["</s>"]),
+    "llama_chat": (os.path.join(ROOT, "tests", "tools", "testdata", "sft", "llama3"), "<|begin_of_text|>",
+                   ["<|end_of_text|>", "<|eot_id|>"]),
 }
 
 
@@ -51,9 +56,9 @@ def vocab_of(tokenizer_json):
 
 
 def make(name):
-    config_cls, model_cls, dtype, _, extra = fx.FAMILIES[name]
+    config_cls, model_cls, dtype, _, extra = fx.FAMILIES[name.split("_")[0]]
     tok_name, bos, eos = PAIRS[name]
-    src = os.path.join(TOKENIZERS, tok_name)
+    src = os.path.join(TOKENIZERS, tok_name)  # tok_name when it is absolute
     ids = vocab_of(os.path.join(src, "tokenizer.json"))
     common = dict(fx.COMMON, vocab_size=max(ids.values()) + 1, bos_token_id=ids[bos] if bos else None,
                   eos_token_id=ids[eos[0]], max_position_embeddings=128)
@@ -67,6 +72,8 @@ def make(name):
                                   eos_token_id=[ids[e] for e in eos] if len(eos) > 1 else ids[eos[0]])
     generation.save_pretrained(out)
     for f in os.listdir(src):
+        if f == "generation_config.json":
+            continue  # ours, written above
         shutil.copy(os.path.join(src, f), os.path.join(out, f))
     # Special tokens as plain strings, as transformers' AutoTokenizer wants them (the
     # tokenizer fixtures also spell them {"content": ...} to test ps_train's reader).
@@ -79,7 +86,7 @@ def make(name):
 
 
 def main():
-    for name in PAIRS:
+    for name in sys.argv[1:] or PAIRS:  # e.g. `gen_llama_path_fixture.py llama_chat`: that one only
         make(name)
 
 

@@ -78,24 +78,12 @@ models::TensorMap BaseParams(const Config& config) {
   return out;
 }
 
-const std::string kLoraA = ".lora_A.weight";
-
 }  // namespace
 
 models::TensorMap MergedParams(const models::TensorMap& adapters, const Config& config,
                                at::ScalarType merged_dtype) {
   models::TensorMap out = BaseParams(config);
-  const double scale = models::LoraScale(config.lora);
-  for (const auto& [name, a] : adapters) {
-    if (!models::IsLoraParameter(name) || name.compare(name.size() - kLoraA.size(), kLoraA.size(), kLoraA) != 0) continue;
-    const std::string module = name.substr(0, name.size() - kLoraA.size());
-    const auto b = adapters.find(module + ".lora_B.weight");
-    const auto w = out.find(module + ".weight");
-    TORCH_CHECK(b != adapters.end(), "adapter ", module, " has lora_A but no lora_B");
-    TORCH_CHECK(w != out.end(), "adapter ", module, " adapts no weight of the base");
-    const at::Tensor delta = b->second.to(at::kFloat).mm(a.to(at::kFloat)).mul(scale);
-    w->second = w->second.to(at::kFloat).add(delta).to(merged_dtype);
-  }
+  models::MergeLoraInto(out, adapters, models::LoraScale(config.lora), merged_dtype);
   return out;
 }
 

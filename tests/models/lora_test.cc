@@ -302,4 +302,39 @@ TEST_CASE("PEFT adapter folders: what this project does not compute is refused, 
   CHECK_THROWS_WITH(ReadPeftAdapter(root + "/none", "model."), Catch::Contains("does not exist"));
 }
 
+TEST_CASE("MergeLoraInto: W + scale B A in fp32, held in the dtype asked for; nothing merged on a mismatch") {
+  const at::Tensor w = at::randn({6, 5}).to(at::kBFloat16);
+  const at::Tensor a = at::randn({2, 5});
+  const at::Tensor b = at::randn({6, 2});
+  const at::Tensor other = at::randn({3, 3});
+  TensorMap base = {{"layers.0.mlp.up_proj.weight", w}, {"layers.0.mlp.down_proj.weight", other}};
+  const TensorMap adapters = {{"layers.0.mlp.up_proj.lora_A.weight", a},
+                              {"layers.0.mlp.up_proj.lora_B.weight", b},
+                              {"not.a.factor", at::zeros({1})}};
+  MergeLoraInto(base, adapters, 0.5, at::kFloat);
+  const at::Tensor expected = w.to(at::kDouble).add(b.to(at::kDouble).mm(a.to(at::kDouble)).mul(0.5));
+  CHECK(base.at("layers.0.mlp.up_proj.weight").scalar_type() == at::kFloat);
+  CHECK(at::allclose(base.at("layers.0.mlp.up_proj.weight").to(at::kDouble), expected, 0, 1e-5));
+  CHECK(at::equal(base.at("layers.0.mlp.down_proj.weight"), other));  // not adapted: the same tensor
+
+  TensorMap bf16 = {{"layers.0.mlp.up_proj.weight", w}};
+  MergeLoraInto(bf16, adapters, 0.5, at::kBFloat16);
+  CHECK(at::equal(bf16.at("layers.0.mlp.up_proj.weight"), expected.to(at::kFloat).to(at::kBFloat16)));
+
+  TensorMap unchanged = {{"layers.0.mlp.up_proj.weight", w}, {"layers.0.mlp.down_proj.weight", other}};
+  TensorMap bad = adapters;
+  bad["layers.0.mlp.down_proj.lora_A.weight"] = at::randn({2, 3});
+  CHECK_THROWS_WITH(MergeLoraInto(unchanged, bad, 0.5, at::kFloat),
+                    Catch::Contains("adapter layers.0.mlp.down_proj has lora_A but no lora_B"));
+  bad["layers.0.mlp.down_proj.lora_B.weight"] = at::randn({4, 2});
+  CHECK_THROWS_WITH(MergeLoraInto(unchanged, bad, 0.5, at::kFloat), Catch::Contains("does not match the base weight"));
+  CHECK(at::equal(unchanged.at("layers.0.mlp.up_proj.weight"), w));  // the up_proj merge was not kept
+  bad.erase("layers.0.mlp.down_proj.lora_A.weight");
+  bad["layers.9.mlp.up_proj.lora_A.weight"] = a;
+  bad["layers.9.mlp.up_proj.lora_B.weight"] = b;
+  CHECK_THROWS_WITH(MergeLoraInto(unchanged, bad, 0.5, at::kFloat),
+                    Catch::Contains("adapter layers.9.mlp.up_proj adapts no weight of the base model"));
+}
+
 }  // namespace ps::models
+
