@@ -63,8 +63,6 @@ void ChunkRuntime::PlanChunks() {
     TORCH_CHECK(p.tensor.defined() && p.tensor.is_leaf(), "chunkmem: parameter '", p.name, "' must be a leaf");
     TORCH_CHECK(!p.used_by_blocks.empty(), "chunkmem: parameter '", p.name, "' is used by no block");
     // requires_grad false: frozen (LoRA's base), in chunks of the compute kind alone.
-    TORCH_CHECK(!zero() || p.tensor.requires_grad(), "chunkmem: parameter '", p.name,
-                "' is frozen; ZeRO is not built for frozen chunks");
     specs.push_back({p.name, p.tensor.numel(), p.used_by_blocks.front(), !p.tensor.requires_grad()});
     shapes_.push_back(p.tensor.sizes().vec());
     for (int b : p.used_by_blocks) {

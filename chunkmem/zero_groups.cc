@@ -157,7 +157,8 @@ void ZeroGroups::ReduceIfComplete(int chunk) {
 
 bool ZeroGroups::GroupGradsIn(int group) const {
   for (int k = 0; k < world_; ++k) {
-    if (!grads_.MicroBatchIn(group * world_ + k)) return false;
+    const int chunk = group * world_ + k;
+    if (!layout_.chunks()[chunk].frozen && !grads_.MicroBatchIn(chunk)) return false;  // frozen: none come
   }
   return true;
 }
@@ -200,9 +201,12 @@ void ZeroGroups::FinishReduction() {
   overlapped_since_reduce_ = false;
   const int own = group * world_ + rank_;
   const int64_t n = layout_.chunks()[own].capacity_numel;
-  WriteReduced(own, group_grad_[group].narrow(0, rank_ * n, n));
+  // A frozen chunk in a group with trainable ones: its slot of the sum is zero, and it has
+  // no gradient to write (its compute slots, which gradients may share, hold the base).
+  const bool frozen = layout_.chunks()[own].frozen;
+  if (!frozen) WriteReduced(own, group_grad_[group].narrow(0, rank_ * n, n));
   store_.GiveBack(Tier::kDevice, group_grad_[group]);
-  grads_final_(own);  // in the final micro-batch, its owner's gradients are complete
+  if (!frozen) grads_final_(own);  // in the final micro-batch, its owner's gradients are complete
 }
 
 void ZeroGroups::WriteReduced(int own, const at::Tensor& reduced) {

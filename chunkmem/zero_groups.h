@@ -12,7 +12,9 @@
 // Every rank runs the same model with the same hooks, so every decision here (gather,
 // release, reduce) is the same on every rank and collectives are issued in the same
 // order everywhere. Eviction is a rank's own (its owned chunks differ) and never issues
-// a collective. Single-threaded like the runtime.
+// a collective. Frozen chunks (LoRA's base) are gathered like any other and never
+// reduced: a group of frozen chunks alone gets no gradient buffer, and in a group mixing
+// both the frozen slots of the reduction are dropped. Single-threaded like the runtime.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -40,6 +40,7 @@ class ChunkEngine final : public TrainingEngine {
   void FillResult(TrainResult& result) const override;
   EngineState Save() const override;
   models::TensorMap GatherParams() const override;
+  models::TensorMap GatherTrainableParams() const override;
   void Load(const EngineState& state) override;
   at::Device device() const override { return device_; }
   bool collective_save() const override { return comm_ != nullptr; }
@@ -53,12 +54,16 @@ class ChunkEngine final : public TrainingEngine {
   // (optimizer.speculation_slots).
   void BeginFinalBackward();
 
-  // ZeRO: every rank's owned fp32 state of `kind`, gathered group by group, as the
-  // whole layout ([chunks x chunk size]); collective.
-  at::Tensor GatherAll(chunkmem::ChunkKind kind) const;
-  // Frozen parameters (LoRA's base): written from `state` where it has them, and
-  // checked against its frozen_fingerprint (chunk_engine_state.cc).
+  // ZeRO: every parameter's fp32 value, gathered group by group from the owners' master
+  // chunks (a frozen chunk's compute chunk); groups of frozen chunks alone only when
+  // `frozen`. Collective.
+  models::TensorMap GatherGroups(bool frozen) const;
+  // Frozen parameters (LoRA's base): written from `state` where it has them (this rank's
+  // chunks), and checked against its frozen_fingerprint (chunk_engine_state.cc).
   void LoadFrozen(const EngineState& state);
+  // ValuesFingerprint of the frozen parameters ("" without any), the same on every rank
+  // and for every rank count: each rank samples the chunks it owns (collective with comm_).
+  std::string FrozenFingerprint() const;
 
   std::unique_ptr<models::TrainableModel> model_;
   comm::Communicator* comm_ = nullptr;  // data parallel only (world size > 1, or distributed.force_collectives)

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 #include <spdlog/spdlog.h>
 
 #include <string>
@@ -76,20 +77,68 @@ std::string ChunkEngine::AccumulationKey() const {
                      GradAccumSteps(config_.train, world));
 }
 
-at::Tensor ChunkEngine::GatherAll(ChunkKind kind) const {
+models::TensorMap ChunkEngine::GatherGroups(bool frozen) const {
+  at::NoGradGuard no_grad;
   const auto& rt = *chunks_.runtime;
+  const auto& layout = rt.layout();
   const int p = comm_->world_size();
-  const int64_t n = rt.layout().regular_capacity_numel();
+  const int64_t n = layout.regular_capacity_numel();
   const bool nccl = comm_->backend() == std::string("nccl");
-  at::Tensor all = at::empty({rt.layout().num_chunks() * n}, at::kFloat);
-  for (int g = 0; g < rt.layout().num_chunks() / p; ++g) {
-    at::Tensor own = rt.store().payload(rt.chunk_id(kind, g * p + comm_->rank()));
-    own = nccl ? own.to(device_) : own.cpu();
-    at::Tensor group = at::empty({p * n}, own.options());
-    comm_->AllGather(group, own)->Wait();
-    all.narrow(0, g * p * n, p * n).copy_(group);
+  std::vector<std::vector<int>> params_of_group(layout.num_chunks() / p);
+  for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
+    params_of_group[layout.placements()[i].chunk_id / p].push_back(i);
   }
-  return all;
+  models::TensorMap out;
+  for (int g = 0; g < layout.num_chunks() / p; ++g) {
+    bool all_frozen = true;
+    for (int k = 0; k < p; ++k) all_frozen = all_frozen && layout.chunks()[g * p + k].frozen;
+    if (all_frozen && !frozen) continue;  // the same decision on every rank: the layout's
+    const int own = g * p + comm_->rank();
+    const ChunkKind kind = layout.chunks()[own].frozen ? ChunkKind::kCompute : ChunkKind::kMaster;
+    at::Tensor mine = rt.store().payload(rt.chunk_id(kind, own)).to(at::kFloat);
+    mine = nccl ? mine.to(device_) : mine.cpu();
+    at::Tensor group = at::empty({p * n}, mine.options());
+    comm_->AllGather(group, mine)->Wait();
+    group = group.cpu();
+    for (int i : params_of_group[g]) {
+      const auto& pl = layout.placements()[i];
+      if (rt.frozen(i) && !frozen) continue;
+      out[rt.params()[i].name] =
+          group.narrow(0, (pl.chunk_id % p) * n + pl.offset_numel, pl.numel).view(rt.param_sizes(i)).clone();
+    }
+  }
+  for (const auto& hp : chunks_.adam->host_param_states()) out[hp.name] = hp.param.detach();
+  return out;
+}
+
+std::string ChunkEngine::FrozenFingerprint() const {
+  at::NoGradGuard no_grad;
+  const auto& rt = *chunks_.runtime;
+  std::vector<int> frozen;
+  for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
+    if (rt.frozen(i)) frozen.push_back(i);
+  }
+  if (frozen.empty()) return "";
+  // Row k: parameter frozen[k]'s sample bits where this rank owns it, else zero; summed.
+  at::Tensor rows = at::zeros({static_cast<int64_t>(frozen.size()), kFingerprintSampleMax}, at::kInt);
+  std::vector<FingerprintEntry> entries;
+  for (size_t k = 0; k < frozen.size(); ++k) {
+    const int i = frozen[k];
+    entries.push_back({rt.params()[i].name, rt.param_sizes(i), at::Tensor()});
+    if (!rt.owned(rt.layout().placements()[i].chunk_id)) continue;
+    const at::Tensor sample = FingerprintSample(rt.View(ChunkKind::kCompute, i));
+    rows[static_cast<int64_t>(k)].narrow(0, 0, sample.numel()).copy_(sample.to(at::kInt));
+  }
+  if (comm_ != nullptr) {
+    rows = rows.to(comm_->backend() == std::string("nccl") ? device_ : at::Device(at::kCPU));
+    comm_->AllReduce(rows, comm::ReduceOp::kSum)->Wait();
+    rows = rows.cpu();
+  }
+  for (size_t k = 0; k < frozen.size(); ++k) {
+    const int64_t length = FingerprintSampleLength(c10::multiply_integers(entries[k].sizes));
+    entries[k].sample = rows[static_cast<int64_t>(k)].narrow(0, 0, length).to(at::kShort);
+  }
+  return FingerprintOfSamples(entries);
 }
 
 EngineState ChunkEngine::Save() const {
@@ -100,14 +149,10 @@ EngineState ChunkEngine::Save() const {
   // ZeRO: this rank's share (the parameters of the chunks it owns), which it writes into
   // its own checkpoint files; the step counts of every parameter (state.json's).
   at::Tensor steps = at::zeros({num_params}, at::kLong);
-  std::vector<std::pair<std::string, at::Tensor>> frozen;  // LoRA's base: its fingerprint, not its values
   for (int i = 0; i < num_params; ++i) {
-    if (!rt.owned(rt.layout().placements()[i].chunk_id)) continue;
+    // LoRA's base: its fingerprint (below), not its values.
+    if (!rt.owned(rt.layout().placements()[i].chunk_id) || rt.frozen(i)) continue;
     const std::string& name = rt.params()[i].name;
-    if (rt.frozen(i)) {
-      frozen.emplace_back(name, rt.View(ChunkKind::kCompute, i));
-      continue;
-    }
     out.params[name] = rt.View(ChunkKind::kMaster, i);
     out.exp_avg[name] = rt.View(ChunkKind::kAdamM, i);
     out.exp_avg_sq[name] = rt.View(ChunkKind::kAdamV, i);
@@ -121,7 +166,8 @@ EngineState ChunkEngine::Save() const {
   for (int i = 0; i < num_params; ++i) {
     if (!rt.frozen(i)) out.adam_steps[rt.params()[i].name] = steps[i].item<int64_t>();
   }
-  if (!frozen.empty()) out.extra["frozen_fingerprint"] = ValuesFingerprint(frozen);
+  const std::string fingerprint = FrozenFingerprint();  // collective with comm_
+  if (!fingerprint.empty()) out.extra["frozen_fingerprint"] = fingerprint;
   const bool first_rank = comm_ == nullptr || comm_->rank() == 0;
   for (const auto& hp : chunks_.adam->host_param_states()) {  // chunk.cpu_embedding: replicated, saved once
     if (!first_rank) break;
@@ -137,25 +183,17 @@ EngineState ChunkEngine::Save() const {
 }
 
 models::TensorMap ChunkEngine::GatherParams() const {
-  if (comm_ == nullptr) {  // frozen parameters too: their compute slots (any float dtype reads)
-    const auto& rt = *chunks_.runtime;
-    models::TensorMap out = Save().params;
-    for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
-      if (rt.frozen(i)) out[rt.params()[i].name] = rt.View(ChunkKind::kCompute, i);
-    }
-    return out;
-  }
-  at::NoGradGuard no_grad;
-  const auto& rt = *chunks_.runtime;
-  const int64_t n = rt.layout().regular_capacity_numel();
-  const at::Tensor master = GatherAll(ChunkKind::kMaster);
-  models::TensorMap out;
+  if (comm_ != nullptr) return GatherGroups(/*frozen=*/true);
+  const auto& rt = *chunks_.runtime;  // frozen parameters too: their compute slots (any float dtype reads)
+  models::TensorMap out = Save().params;
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
-    const auto& pl = rt.layout().placements()[i];
-    out[rt.params()[i].name] = master.narrow(0, pl.chunk_id * n + pl.offset_numel, pl.numel).view(rt.param_sizes(i));
+    if (rt.frozen(i)) out[rt.params()[i].name] = rt.View(ChunkKind::kCompute, i);
   }
-  for (const auto& hp : chunks_.adam->host_param_states()) out[hp.name] = hp.param.detach();
   return out;
+}
+
+models::TensorMap ChunkEngine::GatherTrainableParams() const {
+  return comm_ != nullptr ? GatherGroups(/*frozen=*/false) : Save().params;
 }
 
 void ChunkEngine::Load(const EngineState& state) {
@@ -194,18 +232,16 @@ void ChunkEngine::Load(const EngineState& state) {
 
 void ChunkEngine::LoadFrozen(const EngineState& state) {
   const auto& rt = *chunks_.runtime;
-  std::vector<std::pair<std::string, at::Tensor>> frozen;
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
-    if (!rt.frozen(i)) continue;
+    if (!rt.frozen(i) || !rt.owned(rt.layout().placements()[i].chunk_id)) continue;
     const std::string& name = rt.params()[i].name;
-    const at::Tensor slot = rt.View(ChunkKind::kCompute, i);
     // Written when given (the base from model.init_from), rounded to the compute dtype; else kept.
     if (state.params.count(name) != 0) {
+      const at::Tensor slot = rt.View(ChunkKind::kCompute, i);
       slot.copy_(StateTensor(state.params, name, slot.sizes(), "parameter", state.params_file));
     }
-    frozen.emplace_back(name, slot);
   }
-  CheckFrozenFingerprint(state, frozen.empty() ? std::string() : ValuesFingerprint(frozen));
+  CheckFrozenFingerprint(state, FrozenFingerprint());
 }
 
 }  // namespace ps::trainer

@@ -121,6 +121,9 @@ class TrainingEngine {
   // Every parameter's fp32 value by name, whole on every rank (collective with
   // collective_save(); an HF export).
   virtual models::TensorMap GatherParams() const { return Save().params; }
+  // The trainable parameters' fp32 values (LoRA: the adapters, not the frozen base),
+  // whole on every rank; collective with collective_save().
+  virtual models::TensorMap GatherTrainableParams() const { return Save().params; }
   // Throws c10::Error naming the tensor when a name or shape does not match the model.
   virtual void Load(const EngineState& state) = 0;
 

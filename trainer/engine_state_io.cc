@@ -48,7 +48,26 @@ void CheckNoUnknownParams(const EngineState& state, const std::vector<std::strin
   }
 }
 
-std::string ValuesFingerprint(const std::vector<std::pair<std::string, at::Tensor>>& params) {
+int64_t FingerprintSampleLength(int64_t numel) {
+  constexpr int64_t kHalf = kFingerprintSampleMax / 2;
+  if (numel == 0) return 0;
+  const int64_t stride = std::max<int64_t>(1, numel / kHalf);
+  return std::min(numel, kHalf) + std::min(kHalf, (numel + stride - 1) / stride);
+}
+
+at::Tensor FingerprintSample(const at::Tensor& tensor) {
+  constexpr int64_t kHalf = kFingerprintSampleMax / 2;
+  const at::Tensor flat = tensor.detach().reshape({-1});
+  const int64_t n = flat.numel();
+  if (n == 0) return at::empty({0}, at::kShort);
+  const int64_t stride = std::max<int64_t>(1, n / kHalf);
+  const at::Tensor strided = flat.slice(0, 0, n, stride);
+  const at::Tensor picked =
+      at::cat({flat.narrow(0, 0, std::min(n, kHalf)), strided.narrow(0, 0, std::min(kHalf, strided.numel()))});
+  return picked.to(at::kCPU).to(at::kBFloat16).contiguous().view(at::kShort);
+}
+
+std::string FingerprintOfSamples(const std::vector<FingerprintEntry>& entries) {
   uint64_t h = 0xCBF29CE484222325ull;
   const auto mix = [&h](const void* data, size_t bytes) {
     const auto* p = static_cast<const uint8_t*>(data);
@@ -57,23 +76,22 @@ std::string ValuesFingerprint(const std::vector<std::pair<std::string, at::Tenso
       h *= 0x100000001B3ull;
     }
   };
-  constexpr int64_t kSample = 64;
-  for (const auto& [name, tensor] : params) {
-    mix(name.data(), name.size() + 1);
-    for (const int64_t d : tensor.sizes()) mix(&d, sizeof d);
-    const at::Tensor flat = tensor.detach().reshape({-1});
-    const int64_t n = flat.numel();
-    if (n == 0) continue;
-    const int64_t stride = std::max<int64_t>(1, n / kSample);
-    const at::Tensor strided = flat.slice(0, 0, n, stride);
-    const at::Tensor picked = at::cat(
-        {flat.narrow(0, 0, std::min(n, kSample)), strided.narrow(0, 0, std::min(kSample, strided.numel()))});
-    const at::Tensor bits = picked.to(at::kCPU).to(at::kBFloat16).contiguous();
+  for (const auto& e : entries) {
+    mix(e.name.data(), e.name.size() + 1);
+    for (const int64_t d : e.sizes) mix(&d, sizeof d);
+    if (e.sample.numel() == 0) continue;
+    const at::Tensor bits = e.sample.to(at::kShort).contiguous();
     mix(bits.data_ptr(), static_cast<size_t>(bits.numel()) * 2);
   }
   char out[17];
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
   return out;
+}
+
+std::string ValuesFingerprint(const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  std::vector<FingerprintEntry> entries;
+  for (const auto& [name, tensor] : params) entries.push_back({name, tensor.sizes().vec(), FingerprintSample(tensor)});
+  return FingerprintOfSamples(entries);
 }
 
 void CheckFrozenFingerprint(const EngineState& state, const std::string& now) {

@@ -38,6 +38,21 @@ void CheckNoUnknownParams(const EngineState& state, const std::vector<std::strin
 // (any device; a few elements each).
 std::string ValuesFingerprint(const std::vector<std::pair<std::string, at::Tensor>>& params);
 
+// ValuesFingerprint in parts, for a base spread over ranks (ZeRO): each rank samples the
+// tensors it holds, the samples are summed over ranks, every rank hashes them all.
+constexpr int64_t kFingerprintSampleMax = 128;
+// How many values ValuesFingerprint samples of a tensor of `numel` elements (<= 128).
+int64_t FingerprintSampleLength(int64_t numel);
+// Those values of `tensor`, rounded to bf16, as their bits (int16, host, contiguous).
+at::Tensor FingerprintSample(const at::Tensor& tensor);
+struct FingerprintEntry {
+  std::string name;
+  std::vector<int64_t> sizes;
+  at::Tensor sample;  // FingerprintSample's
+};
+// ValuesFingerprint of the tensors the entries describe, in their order.
+std::string FingerprintOfSamples(const std::vector<FingerprintEntry>& entries);
+
 // Throws c10::Error naming both fingerprints when `state` was saved over a frozen base
 // (its extra "frozen_fingerprint") other than the one an engine holds now (`now`, from
 // ValuesFingerprint; empty: nothing frozen). A state without one passes.

@@ -87,9 +87,10 @@ void LoadInitialWeights(TrainingEngine& engine, const Config& config, InitialWei
   const auto start = std::chrono::steady_clock::now();
   EngineState state;
   state.params = std::move(weights.params);
-  const models::TensorMap fresh = weights.missing.empty() && !config.lora.enabled
-                                      ? models::TensorMap()
-                                      : engine.GatherParams();  // collective under ZeRO
+  // Collective under ZeRO (every rank takes the same branch: it depends on the config).
+  const models::TensorMap fresh = !weights.missing.empty() ? engine.GatherParams()
+                                  : config.lora.enabled    ? engine.GatherTrainableParams()
+                                                           : models::TensorMap();
   if (config.lora.enabled) {  // the adapters start from their own init (or lora.init_from, later)
     for (const auto& [name, tensor] : fresh) {
       if (models::IsLoraParameter(name)) state.params[name] = tensor.clone();

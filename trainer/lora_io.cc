@@ -109,12 +109,11 @@ HfExportReport ExportLoraCheckpoint(const std::string& checkpoint, const std::st
       /*generation_config=*/false);
 }
 
-HfExportReport ExportLoraAtEnd(const TrainingEngine& engine, const Config& config) {
-  const EngineState state = engine.Save();  // the adapters
+HfExportReport ExportLoraAtEnd(const models::TensorMap& params, const Config& config) {
   const std::vector<std::string> protected_paths = {CheckpointDir(config)};
   const HfExportReport report = ExportFolder(
       config, HfExportFolder(config), /*replace=*/true, protected_paths,
-      [&](const std::string& tmp) { return WriteAdapterFiles(state.params, config, tmp, config.model.init_from); },
+      [&](const std::string& tmp) { return WriteAdapterFiles(params, config, tmp, config.model.init_from); },
       /*generation_config=*/false);
   spdlog::info("checkpoint.export_hf: wrote the adapter folder {} ({:.2f} MB)", report.folder, report.bytes / 1e6);
   return report;

@@ -53,7 +53,8 @@ struct LoraExportOptions {
 HfExportReport ExportLoraCheckpoint(const std::string& checkpoint, const std::string& out_dir,
                                     const LoraExportOptions& options);
 
-// checkpoint.export_hf of a LoRA run: the adapter folder at <run.output_dir>/hf.
-HfExportReport ExportLoraAtEnd(const TrainingEngine& engine, const Config& config);
+// checkpoint.export_hf of a LoRA run: the adapter folder at <run.output_dir>/hf, of the
+// adapters in `params` (TrainingEngine::GatherTrainableParams; other entries ignored).
+HfExportReport ExportLoraAtEnd(const models::TensorMap& params, const Config& config);
 
 }  // namespace ps::trainer

@@ -62,8 +62,8 @@ MetricsWriter::MetricsWriter(const std::string& path) : out_(path, CheckedFile::
 
 void MetricsWriter::Write(const JsonLine& line) { out_.WriteRecord(line.str() + "\n"); }
 
-double TrainingFlopsPerToken(int64_t n_params, int64_t n_layer, int64_t n_embd, int64_t seq_len) {
-  return 6.0 * static_cast<double>(n_params) +
+double TrainingFlopsPerToken(int64_t n_params, int64_t n_frozen, int64_t n_layer, int64_t n_embd, int64_t seq_len) {
+  return 6.0 * static_cast<double>(n_params) - 2.0 * static_cast<double>(n_frozen) +
          12.0 * static_cast<double>(n_layer) * static_cast<double>(n_embd) * static_cast<double>(seq_len);
 }
 

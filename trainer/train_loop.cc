@@ -139,9 +139,11 @@ at::Device RankDevice(const Config& c, int world, int local_rank) {
 // part in gathering the weights.
 void ExportAtEndOfRun(TrainingEngine& engine, const Config& c, bool writer, StepLogger& logger) {
   if (!c.checkpoint.export_hf) return;
-  if (c.lora.enabled) {  // the adapter folder (every rank holds the adapters whole)
+  if (c.lora.enabled) {  // the adapter folder; under ZeRO the adapters are gathered from every rank
+    if (!writer && !engine.collective_save()) return;
+    const models::TensorMap adapters = engine.GatherTrainableParams();
     if (writer) {
-      const HfExportReport exported = ExportLoraAtEnd(engine, c);
+      const HfExportReport exported = ExportLoraAtEnd(adapters, c);
       logger.Record(JsonLine().Add("hf_export", exported.folder).Add("hf_export_bytes", exported.bytes));
     }
     return;
@@ -184,11 +186,6 @@ void CheckRunSettings(const Config& c, const TrainOptions& options) {
                       "use bf16 or fp32 without chunks");
   }
   CheckAccumulationSchedule(c, options.comm ? options.comm->world_size() : 1);
-  const bool zero = (options.comm != nullptr && options.comm->world_size() > 1) || c.distributed.force_collectives;
-  if (c.lora.enabled && c.chunk.enabled && zero) {
-    throw ConfigError("lora.enabled with chunk.enabled over several ranks: ZeRO is not built for frozen chunks yet "
-                      "(issue #24); train LoRA over ranks with chunk.enabled: false (adapters replicated)");
-  }
   if (c.distributed.force_collectives && options.comm == nullptr) {
     throw ConfigError("distributed.force_collectives: the run has no communicator (ps_train's main builds one)");
   }
@@ -260,7 +257,9 @@ LogFacts FactsOf(const Config& c, const BuiltEngine& built, const RankSetup& ran
   LogFacts f;
   f.max_steps = c.train.max_steps;
   f.tokens_per_step = c.train.global_batch_size * c.data.seq_len;
-  f.flops_per_token = TrainingFlopsPerToken(built.counts.total_numel, c.model.n_layer, c.model.n_embd, c.data.seq_len);
+  const int64_t frozen = c.lora.enabled ? built.counts.total_numel - built.trainable_numel : 0;
+  f.flops_per_token =
+      TrainingFlopsPerToken(built.counts.total_numel, frozen, c.model.n_layer, c.model.n_embd, c.data.seq_len);
   f.accuracy_name = built.accuracy_name;
   f.classifier = c.bert.num_labels > 0;
   f.params = built.counts.total_numel;

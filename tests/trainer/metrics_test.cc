@@ -20,6 +20,15 @@ TEST_CASE("perplexity is exp of the mean loss", "[metrics]") {
   CHECK(JsonLine().Add("eval_perplexity", Perplexity(1000.0)).str() == "{\"eval_perplexity\": null}");
 }
 
+TEST_CASE("training FLOPs per token: 6 per parameter, 4 per frozen one, plus attention", "[metrics]") {
+  // GPT-2 124M at T = 1024: 6 N + 12 L C T.
+  const double full = TrainingFlopsPerToken(124439808, 0, 12, 768, 1024);
+  CHECK(full == 6.0 * 124439808 + 12.0 * 12 * 768 * 1024);
+  // LoRA: a frozen base costs forward (2) and the gradient through it (2), no weight gradient.
+  const double lora = TrainingFlopsPerToken(124439808 + 811008, 124439808, 12, 768, 1024);
+  CHECK(lora == 4.0 * 124439808 + 6.0 * 811008 + 12.0 * 12 * 768 * 1024);
+}
+
 TEST_CASE("durations read as the largest two units, rounded down", "[metrics]") {
   CHECK(FormatDuration(0) == "0s");
   CHECK(FormatDuration(45.9) == "45s");
