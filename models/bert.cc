@@ -208,6 +208,18 @@ void BertImpl::set_host_embedding(bool on, at::Device device, at::ScalarType dty
   embedding_out_dtype_ = dtype;
 }
 
+namespace {
+
+// The factors of a LoRA adapter on `lin` (its children lora_A and lora_B, models/lora.h),
+// when it has one, as "<path>.lora_A.weight" and "<path>.lora_B.weight".
+void AddAdapter(std::vector<BlockParameter>& out, const std::string& path, const torch::nn::Linear& lin, int block) {
+  for (const auto& child : lin->named_children()) {
+    out.push_back({path + "." + child.key() + ".weight", child.value()->named_parameters(false)["weight"], block, {block}});
+  }
+}
+
+}  // namespace
+
 std::vector<BlockParameter> BertImpl::BlockParameters() const {
   std::vector<BlockParameter> out;
   const int head = num_blocks() - 1;
@@ -225,6 +237,7 @@ std::vector<BlockParameter> BertImpl::BlockParameters() const {
     auto add = [&](const std::string& name, const torch::nn::Linear& lin) {
       out.push_back({p + name + ".weight", lin->weight, block, {block}});
       out.push_back({p + name + ".bias", lin->bias, block, {block}});
+      AddAdapter(out, p + name, lin, block);
     };
     auto add_norm = [&](const std::string& name, const torch::nn::LayerNorm& ln) {
       out.push_back({p + name + ".weight", ln->weight, block, {block}});
@@ -243,10 +256,12 @@ std::vector<BlockParameter> BertImpl::BlockParameters() const {
   if (config_.has_pooler()) {
     add_head("pooler.dense.weight", pooler->weight);
     add_head("pooler.dense.bias", pooler->bias);
+    AddAdapter(out, "pooler.dense", pooler, head);
   }
   if (config_.mlm_head) {
     add_head("cls.predictions.transform.dense.weight", mlm_transform->weight);
     add_head("cls.predictions.transform.dense.bias", mlm_transform->bias);
+    AddAdapter(out, "cls.predictions.transform.dense", mlm_transform, head);
     add_head("cls.predictions.transform.LayerNorm.weight", mlm_norm->weight);
     add_head("cls.predictions.transform.LayerNorm.bias", mlm_norm->bias);
     add_head("cls.predictions.bias", mlm_bias);

@@ -24,10 +24,13 @@ struct LoraConfig {
   std::string init_from;
 };
 
-// The module names a family's blocks hold as Linear layers (what lora.target_modules may
-// name; AttachLora finds the same in the built model: tests/models/lora_test.cc).
-inline std::vector<std::string> LoraModuleNames(bool gpt2) {
-  if (gpt2) return {"c_attn", "c_fc", "c_proj"};
+// The module names of the Linear layers a family offers for adapters (what
+// lora.target_modules may name; AttachLora finds the same in the built model:
+// tests/models/lora_test.cc): its blocks' ("gpt2", "bert"; else the Llama family's), and
+// for BERT also the pooler's and the MLM head's "dense", as PEFT matches them.
+inline std::vector<std::string> LoraModuleNames(const std::string& family) {
+  if (family == "gpt2") return {"c_attn", "c_fc", "c_proj"};
+  if (family == "bert") return {"dense", "key", "query", "value"};
   return {"down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"};
 }
 

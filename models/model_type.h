@@ -13,6 +13,11 @@ namespace ps::models {
 
 enum class ModelType { kGpt, kBert, kLlama };
 
+// The family whose module names lora.target_modules uses (models/lora_config.h).
+inline const char* LoraFamilyOf(ModelType t) {
+  return t == ModelType::kGpt ? "gpt2" : t == ModelType::kBert ? "bert" : "llama";
+}
+
 struct BertKeys {
   int64_t intermediate_size = 0;  // MLP width; 0 = 4 x n_embd
   int64_t type_vocab_size = 2;    // segment ids

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -19,9 +21,36 @@ std::string TargetOf(const std::string& name) {
   return dot == std::string::npos ? module : module.substr(dot + 1);
 }
 
+// The module of a whole tensor: "classifier.weight" -> "classifier".
+std::string ModuleOfTensor(const std::string& name) { return name.substr(0, name.rfind('.')); }
+
+// Whether `name` is a tensor of a module listed in `modules` (PEFT matches the module
+// name's last part, or the whole path).
+bool InModules(const std::string& name, const std::vector<std::string>& modules) {
+  const std::string module = ModuleOfTensor(name);
+  const std::string leaf = module.substr(module.rfind('.') + 1);
+  return std::find(modules.begin(), modules.end(), leaf) != modules.end() ||
+         std::find(modules.begin(), modules.end(), module) != modules.end();
+}
+
 }  // namespace
 
-PeftAdapter ReadPeftAdapter(const std::string& folder, const std::string& hf_prefix) {
+std::string HfModulePaths::ToHf(const std::string& name) const {
+  for (const std::string& top : top_level) {
+    if (name.rfind(top, 0) == 0) return name;
+  }
+  return prefix + name;
+}
+
+std::optional<std::string> HfModulePaths::FromHf(const std::string& path) const {
+  for (const std::string& top : top_level) {
+    if (path.rfind(top, 0) == 0) return path;
+  }
+  if (path.rfind(prefix, 0) != 0) return std::nullopt;
+  return path.substr(prefix.size());
+}
+
+PeftAdapter ReadPeftAdapter(const std::string& folder, const HfModulePaths& paths) {
   namespace fs = std::filesystem;
   const std::string config_path = (fs::path(folder) / kPeftConfigFile).string();
   const std::string weights_path = (fs::path(folder) / kPeftWeightsFile).string();
@@ -47,42 +76,50 @@ PeftAdapter ReadPeftAdapter(const std::string& folder, const std::string& hf_pre
   TORCH_CHECK(j.value("bias", std::string("none")) == "none", config_path, ": bias is '",
               j.value("bias", std::string()), "' (adapters without biases are computed here)");
 
-  const std::string prefix = kKeyPrefix + hf_prefix;
+  out.task.task_type = j.contains("task_type") && j.at("task_type").is_string() ? j.at("task_type").get<std::string>()
+                                                                                   : std::string();
+  if (j.contains("modules_to_save") && j.at("modules_to_save").is_array()) {
+    out.task.modules_to_save = j.at("modules_to_save").get<std::vector<std::string>>();
+  }
   std::set<std::string> targets;
   for (auto& [key, tensor] : MapSafetensors(weights_path)) {
-    TORCH_CHECK(key.rfind(prefix, 0) == 0 && IsLoraParameter(key),
-                weights_path, ": tensor '", key, "' is not a LoRA factor of this model (expected '", prefix,
-                "<module>.lora_A.weight' or '.lora_B.weight')");
-    const std::string name = key.substr(prefix.size());
+    const std::optional<std::string> name =
+        key.rfind(kKeyPrefix, 0) == 0 ? paths.FromHf(key.substr(std::strlen(kKeyPrefix))) : std::nullopt;
+    const bool factor = name && IsLoraParameter(*name);
+    TORCH_CHECK(factor || (name && InModules(*name, out.task.modules_to_save)), weights_path, ": tensor '", key,
+                "' is not a LoRA factor of this model (expected '", kKeyPrefix, paths.prefix,
+                "<module>.lora_A.weight' or '.lora_B.weight') nor a tensor of its modules_to_save");
+    out.weights[*name] = tensor;
+    if (!factor) continue;
     TORCH_CHECK(tensor.dim() == 2, weights_path, ": tensor '", key, "' has ", tensor.dim(), " dimensions, not 2");
-    const int64_t rank_dim = EndsWith(name, ".lora_A.weight") ? 0 : 1;
+    const int64_t rank_dim = EndsWith(*name, ".lora_A.weight") ? 0 : 1;
     TORCH_CHECK(tensor.size(rank_dim) == out.lora.r, weights_path, ": tensor '", key, "' has shape ", tensor.sizes(),
                 ", not rank r = ", out.lora.r, " of ", config_path);
-    targets.insert(TargetOf(name));
-    out.weights[name] = tensor;
+    targets.insert(TargetOf(*name));
   }
-  TORCH_CHECK(!out.weights.empty(), weights_path, ": holds no LoRA factor");
+  TORCH_CHECK(!targets.empty(), weights_path, ": holds no LoRA factor");
   out.lora.target_modules.assign(targets.begin(), targets.end());
   return out;
 }
 
 void WritePeftAdapter(const std::string& folder, const TensorMap& weights, const LoraConfig& lora,
-                      const std::string& base_model_name_or_path, const std::string& hf_prefix,
-                      bool fan_in_fan_out) {
+                      const std::string& base_model_name_or_path, const HfModulePaths& paths, bool fan_in_fan_out,
+                      const PeftTask& task) {
   namespace fs = std::filesystem;
   fs::create_directories(folder);
   TensorMap keyed;
   std::set<std::string> targets;
   for (const auto& [name, tensor] : weights) {
-    TORCH_CHECK(IsLoraParameter(name), "WritePeftAdapter: '", name,
-                "' is not a LoRA factor");
-    keyed[kKeyPrefix + hf_prefix + name] = tensor;
-    targets.insert(TargetOf(name));
+    const bool factor = IsLoraParameter(name);
+    TORCH_CHECK(factor || InModules(name, task.modules_to_save), "WritePeftAdapter: '", name,
+                "' is not a LoRA factor nor a tensor of modules_to_save");
+    keyed[kKeyPrefix + paths.ToHf(name)] = tensor;
+    if (factor) targets.insert(TargetOf(name));
   }
   SaveSafetensors((fs::path(folder) / kPeftWeightsFile).string(), keyed, at::kFloat);
   nlohmann::json j = {
       {"peft_type", "LORA"},
-      {"task_type", "CAUSAL_LM"},
+      {"task_type", task.task_type.empty() ? nlohmann::json(nullptr) : nlohmann::json(task.task_type)},
       {"r", lora.r},
       {"lora_alpha", lora.alpha},
       {"lora_dropout", lora.dropout},
@@ -94,7 +131,7 @@ void WritePeftAdapter(const std::string& folder, const TensorMap& weights, const
       {"inference_mode", true},
       {"init_lora_weights", true},
       {"use_dora", false},
-      {"modules_to_save", nullptr},
+      {"modules_to_save", task.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(task.modules_to_save)},
       {"layers_to_transform", nullptr},
       {"rank_pattern", nlohmann::json::object()},
       {"alpha_pattern", nlohmann::json::object()},

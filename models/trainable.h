@@ -57,10 +57,11 @@ class TrainableModel {
   // contiguous, host; the parameter's shape): InitGptParameter / InitBertParameter. Any
   // thread; each call is independent of the others (models/param_init.h).
   virtual void InitParameter(const std::string& name, at::Tensor values, uint64_t seed) const = 0;
-  // Attaches LoRA adapters (models/lora.h) to the Linear layers of the blocks that
-  // config.target_modules names and freezes every other parameter (requires_grad
-  // false); returns the adapted modules' paths. Before an engine takes the model.
-  // Throws c10::Error for a model without adapters (BERT) or a target naming no module.
+  // Attaches LoRA adapters (models/lora.h) to the Linear layers that config.target_modules
+  // names (models/lora_config.h, LoraModuleNames) and freezes every other parameter
+  // (requires_grad false), but for a BERT classifier's head, which trains whole; returns
+  // the adapted modules' paths. Before an engine takes the model. Throws c10::Error for
+  // a model without adapters or a target naming no module.
   virtual std::vector<std::string> AttachLora(const LoraConfig& config);
   // The name of the accuracy in metrics ("mlm_accuracy", "accuracy"); empty: none.
   virtual std::string accuracy_name() const { return ""; }

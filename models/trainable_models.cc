@@ -92,6 +92,32 @@ class TrainableBert final : public ModelOf<Bert> {
     TORCH_CHECK(!classifier_ || model_->config().num_labels > 0, "a BERT classifier needs model.num_labels > 0");
     TORCH_CHECK(classifier_ || model_->config().mlm_head, "a BERT masked LM needs the MLM head");
   }
+  std::vector<std::string> AttachLora(const LoraConfig& config) override {
+    // Under HF's module paths, which are the parameter names: the encoder's Linear layers,
+    // the pooler's and the MLM transform's (PEFT's "dense" matches those too).
+    auto& m = *model_;
+    std::vector<NamedLinear> linears;
+    for (size_t i = 0; i < m.layers->size(); ++i) {
+      auto* l = m.layers[i]->as<BertLayerImpl>();
+      const std::string p = "encoder.layer." + std::to_string(i) + ".";
+      linears.push_back({p + "attention.self.query", l->query});
+      linears.push_back({p + "attention.self.key", l->key});
+      linears.push_back({p + "attention.self.value", l->value});
+      linears.push_back({p + "attention.output.dense", l->attn_out});
+      linears.push_back({p + "intermediate.dense", l->intermediate});
+      linears.push_back({p + "output.dense", l->output});
+    }
+    if (!m.pooler.is_empty()) linears.push_back({"pooler.dense", m.pooler});
+    if (!m.mlm_transform.is_empty()) linears.push_back({"cls.predictions.transform.dense", m.mlm_transform});
+    std::vector<std::string> adapted = models::AttachLora(linears, config, DefaultLoraTargets("bert"));
+    // The rest is frozen, but for a classifier's head, which trains whole (PEFT's
+    // modules_to_save of its SEQ_CLS task).
+    for (const auto& p : BlockParameters()) {
+      const bool head = classifier_ && p.name.rfind("classifier.", 0) == 0;
+      if (!IsLoraParameter(p.name) && !head) at::Tensor(p.tensor).requires_grad_(false);
+    }
+    return adapted;
+  }
   LossOutput Loss(const Batch& batch, LayerHooks* hooks) override {
     TORCH_CHECK(!batch.position_ids.defined() && !batch.segment_ids.defined(),
                 "BERT takes no packed rows (position_ids / segment_ids): data.packing is for GPT and Llama");

@@ -4,9 +4,11 @@ peft; not part of CI or of ps_train at run time).
 
   source tools/python_peer_env.sh && pip install --no-deps peft accelerate
   python3 tools/check_peft_export.py --base <HF base folder> --adapter <ps_export folder> \\
-      [--merged <ps_export --merge folder>]
+      [--merged <ps_export --merge folder>] [--task causal|seq_cls|mlm]
 
-Loads the base with AutoModelForCausalLM.from_pretrained (fp32), the adapter over it with
+Loads the base with AutoModelForCausalLM.from_pretrained (fp32; --task seq_cls:
+AutoModelForSequenceClassification, a BERT classifier whose head the adapter folder
+holds whole; mlm: AutoModelForMaskedLM), the adapter over it with
 PeftModel.from_pretrained, and compares on random tokens:
   - the adapter's logits against the base's (they must differ: the adapter was trained);
   - with --merged, the merged folder's logits (transformers) against PEFT's, and every
@@ -18,7 +20,9 @@ import sys
 
 import torch
 from peft import PeftModel
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+AUTO = {"causal": AutoModelForCausalLM, "seq_cls": AutoModelForSequenceClassification, "mlm": AutoModelForMaskedLM}
 
 
 def main():
@@ -27,11 +31,13 @@ def main():
     ap.add_argument("--adapter", required=True)
     ap.add_argument("--merged")
     ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--task", choices=sorted(AUTO), default="causal")
     args = ap.parse_args()
+    auto = AUTO[args.task]
 
-    base = AutoModelForCausalLM.from_pretrained(args.base, dtype=torch.float32).eval()
+    base = auto.from_pretrained(args.base, dtype=torch.float32).eval()
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, base.config.vocab_size, (2, 16), generator=gen)
+    ids = torch.randint(1, base.config.vocab_size, (2, 16), generator=gen)
     with torch.no_grad():
         base_logits = base(ids).logits.clone()
         peft = PeftModel.from_pretrained(base, args.adapter).eval()
@@ -40,7 +46,7 @@ def main():
     print(f"adapter vs base: max |logit diff| {moved:.3e}")
     ok = moved > 0
     if args.merged:
-        merged = AutoModelForCausalLM.from_pretrained(args.merged, dtype=torch.float32).eval()
+        merged = auto.from_pretrained(args.merged, dtype=torch.float32).eval()
         with torch.no_grad():
             diff = (merged(ids).logits - peft_logits).abs().max().item()
         print(f"merged export vs PEFT: max |logit diff| {diff:.3e} (atol {args.atol})")

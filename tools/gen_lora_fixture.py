@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/models/testdata/lora/{llama,gpt2}/: PEFT LoRA references for the parity test
+"""Writes tests/models/testdata/lora/{llama,gpt2,bert}/: PEFT LoRA references for the parity test
 of ps_train's adapters (tests/trainer/lora_train_test.cc).
 
 For each base (the tiny HF folders tests/models/testdata/llama_family/llama, bf16 weights
@@ -14,11 +14,11 @@ with fan_in_fan_out), PEFT's get_peft_model with the settings below, then:
                              labels=input_ids), and "final.<PEFT key>": the adapter after
                              STEPS steps of torch AdamW with clip_grad_norm_
 
-Developer-run when the fixtures must change; needs torch, transformers and peft, no
+bert/ is a classifier's: see make_bert. Developer-run when the fixtures must change; needs torch, transformers and peft, no
 downloads:
 
   source tools/python_peer_env.sh && pip install --no-deps peft accelerate
-  python3 tools/gen_lora_fixture.py
+  python3 tools/gen_lora_fixture.py [llama|gpt2|bert ...]
 """
 import os
 import sys
@@ -77,10 +77,61 @@ def make(name):
     print(f"{name}: losses {losses[0]:.4f} -> {losses[-1]:.4f}, {len(tensors) - 2} adapter tensors")
 
 
+BERT_BASE = "tests/models/testdata/bert_tiny_hf"
+BERT_LABELS = 3
+
+
+def make_bert():
+    """BertForSequenceClassification on the tiny MLM folder (its pooler and classifier drawn
+    by HF from seed 0, dropout off), PEFT's SEQ_CLS task: adapters on query, key, value and
+    every dense (the pooler's too), the classifier trained whole (modules_to_save).
+    Writes bert/base/ (the base with its new head: the run's model.init_from), bert/init/
+    and reference.safetensors with input_ids [STEPS, B, T], labels [STEPS, B], losses and
+    "final.<PEFT key>" for the factors and the classifier."""
+    from transformers import BertForSequenceClassification
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(
+        BERT_BASE, num_labels=BERT_LABELS, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        classifier_dropout=0.0, dtype=torch.float32)
+    out = os.path.join(OUT, "bert")
+    model.save_pretrained(os.path.join(out, "base"))
+    os.chmod(os.path.join(out, "base", "model.safetensors"), 0o644)
+    model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, lora_dropout=0.0,
+                                             target_modules=["query", "key", "value", "dense"]))
+    init = os.path.join(out, "init")
+    model.save_pretrained(init)
+    os.remove(os.path.join(init, "README.md"))
+    os.chmod(os.path.join(init, "adapter_model.safetensors"), 0o644)
+    gen = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(1, model.config.vocab_size, (STEPS, B, T), generator=gen)
+    labels = torch.randint(0, BERT_LABELS, (STEPS, B), generator=gen)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
+    model.train()
+    losses = []
+    for step in range(STEPS):
+        opt.zero_grad()
+        loss = model(input_ids=input_ids[step], labels=labels[step]).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, CLIP)
+        opt.step()
+        losses.append(loss.item())
+    tensors = {"input_ids": input_ids, "labels": labels, "losses": torch.tensor(losses, dtype=torch.float32)}
+    for key, value in model.state_dict().items():
+        if ".lora_" in key:
+            tensors["final." + key.replace(".default", "")] = value.detach().contiguous()
+        elif ".modules_to_save.default." in key:
+            tensors["final." + key.replace(".modules_to_save.default", "")] = value.detach().contiguous()
+    save_file(tensors, os.path.join(out, "reference.safetensors"))
+    os.chmod(os.path.join(out, "reference.safetensors"), 0o644)
+    print(f"bert: losses {losses[0]:.4f} -> {losses[-1]:.4f}, {len(tensors) - 3} final tensors")
+
+
 def main():
     os.chdir(ROOT)
-    for name in CASES:
-        make(name)
+    names = sys.argv[1:] or list(CASES) + ["bert"]  # e.g. `gen_lora_fixture.py bert`: that one only
+    for name in names:
+        make_bert() if name == "bert" else make(name)
     return 0
 
 

@@ -471,8 +471,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
           "(the run has diverged); 0 = never"),
       // lora
       Bool("lora.enabled", PS_ACCESS(lora.enabled),
-           "train low-rank adapters on a frozen base (PEFT's LoRA; GPT-2 and model.type llama): only the adapters "
-           "get gradients, optimizer state and checkpoints"),
+           "train low-rank adapters on a frozen base (PEFT's LoRA; GPT-2, llama, BERT): only the adapters (and a "
+           "BERT classifier's head) get gradients, optimizer state and checkpoints"),
       Int("lora.r", PS_ACCESS(lora.r), "the adapters' rank", IntRange(1, kMaxEmbd)),
       Float("lora.alpha", PS_ACCESS(lora.alpha), "the adapters' scale is alpha / r (alpha / sqrt(r) with use_rslora)",
             FloatRange(0.0, kInf, true)),
@@ -480,7 +480,8 @@ std::vector<FieldSpec> BuildConfigSchema() {
             FloatRange(0.0, 1.0, false, true)),
       TextList("lora.target_modules", PS_ACCESS(lora.target_modules),
                "module names that get adapters, as HF names them (llama: q_proj k_proj v_proj o_proj gate_proj "
-               "up_proj down_proj; GPT-2: c_attn c_proj c_fc); [] = PEFT's default (q_proj, v_proj; GPT-2: c_attn)"),
+               "up_proj down_proj; GPT-2: c_attn c_proj c_fc; BERT: query key value dense); [] = PEFT's default "
+               "(q_proj, v_proj; GPT-2: c_attn; BERT: query, value)"),
       Bool("lora.use_rslora", PS_ACCESS(lora.use_rslora), "rank-stabilised scale alpha / sqrt(r) (rsLoRA)"),
       Text("lora.init_from", PS_ACCESS(lora.init_from),
            "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start the adapters from; "

@@ -125,11 +125,8 @@ class Validator {
       }
       return;
     }
-    if (c.model_type == models::ModelType::kBert) {
-      throw ConfigError(At("lora.enabled") + ": lora.enabled: BERT takes no adapters yet (GPT-2 and model.type llama do)");
-    }
     // Checked here as well as when the adapters are attached: before the run folder is touched.
-    const std::vector<std::string> names = models::LoraModuleNames(c.model_type == models::ModelType::kGpt);
+    const std::vector<std::string> names = models::LoraModuleNames(models::LoraFamilyOf(c.model_type));
     for (const std::string& t : c.lora.target_modules) {
       if (std::find(names.begin(), names.end(), t) != names.end()) continue;
       std::string known;

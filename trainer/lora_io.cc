@@ -15,15 +15,29 @@
 
 namespace ps::trainer {
 
-std::string HfModulePrefix(const Config& config) {
-  return config.model_type == models::ModelType::kGpt ? "transformer." : "model.";
+models::HfModulePaths HfModulePathsOf(const Config& config) {
+  switch (config.model_type) {
+    case models::ModelType::kGpt:
+      return models::HfModulePaths("transformer.");
+    case models::ModelType::kBert:
+      return models::HfModulePaths("bert.", {"cls.", "classifier."});
+    case models::ModelType::kLlama:
+      break;
+  }
+  return models::HfModulePaths("model.");
+}
+
+models::PeftTask PeftTaskOf(const Config& config) {
+  if (config.model_type != models::ModelType::kBert) return {};
+  if (config.bert.num_labels > 0) return {"SEQ_CLS", {"classifier", "score"}};
+  return {"", {}};
 }
 
 void LoadInitialAdapters(TrainingEngine& engine, const Config& config) {
   const std::string& folder = config.lora.init_from;
   models::PeftAdapter adapter;
   try {
-    adapter = models::ReadPeftAdapter(folder, HfModulePrefix(config));
+    adapter = models::ReadPeftAdapter(folder, HfModulePathsOf(config));
   } catch (const c10::Error& e) {
     throw ConfigError("lora.init_from: " + std::string(e.what_without_backtrace()));
   }
@@ -52,12 +66,14 @@ void LoadInitialAdapters(TrainingEngine& engine, const Config& config) {
 std::vector<std::string> WriteAdapterFiles(const models::TensorMap& params, const Config& config,
                                            const std::string& folder, const std::string& base_model) {
   models::TensorMap adapters;
+  bool factors = false;
   for (const auto& [name, tensor] : params) {
-    if (models::IsLoraParameter(name)) adapters[name] = tensor;
+    factors |= models::IsLoraParameter(name);
+    if (models::IsLoraParameter(name) || TrainsWholeWithLora(config, name)) adapters[name] = tensor;
   }
-  TORCH_CHECK(!adapters.empty(), "no adapter factors to write (a run without lora.enabled?)");
-  models::WritePeftAdapter(folder, adapters, config.lora, base_model, HfModulePrefix(config),
-                           /*fan_in_fan_out=*/config.model_type == models::ModelType::kGpt);
+  TORCH_CHECK(factors, "no adapter factors to write (a run without lora.enabled?)");
+  models::WritePeftAdapter(folder, adapters, config.lora, base_model, HfModulePathsOf(config),
+                           /*fan_in_fan_out=*/config.model_type == models::ModelType::kGpt, PeftTaskOf(config));
   return {models::kPeftConfigFile, models::kPeftWeightsFile};
 }
 
@@ -84,6 +100,9 @@ models::TensorMap MergedParams(const models::TensorMap& adapters, const Config& 
                                at::ScalarType merged_dtype) {
   models::TensorMap out = BaseParams(config);
   models::MergeLoraInto(out, adapters, models::LoraScale(config.lora), merged_dtype);
+  for (const auto& [name, tensor] : adapters) {  // a head trained whole replaces the base's
+    if (TrainsWholeWithLora(config, name)) out[name] = tensor.to(merged_dtype);
+  }
   return out;
 }
 

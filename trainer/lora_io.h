@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/peft_adapter.h"
 #include "models/safetensors.h"
 #include "trainer/config.h"
 #include "trainer/engine.h"
@@ -15,9 +16,15 @@
 
 namespace ps::trainer {
 
-// What the HF model of `config` puts before the block names in its module paths, and so
-// in PEFT's keys: "model." (Llama family), "transformer." (GPT-2).
-std::string HfModulePrefix(const Config& config);
+// Where the HF model of `config` puts this project's names in its module paths, and so in
+// PEFT's keys: after "model." (Llama family), "transformer." (GPT-2), "bert." (BERT, its
+// heads "cls." and "classifier." at the top).
+models::HfModulePaths HfModulePathsOf(const Config& config);
+
+// PEFT's task of the run: CAUSAL_LM (GPT-2, Llama family), SEQ_CLS with the classifier
+// in modules_to_save (a BERT classifier: the head trains whole, as PEFT trains it), none
+// for BERT's masked LM.
+models::PeftTask PeftTaskOf(const Config& config);
 
 // lora.init_from: writes the adapter folder's factors into `engine` (the base kept; Adam
 // state empty). Throws ConfigError naming lora.init_from and the file when the folder's
@@ -25,7 +32,8 @@ std::string HfModulePrefix(const Config& config);
 // exactly this run's adapters.
 void LoadInitialAdapters(TrainingEngine& engine, const Config& config);
 
-// The adapter factors of `params` (ps names: IsLoraParameter), written into `folder` as
+// The adapter factors of `params` (ps names: IsLoraParameter) and the tensors that train
+// whole beside them (TrainsWholeWithLora), written into `folder` as
 // PEFT's two files for base model `base_model` (its HF name or path); returns their names.
 std::vector<std::string> WriteAdapterFiles(const models::TensorMap& params, const Config& config,
                                            const std::string& folder, const std::string& base_model);

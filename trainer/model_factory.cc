@@ -50,10 +50,18 @@ std::vector<models::ParameterShape> BaseShapesOf(const Config& c) {
 // "layers.3.self_attn.q_proj.weight" -> "layers.3.self_attn.q_proj".
 std::string ModuleOf(const std::string& name) { return name.substr(0, name.rfind('.')); }
 
-// In and out features of a block's Linear `module` (its path), as the models build them.
+// In and out features of an adaptable Linear `module` (its path), as the models build them.
 std::pair<int64_t, int64_t> LinearFeatures(const Config& c, const std::string& module) {
   const std::string leaf = module.substr(module.rfind('.') + 1);
   const int64_t C = c.model.n_embd;
+  if (c.model_type == models::ModelType::kBert) {
+    const int64_t m = BertConfigOf(c).mlp_width();
+    if (module.find(".intermediate.dense") != std::string::npos) return {C, m};
+    if (module.find(".output.dense") != std::string::npos && module.find(".attention.") == std::string::npos) {
+      return {m, C};
+    }
+    return {C, C};  // query, key, value, attention.output.dense, pooler.dense, the MLM transform
+  }
   if (c.model_type == models::ModelType::kGpt) {
     if (leaf == "c_attn") return {C, 3 * C};
     if (leaf == "c_fc") return {C, 4 * C};
@@ -68,17 +76,25 @@ std::pair<int64_t, int64_t> LinearFeatures(const Config& c, const std::string& m
   return {C, m};  // gate_proj, up_proj
 }
 
-// Whether `module` gets an adapter: a block's Linear that lora.target_modules names.
+// Whether `module` gets an adapter: an adaptable Linear (a block's; BERT's pooler and MLM
+// transform) that lora.target_modules names.
 bool Adapted(const Config& c, const std::string& module) {
-  const bool gpt = c.model_type == models::ModelType::kGpt;
-  if (module.rfind(gpt ? "h." : "layers.", 0) != 0) return false;
+  const std::string family = models::LoraFamilyOf(c.model_type);
+  const bool bert_head = module == "pooler.dense" || module == "cls.predictions.transform.dense";
+  const std::string blocks = family == "gpt2" ? "h." : family == "bert" ? "encoder.layer." : "layers.";
+  if (module.rfind(blocks, 0) != 0 && !(family == "bert" && bert_head)) return false;
   const std::string leaf = module.substr(module.rfind('.') + 1);
   const std::vector<std::string> targets =
-      c.lora.target_modules.empty() ? models::DefaultLoraTargets(gpt ? "gpt2" : "llama") : c.lora.target_modules;
+      c.lora.target_modules.empty() ? models::DefaultLoraTargets(family) : c.lora.target_modules;
   return std::find(targets.begin(), targets.end(), leaf) != targets.end();
 }
 
 }  // namespace
+
+bool TrainsWholeWithLora(const Config& c, const std::string& name) {
+  return c.lora.enabled && c.model_type == models::ModelType::kBert && c.bert.num_labels > 0 &&
+         name.rfind("classifier.", 0) == 0;
+}
 
 std::vector<models::ParameterShape> ParameterShapesOf(const Config& c) {
   std::vector<models::ParameterShape> base = BaseShapesOf(c);
@@ -88,7 +104,7 @@ std::vector<models::ParameterShape> ParameterShapesOf(const Config& c) {
   std::vector<models::ParameterShape> out;
   for (size_t i = 0; i < base.size(); ++i) {
     out.push_back(base[i]);
-    out.back().frozen = true;
+    out.back().frozen = !TrainsWholeWithLora(c, base[i].name);
     const std::string module = ModuleOf(base[i].name);
     const bool last_of_module = i + 1 == base.size() || ModuleOf(base[i + 1].name) != module;
     if (!last_of_module || !Adapted(c, module)) continue;

@@ -26,6 +26,10 @@ std::unique_ptr<models::TrainableModel> MakeModel(const Config& config);
 // The model's parameters without building it, in BlockParameters() order.
 std::vector<models::ParameterShape> ParameterShapesOf(const Config& config);
 
+// Whether parameter `name` trains whole beside the adapters in a LoRA run: a BERT
+// classifier's head, as PEFT's SEQ_CLS task keeps it in modules_to_save.
+bool TrainsWholeWithLora(const Config& config, const std::string& name);
+
 // chunk.cpu_embedding: whether parameter `name` lives on the host in fp32, outside the
 // chunks. GPT: wpe, and wte when not tied to the LM head; Llama: embed_tokens when not
 // tied to the LM head (it has no position table); BERT: the position and token-type

@@ -120,14 +120,46 @@ TEST_CASE("lora: a target naming no module is an error listing the model's Linea
   CHECK_THROWS_WITH(gpt->AttachLora(Lora({"q_proj"})),
                     Catch::Contains("its Linear modules are: c_attn, c_fc, c_proj"));
   // The names the config checks before any model is built are these (LoraModuleNames).
-  CHECK(LoraModuleNames(true) == std::vector<std::string>{"c_attn", "c_fc", "c_proj"});
-  CHECK(LoraModuleNames(false) ==
+  CHECK(LoraModuleNames("gpt2") == std::vector<std::string>{"c_attn", "c_fc", "c_proj"});
+  CHECK(LoraModuleNames("llama") ==
         std::vector<std::string>{"down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"});
   auto again = MakeTrainableGpt(Gpt(TinyGpt(), kUninitialised));
   again->AttachLora(Lora({"c_fc"}));
   CHECK_THROWS_WITH(again->AttachLora(Lora({"c_fc"})), Catch::Contains("has an adapter already"));
-  auto bert = MakeTrainableBertMlm(Bert(BertConfig{}, kUninitialised));
-  CHECK_THROWS_WITH(bert->AttachLora(Lora({})), Catch::Contains("takes no adapters"));
+  CHECK(LoraModuleNames("bert") == std::vector<std::string>{"dense", "key", "query", "value"});
+}
+
+TEST_CASE("lora on BERT: HF's module paths, PEFT's defaults and 'dense' as PEFT matches it; a classifier's head trains") {
+  BertConfig c;
+  c.n_layer = 1;
+  c.n_embd = 16;
+  c.n_head = 2;
+  c.vocab_size = 32;
+  auto mlm = MakeTrainableBertMlm(Bert(c, kUninitialised));
+  CHECK(mlm->AttachLora(Lora({})) ==
+        std::vector<std::string>{"encoder.layer.0.attention.self.query", "encoder.layer.0.attention.self.value"});
+  auto dense = MakeTrainableBertMlm(Bert(c, kUninitialised));
+  CHECK(dense->AttachLora(Lora({"dense"})) ==
+        std::vector<std::string>{"encoder.layer.0.attention.output.dense", "encoder.layer.0.intermediate.dense",
+                                 "encoder.layer.0.output.dense", "cls.predictions.transform.dense"});
+  std::vector<std::string> trainable;
+  for (const auto& p : dense->BlockParameters()) {
+    if (p.tensor.requires_grad()) trainable.push_back(p.name);
+  }
+  CHECK(trainable.size() == 8);
+  CHECK(trainable[6] == "cls.predictions.transform.dense.lora_A.weight");
+  CHECK_THROWS_WITH(MakeTrainableBertMlm(Bert(c, kUninitialised))->AttachLora(Lora({"q_proj"})),
+                    Catch::Contains("its Linear modules are: dense, key, query, value"));
+
+  c.num_labels = 3;
+  auto cls = MakeTrainableBertClassifier(Bert(c, kUninitialised));
+  cls->AttachLora(Lora({"query", "dense"}));
+  std::vector<std::string> whole;
+  for (const auto& p : cls->BlockParameters()) {
+    if (p.tensor.requires_grad() && !IsLoraParameter(p.name)) whole.push_back(p.name);
+    if (p.name.rfind("pooler.dense.lora_", 0) == 0) CHECK(p.tensor.requires_grad());
+  }
+  CHECK(whole == std::vector<std::string>{"classifier.weight", "classifier.bias"});
 }
 
 TEST_CASE("lora init is PEFT's: A Kaiming-uniform within 1/sqrt(in), B zero, decided by seed and name") {

@@ -1,13 +1,14 @@
 // LoRA through the trainer (issue #24 §3): 20 steps of a plain LoRA run from PEFT's
 // initial adapters equal PEFT + torch AdamW (losses and final adapters; fixtures:
-// tools/gen_lora_fixture.py) for a Llama (bf16 base, all seven projections) and GPT-2
-// (Conv1D base, rsLoRA); checkpoints hold only the adapters, their Adam state and the
+// tools/gen_lora_fixture.py) for a Llama (bf16 base, all seven projections), GPT-2
+// (Conv1D base, rsLoRA) and a BERT classifier (every dense, the head trained whole); checkpoints hold only the adapters, their Adam state and the
 // base's fingerprint; a killed LoRA run resumes bitwise; a resume over another base is an
 // error naming both fingerprints; ps_export's adapter folder holds the checkpoint's
 // adapters and its merged model computes what the adapted one does; config and
 // lora.init_from errors name the key.
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
@@ -38,6 +39,22 @@ const std::string kLora = "tests/models/testdata/lora/";
 
 // The fixture's settings (tools/gen_lora_fixture.py): fp32, constant lr, AdamW, clip 1.
 Config ParityConfig(const std::string& family) {
+  if (family == "bert") {  // a classifier: its head trains whole beside the adapters
+    const std::string train = TempDir() + "/lora_parity_bert.jsonl";
+    std::ofstream(train) << "{\"text\": \"a b c\", \"label\": 1}\n";  // the config's; batches come from the fixture
+    return LoadConfigText(
+        "model: {type: bert, num_labels: 3, dropout: 0.0}\n"
+        "lora: {enabled: true, r: 4, alpha: 8, target_modules: [query, key, value, dense]}\n"
+        "run: {device: cpu, threads: 1}\n"
+        "data: {format: classification, seq_len: 16}\n"
+        "precision: {dtype: fp32}\n"
+        "optimizer: {lr: 1.0e-2, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.01}\n"
+        "train: {grad_clip: 1.0}\n",
+        "lora_parity.yaml",
+        {"model.init_from=" + kLora + "bert/base", "lora.init_from=" + kLora + "bert/init", "data.train_path=" + train,
+         "data.tokenizer=tests/models/testdata/bert_tiny_hf", "run.output_dir=" + TempDir() + "/lora_parity_bert"},
+        ProcessEnv());
+  }
   const bool llama = family == "llama";
   const std::string base = llama ? "tests/models/testdata/llama_family/llama" : "tests/models/testdata/gpt2_tiny_hf";
   const std::string lora =
@@ -66,7 +83,7 @@ at::Tensor ShiftedTargets(const at::Tensor& ids) {
 }  // namespace
 
 TEST_CASE("lora: 20 steps from PEFT's initial adapters equal PEFT with torch AdamW", "[lora][parity]") {
-  for (const std::string family : {"llama", "gpt2"}) {
+  for (const std::string family : {"llama", "gpt2", "bert"}) {
     CAPTURE(family);
     const Config c = ParityConfig(family);
     const models::TensorMap ref = models::LoadSafetensors(kLora + family + "/reference.safetensors");
@@ -82,26 +99,30 @@ TEST_CASE("lora: 20 steps from PEFT's initial adapters equal PEFT with torch Ada
       engine->BeginStep(c.optimizer.lr);
       models::Batch batch;
       batch.input_ids = ids[step];
-      batch.labels = ShiftedTargets(ids[step]);
+      batch.labels = family == "bert" ? ref.at("labels")[step] : ShiftedTargets(ids[step]);
       const ForwardBackwardResult r = engine->ForwardBackward({batch});
       engine->SyncGradients();
       engine->OptimizerStep(c.optimizer.lr, c.train.grad_clip);
       const double got = r.outs[0].loss.item<double>(), want = losses[step].item<double>();
       INFO("step " << step + 1 << ": " << got << " vs PEFT " << want);
-      CHECK(std::abs(got - want) <= 2e-6 * std::abs(want));
+      // The BERT classifier's fixture trains on random labels at lr 1e-2, and its fp32
+      // differences from transformers' kernels (attention, erf GELU) grow over the steps:
+      // 2e-6 holds for its first five, 1e-5 for all twenty (measured: 5.4e-6 at most).
+      CHECK(std::abs(got - want) <= (family == "bert" ? 1e-5 : 2e-6) * std::abs(want));
     }
     const EngineState saved = engine->Save();
-    const std::string prefix = std::string("final.base_model.model.") + HfModulePrefix(c);
+    const std::string prefix = "final.base_model.model.";
     int compared = 0;
     for (const auto& [key, want] : ref) {
-      if (key.rfind("final.", 0) != 0) continue;
-      const std::string name = key.substr(prefix.size());
+      if (key.rfind(prefix, 0) != 0) continue;
+      const std::string name = HfModulePathsOf(c).FromHf(key.substr(prefix.size())).value_or(key);
       REQUIRE(saved.params.count(name) == 1);
       INFO(name << ": max |diff| " << (saved.params.at(name) - want).abs().max().item<double>());
-      CHECK(at::allclose(saved.params.at(name), want, 1e-4, 1e-5));
+      CHECK(at::allclose(saved.params.at(name), want, 1e-4, family == "bert" ? 1e-4 : 1e-5));
       ++compared;
     }
-    CHECK(compared == static_cast<int>(saved.params.size()));  // the checkpoint's tensors: the adapters alone
+    // The checkpoint's tensors: the adapters alone (and a classifier's head).
+    CHECK(compared == static_cast<int>(saved.params.size()));
   }
 }
 
@@ -308,6 +329,34 @@ TEST_CASE("lora: the plan's parameters are the built model's, adapters in place 
   for (size_t i = 0; i < gpt_params.size(); ++i) {
     CHECK(gpt_shapes[i].name == gpt_params[i].name);
     CHECK(gpt_shapes[i].numel == gpt_params[i].tensor.numel());
+  }
+  // BERT, a masked LM and a classifier (the pooler's and the MLM transform's dense adapted
+  // too; the classifier's head trains whole).
+  for (const std::string labels : {"0", "3"}) {
+    CAPTURE(labels);
+    const std::string train = TempDir() + "/bert_shapes.jsonl";
+    std::ofstream(train) << "{\"text\": \"a b\", \"label\": 1}\n";
+    std::vector<std::string> extra = {"model.num_labels=" + labels, "data.tokenizer=tests/models/testdata/bert_tiny_hf"};
+    if (labels != "0") extra.push_back("data.train_path=" + train);
+    const Config bert = LoadConfigText(
+        std::string("model: {type: bert, n_layer: 2, n_head: 2, n_embd: 32, intermediate_size: 48, vocab_size: 379,"
+                    " n_positions: 16}\n"
+                    "lora: {enabled: true, target_modules: [query, value, dense]}\n") +
+            (labels == "0" ? "data: {format: synthetic, seq_len: 16}\n" : "data: {format: classification, seq_len: 16}\n"),
+        "bert_lora.yaml", extra, ProcessEnv());
+    const auto bert_params = MakeModel(bert)->BlockParameters();
+    const auto bert_shapes = ParameterShapesOf(bert);
+    REQUIRE(bert_shapes.size() == bert_params.size());
+    int adapters = 0;
+    for (size_t i = 0; i < bert_params.size(); ++i) {
+      CAPTURE(bert_params[i].name);
+      CHECK(bert_shapes[i].name == bert_params[i].name);
+      CHECK(bert_shapes[i].numel == bert_params[i].tensor.numel());
+      CHECK(bert_shapes[i].used_by_blocks == bert_params[i].used_by_blocks);
+      CHECK(bert_shapes[i].frozen == !bert_params[i].tensor.requires_grad());
+      adapters += models::IsLoraParameter(bert_params[i].name);
+    }
+    CHECK(adapters == 2 * (2 * 5 + 1));  // per layer query, value and three denses; the pooler's or the transform's
   }
 }
 
