@@ -48,7 +48,7 @@ TierPlanInput TierPlanInputOf(const PlanInput& in) {
   p.device_room_name = in.device_room_name;
   p.warmup_share_bytes = in.warmup_share_bytes;
   p.host_budget_bytes = in.host_budget_bytes;
-  p.host_param_bytes = MulBytes(16, in.host_param_numel);
+  p.host_param_bytes = AddBytes(MulBytes(16, in.host_param_numel), MulBytes(4, in.frozen_host_param_numel));
   p.margin_use_ratio = in.margin_use_ratio;
   p.host_scratch_chunks = in.host_scratch_chunks;
   p.speculation_slots = in.speculation_slots;
@@ -84,7 +84,7 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   plan.compute_chunk_bytes = MulBytes(capacity, k);
   plan.host_only_bytes = MulBytes(trainable, host_per_element);  // frozen chunks: the compute kind alone
   const int64_t model_chunk_bytes = AddBytes(plan.compute_chunk_bytes, plan.host_only_bytes);
-  plan.host_param_bytes = MulBytes(16, in.host_param_numel);
+  plan.host_param_bytes = AddBytes(MulBytes(16, in.host_param_numel), MulBytes(4, in.frozen_host_param_numel));
 
   // Where the chunks sit (tier_plan.h): the TierPlan the run's runtime is given.
   plan.tiers = PlanTiers(plan.layout, used_by, TierPlanInputOf(in));
@@ -138,7 +138,8 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
          (in.grads_in_compute_chunks ? "; gradients reuse the compute slots\n" : "\n");
   if (p.host_param_bytes > 0) {
     out += "outside chunks    " + Bytes(static_cast<double>(p.host_param_bytes)) + " (" +
-           std::to_string(in.host_param_numel) + " fp32 host parameters: value, grad, m, v)\n";
+           std::to_string(in.host_param_numel) + " fp32 host parameters: value, grad, m, v; " +
+           std::to_string(in.frozen_host_param_numel) + " frozen: the value)\n";
   }
   std::snprintf(buf, sizeof(buf), "model data        %s in chunks = %.2f bytes/chunked parameter%s\n",
                 Bytes(static_cast<double>(p.compute_chunk_bytes + p.host_only_bytes)).c_str(), p.bytes_per_param,

@@ -46,6 +46,8 @@ struct PlanInput {
   // fp32 parameters kept outside the chunks on the host (chunk.cpu_embedding): value,
   // gradient, m and v, 16 bytes each.
   int64_t host_param_numel = 0;
+  // Frozen ones (a LoRA run's base embedding): the value alone, 4 bytes each.
+  int64_t frozen_host_param_numel = 0;
   // Device bytes that are not chunks (activations), as estimated by the caller, and
   // how they relate to device_budget_bytes; printed only (0 = not printed).
   int64_t non_model_bytes = 0;

@@ -10,7 +10,7 @@ std::vector<LossOutput> TrainableModel::LossMany(const std::vector<Batch>& /*bat
 }
 
 std::vector<std::string> TrainableModel::AttachLora(const LoraConfig& /*config*/) {
-  TORCH_CHECK(false, "lora: this model takes no adapters yet (GPT-2 and the Llama family do)");
+  TORCH_CHECK(false, "lora: this model takes no adapters (GPT-2, the Llama family and BERT do)");
   return {};
 }
 

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -108,25 +109,41 @@ models::TensorMap ChunkEngine::GatherGroups(bool frozen) const {
     }
   }
   for (const auto& hp : chunks_.adam->host_param_states()) out[hp.name] = hp.param.detach();
+  if (frozen) {
+    for (const auto& [name, param] : chunks_.frozen_host_params) out[name] = param.detach();
+  }
   return out;
 }
 
 std::string ChunkEngine::FrozenFingerprint() const {
   at::NoGradGuard no_grad;
   const auto& rt = *chunks_.runtime;
-  std::vector<int> frozen;
-  for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
-    if (rt.frozen(i)) frozen.push_back(i);
-  }
-  if (frozen.empty()) return "";
-  // Row k: parameter frozen[k]'s sample bits where this rank owns it, else zero; summed.
-  at::Tensor rows = at::zeros({static_cast<int64_t>(frozen.size()), kFingerprintSampleMax}, at::kInt);
+  std::unordered_map<std::string, int> chunked;
+  for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) chunked[rt.params()[i].name] = i;
+  std::unordered_map<std::string, at::Tensor> host(chunks_.frozen_host_params.begin(), chunks_.frozen_host_params.end());
+  const bool first_rank = comm_ == nullptr || comm_->rank() == 0;
+  // In the model's order (the plain engine's); each value sampled by one rank: a chunk's
+  // owner, rank 0 for a (replicated) host parameter.
   std::vector<FingerprintEntry> entries;
-  for (size_t k = 0; k < frozen.size(); ++k) {
-    const int i = frozen[k];
-    entries.push_back({rt.params()[i].name, rt.param_sizes(i), at::Tensor()});
-    if (!rt.owned(rt.layout().placements()[i].chunk_id)) continue;
-    const at::Tensor sample = FingerprintSample(rt.View(ChunkKind::kCompute, i));
+  std::vector<at::Tensor> mine;  // [entry] the values this rank samples, or undefined
+  for (const auto& p : model_->BlockParameters()) {
+    const auto h = host.find(p.name);
+    const auto c = chunked.find(p.name);
+    if (h != host.end()) {
+      entries.push_back({p.name, h->second.sizes().vec(), at::Tensor()});
+      mine.push_back(first_rank ? h->second : at::Tensor());
+    } else if (c != chunked.end() && rt.frozen(c->second)) {
+      const int i = c->second;
+      entries.push_back({p.name, rt.param_sizes(i), at::Tensor()});
+      mine.push_back(rt.owned(rt.layout().placements()[i].chunk_id) ? rt.View(ChunkKind::kCompute, i) : at::Tensor());
+    }
+  }
+  if (entries.empty()) return "";
+  // Row k: entry k's sample bits where this rank samples it, else zero; summed over ranks.
+  at::Tensor rows = at::zeros({static_cast<int64_t>(entries.size()), kFingerprintSampleMax}, at::kInt);
+  for (size_t k = 0; k < entries.size(); ++k) {
+    if (!mine[k].defined()) continue;
+    const at::Tensor sample = FingerprintSample(mine[k]);
     rows[static_cast<int64_t>(k)].narrow(0, 0, sample.numel()).copy_(sample.to(at::kInt));
   }
   if (comm_ != nullptr) {
@@ -134,7 +151,7 @@ std::string ChunkEngine::FrozenFingerprint() const {
     comm_->AllReduce(rows, comm::ReduceOp::kSum)->Wait();
     rows = rows.cpu();
   }
-  for (size_t k = 0; k < frozen.size(); ++k) {
+  for (size_t k = 0; k < entries.size(); ++k) {
     const int64_t length = FingerprintSampleLength(c10::multiply_integers(entries[k].sizes));
     entries[k].sample = rows[static_cast<int64_t>(k)].narrow(0, 0, length).to(at::kShort);
   }
@@ -189,6 +206,7 @@ models::TensorMap ChunkEngine::GatherParams() const {
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
     if (rt.frozen(i)) out[rt.params()[i].name] = rt.View(ChunkKind::kCompute, i);
   }
+  for (const auto& [name, param] : chunks_.frozen_host_params) out[name] = param.detach();
   return out;
 }
 
@@ -202,6 +220,7 @@ void ChunkEngine::Load(const EngineState& state) {
   std::vector<std::string> names;
   for (const auto& p : rt.params()) names.push_back(p.name);
   for (const auto& hp : chunks_.adam->host_param_states()) names.push_back(hp.name);
+  for (const auto& [name, param] : chunks_.frozen_host_params) names.push_back(name);
   CheckNoUnknownParams(state, names);
   const bool separate_master = rt.compute_dtype() != at::kFloat;
   LoadFrozen(state);
@@ -239,6 +258,11 @@ void ChunkEngine::LoadFrozen(const EngineState& state) {
     if (state.params.count(name) != 0) {
       const at::Tensor slot = rt.View(ChunkKind::kCompute, i);
       slot.copy_(StateTensor(state.params, name, slot.sizes(), "parameter", state.params_file));
+    }
+  }
+  for (const auto& [name, param] : chunks_.frozen_host_params) {  // chunk.cpu_embedding: on every rank
+    if (state.params.count(name) != 0) {
+      param.detach().copy_(StateTensor(state.params, name, param.sizes(), "parameter", state.params_file));
     }
   }
   CheckFrozenFingerprint(state, FrozenFingerprint());

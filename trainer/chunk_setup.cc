@@ -128,16 +128,18 @@ double MakeStore(ChunkSetup& s, const Config& c, at::Device device, const RunPla
 using HostParams = std::vector<std::pair<std::string, at::Tensor>>;
 
 // The model's block parameters the chunks manage; the rest (chunk.cpu_embedding) stay
-// fp32 tensors on the host, initialised here, into `host_params`.
+// fp32 tensors on the host, initialised here, into `host_params` (trained by the
+// optimizer) or `frozen_host` (a LoRA run's base).
 std::vector<chunkmem::ManagedParam> ManagedParams(models::TrainableModel& model, const Config& c,
-                                                  const models::InitPlan& init, HostParams& host_params) {
+                                                  const models::InitPlan& init, HostParams& host_params,
+                                                  HostParams& frozen_host) {
   std::vector<chunkmem::ManagedParam> params;
   for (const auto& p : model.BlockParameters()) {
     if (EmbeddingOnHost(c, p.name)) {
       at::Tensor param = p.tensor;
       param.set_data(param.data().to(at::kCPU, at::kFloat).contiguous());
       if (init.Initialises(p.name)) model.InitParameter(p.name, param.detach(), init.seed);
-      host_params.emplace_back(p.name, param);
+      (param.requires_grad() ? host_params : frozen_host).emplace_back(p.name, param);
       continue;
     }
     params.push_back({p.name, p.tensor, p.used_by_blocks});
@@ -237,7 +239,7 @@ ChunkSetup MakeChunkSetup(models::TrainableModel& model, const Config& c, at::De
   const double pool_s = MakeStore(s, c, device, run_plan);
   model.set_save_weight_leaves(true);  // no saved views pinning evicted chunk payloads
   HostParams host_params;  // chunk.cpu_embedding
-  MakeRuntime(s, model, c, init, ManagedParams(model, c, init, host_params), run_plan, comm);
+  MakeRuntime(s, model, c, init, ManagedParams(model, c, init, host_params, s.frozen_host_params), run_plan, comm);
   LogStartup(s, c, device, run_plan, pool_s);
   MakeOptimizer(s, c, device, host_params);
   if (c.chunk.cpu_embedding) model.set_host_embedding(true, device, s.runtime->compute_dtype());
@@ -300,7 +302,7 @@ std::string NonModelNote(const Config& c, const ChunkBudgets& budgets, int world
 void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& input) {
   for (const auto& p : ParameterShapesOf(c)) {
     if (EmbeddingOnHost(c, p.name)) {
-      input.host_param_numel += p.numel;
+      (p.frozen ? input.frozen_host_param_numel : input.host_param_numel) += p.numel;
     } else {
       input.params.push_back({p.name, p.numel, p.used_by_blocks, p.frozen});
     }

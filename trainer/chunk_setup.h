@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chunkmem/chunk_store.h"
@@ -50,6 +51,9 @@ struct ChunkSetup {
   std::unique_ptr<ChunkLayerHooks> hooks;
   std::unique_ptr<chunkmem::ChunkTimeline> timeline;  // while chunk.timeline_steps are recorded
   std::vector<std::string> host_param_names;           // outside the chunks (chunk.cpu_embedding)
+  // chunk.cpu_embedding of a frozen base (LoRA): fp32 on the host, no optimizer state;
+  // written by Load, in the base's fingerprint, not saved.
+  std::vector<std::pair<std::string, at::Tensor>> frozen_host_params;
 };
 
 // Moves `model`'s parameters into chunks (the model keeps its modules; its parameter

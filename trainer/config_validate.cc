@@ -134,10 +134,6 @@ class Validator {
       throw ConfigError(At("lora.target_modules") + ": lora.target_modules: '" + t +
                         "' names no module of this model; its Linear modules are: " + known);
     }
-    if (c.chunk.enabled && c.chunk.cpu_embedding) {
-      throw ConfigError(At("chunk.cpu_embedding") + ": chunk.cpu_embedding with lora.enabled: a frozen embedding "
-                        "costs 2 bytes per parameter in its chunk already; set chunk.cpu_embedding: false");
-    }
   }
 
   void Validate() const {

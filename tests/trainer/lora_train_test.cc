@@ -282,6 +282,51 @@ TEST_CASE("lora through chunks: the frozen base in compute chunks trains as the 
   CHECK(saved.engine.extra.contains("frozen_fingerprint"));
 }
 
+TEST_CASE("lora through chunks: a frozen embedding on the host (chunk.cpu_embedding), the vertical schedule, fp16",
+          "[lora][chunk]") {
+  const std::vector<std::string> common = {"run.overwrite=true", "checkpoint.resume=never",
+                                           "model.activation_checkpointing=true"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    return extra;
+  };
+  const TrainResult plain = Train(Tiny("lora_ckpt_plain", with({})));
+  const std::vector<std::string> chunks = {"chunk.enabled=true", "chunk.size_elements=20000",
+                                           "chunk.device_budget_bytes=300000"};
+  std::vector<std::string> host = chunks;
+  host.push_back("chunk.cpu_embedding=true");
+  const TrainResult on_host = Train(Tiny("lora_cpu_embedding", with(host)));
+  std::vector<std::string> vertical = chunks;
+  vertical.push_back("train.accumulation_schedule=vertical");
+  const TrainResult vert = Train(Tiny("lora_vertical", with(vertical)));
+  REQUIRE(on_host.losses.size() == plain.losses.size());
+  REQUIRE(vert.losses.size() == plain.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i) {
+    INFO("step " << i + 1 << ": host embedding " << on_host.losses[i] << ", vertical " << vert.losses[i]
+                 << ", plain " << plain.losses[i]);
+    CHECK(std::abs(on_host.losses[i] - plain.losses[i]) <= 1e-6 * plain.losses[i]);
+    CHECK(std::abs(vert.losses[i] - plain.losses[i]) <= 1e-5 * plain.losses[i]);
+  }
+  CHECK(on_host.evictions > 0);
+  CHECK(vert.evictions > 0);
+  // The embedding left the chunks but not the base: the same fingerprint as in chunks.
+  const auto fingerprint = [](const std::string& run) {
+    return ReadCheckpoint(TempDir() + "/" + run + "/checkpoints/step_8").engine.extra.at("frozen_fingerprint");
+  };
+  CHECK(fingerprint("lora_cpu_embedding") == fingerprint("lora_vertical"));
+  CHECK(fingerprint("lora_cpu_embedding") == fingerprint("lora_ckpt_plain"));
+  // fp16 with the loss scaler: the fp32 run's losses to fp16 rounding.
+  std::vector<std::string> fp16 = chunks;
+  fp16.push_back("precision.dtype=fp16");
+  const TrainResult half = Train(Tiny("lora_fp16", with(fp16)));
+  REQUIRE(half.losses.size() == plain.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i) {
+    INFO("step " << i + 1 << ": fp16 " << half.losses[i] << ", fp32 " << plain.losses[i]);
+    CHECK(std::abs(half.losses[i] - plain.losses[i]) <= 1e-2 * plain.losses[i]);
+  }
+  CHECK(half.losses.back() < half.losses.front());
+}
+
 TEST_CASE("lora through chunks: bf16, a killed run resumes bitwise, another base is refused", "[lora][chunk][resume]") {
   const std::vector<std::string> extra = {"chunk.enabled=true", "chunk.size_elements=20000", "precision.dtype=bf16",
                                           "chunk.device_budget_bytes=130000"};
@@ -390,8 +435,6 @@ TEST_CASE("lora: config errors name the key", "[lora][config]") {
                                     "module of this model; its Linear modules are: down_proj, gate_proj, k_proj"));
   CHECK_THROWS_WITH(Tiny("lora_bad", {"lora.enabled=false"}),
                     Catch::Contains("lora.target_modules is set but lora.enabled is false"));
-  CHECK_THROWS_WITH(Tiny("lora_bad", {"chunk.enabled=true", "chunk.cpu_embedding=true"}),
-                    Catch::Contains("chunk.cpu_embedding with lora.enabled"));
   CHECK_THROWS_WITH(Tiny("lora_bad", {"lora.target_modules=q_proj"}),
                     Catch::Contains("lora.target_modules") &&
                         Catch::Contains("expected a list of names"));
