@@ -44,6 +44,23 @@ CASES = {
 }
 
 
+def train(model, batches):
+    """A step of torch AdamW with clip_grad_norm_ per batch (a dict of the model's inputs)
+    over the trainable parameters; each step's loss before its update."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
+    model.train()
+    losses = []
+    for batch in batches:
+        opt.zero_grad()
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, CLIP)
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def make(name):
     base, lora_args = CASES[name]
     torch.manual_seed(0)
@@ -57,17 +74,7 @@ def make(name):
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     input_ids = torch.randint(0, vocab, (STEPS, B, T), generator=gen)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
-    model.train()
-    losses = []
-    for step in range(STEPS):
-        opt.zero_grad()
-        loss = model(input_ids=input_ids[step], labels=input_ids[step]).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, CLIP)
-        opt.step()
-        losses.append(loss.item())
+    losses = train(model, [dict(input_ids=input_ids[step], labels=input_ids[step]) for step in range(STEPS)])
     tensors = {"input_ids": input_ids, "losses": torch.tensor(losses, dtype=torch.float32)}
     for key, value in model.state_dict().items():
         if ".lora_" in key:
@@ -105,17 +112,7 @@ def make_bert():
     gen = torch.Generator().manual_seed(0)
     input_ids = torch.randint(1, model.config.vocab_size, (STEPS, B, T), generator=gen)
     labels = torch.randint(0, BERT_LABELS, (STEPS, B), generator=gen)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
-    model.train()
-    losses = []
-    for step in range(STEPS):
-        opt.zero_grad()
-        loss = model(input_ids=input_ids[step], labels=labels[step]).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, CLIP)
-        opt.step()
-        losses.append(loss.item())
+    losses = train(model, [dict(input_ids=input_ids[step], labels=labels[step]) for step in range(STEPS)])
     tensors = {"input_ids": input_ids, "labels": labels, "losses": torch.tensor(losses, dtype=torch.float32)}
     for key, value in model.state_dict().items():
         if ".lora_" in key:

@@ -6,7 +6,7 @@
 #
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
-# CHECK: parity | eager | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | largest | nccl1 | peers |
+# CHECK: parity | eager | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
 #        ds_prep | peers_ds | largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
@@ -107,6 +107,14 @@ check() {
       run gpc_1.5b 90 "${GPC[@]}"
       run gpc_2.2b 100 "${GPC[@]}" --set model.preset= --set model.n_layer=42 --set model.n_embd=2048 \
         --set model.n_head=16 --set model.n_positions=1024 --set model.vocab_size=50257 ;;
+    lora8b)  # issue #24 §4: Llama 3.1 8B LoRA r 16 on all seven projections, the base drawn from the seed (no
+      # download), synthetic data: 8 GiB stated device memory (the allocator capped to it), then the whole card
+      local L8=(--config configs/lora-llama-3.1-8b-8gb.yaml --set model.init_from= --set model.preset=llama-3.1-8b
+                --set data.format=synthetic --set data.train_path= --set data.valid_path= --set data.packing=false
+                --set train.max_steps=4 --set train.eval_every=0 --set checkpoint.export_hf=false
+                --set logging.tensorboard=false)
+      run lora8b_8gb 280 "${L8[@]}"
+      run lora8b_card 280 "${L8[@]}" --set chunk.device_memory_bytes=0 ;;
     largest)  # issue #9 §2: the plan's verdict from GPT3_13B down; GPT3_10B trains 3 steps at micro 1
       for m in GPT3_13B GPT3_12B GPT3_11B GPT3_10B; do
         echo "== $m" >> "$OUT/plans.txt"
