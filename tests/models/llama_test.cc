@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "models/hf_folder.h"
 #include "models/hf_llama.h"
@@ -93,6 +95,30 @@ TEST_CASE("the fixtures exercise the rope scaling and the sliding window", "[lla
     const TensorMap ref = LoadSafetensors(folder + "/reference.safetensors");
     at::NoGradGuard no_grad;
     CHECK(RelativeError(model->forward(ref.at("input_ids")), ref.at("logits")) > 1e-3);
+  }
+}
+
+TEST_CASE("llama3 rope scaling: all three bands equal transformers' for Llama 3.1 8B's settings", "[llama][rope]") {
+  // head_dim 128, rope_theta 500000, factor 8, low/high_freq_factor 1/4, original context
+  // 8192: wavelengths under 2048 are kept (i <= 28), over 8192 divided by 8 (i >= 35), and
+  // the six between interpolated. The fixtures' small shapes skip the middle band.
+  LlamaConfig c;
+  c.n_embd = 4096;
+  c.n_head = 32;
+  c.head_dim = 128;
+  c.rope_theta = 500000.0;
+  c.rope_scaling = {RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 8192};
+  const at::Tensor inv_freq = RotaryInverseFrequencies(c);
+  REQUIRE(inv_freq.numel() == 64);
+  // transformers 5 (ROPE_INIT_FUNCTIONS["llama3"]), fp32, by index.
+  const std::vector<std::pair<int64_t, double>> hf = {
+      {0, 1.0},                      {1, 0.8146172165870667},       {29, 0.0021665706299245358},
+      {30, 0.0013718936825171113},   {31, 0.0008567514596506953},   {32, 0.0005248460220173001},
+      {33, 0.0003126936499029398},   {34, 0.0001785077911335975},   {40, 3.428102354519069e-05},
+      {50, 4.411534519022098e-06},   {63, 3.068925877869333e-07}};
+  for (const auto& [i, want] : hf) {
+    INFO("inv_freq[" << i << "] = " << inv_freq[i].item<double>() << ", transformers " << want);
+    CHECK(std::abs(inv_freq[i].item<double>() - want) <= 1e-6 * want);
   }
 }
 
