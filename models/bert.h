@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "models/bert_config.h"
-#include "models/gpt.h"  // BlockParameter, ParameterCounts
+#include "models/block_parameter.h"
 #include "models/layer_hooks.h"
 #include "models/param_init.h"
 
