@@ -10,6 +10,7 @@
 #include <set>
 
 #include "models/leaf_linear.h"
+#include "models/module_path.h"
 #include "models/param_init.h"
 
 namespace ps::models {
@@ -17,12 +18,6 @@ namespace {
 
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// The last part of a module path: "layers.0.self_attn.q_proj" -> "q_proj".
-std::string LeafName(const std::string& path) {
-  const size_t dot = path.rfind('.');
-  return dot == std::string::npos ? path : path.substr(dot + 1);
 }
 
 // The adapter of `m`: its children lora_A and lora_B; {nullptr, nullptr} when it has none.
@@ -43,7 +38,7 @@ std::vector<std::string> AttachLora(const std::vector<NamedLinear>& linears, con
   TORCH_CHECK(config.r > 0, "lora.r must be positive, got ", config.r);
   const std::vector<std::string>& targets = config.target_modules.empty() ? default_targets : config.target_modules;
   std::set<std::string> names;  // the module names there are, for the error
-  for (const auto& l : linears) names.insert(LeafName(l.path));
+  for (const auto& l : linears) names.insert(ModuleName(l.path));
   for (const auto& t : targets) {
     if (names.count(t) != 0) continue;
     std::string known;
@@ -54,7 +49,7 @@ std::vector<std::string> AttachLora(const std::vector<NamedLinear>& linears, con
   const double scale = LoraScale(config);
   std::vector<std::string> adapted;
   for (const auto& l : linears) {
-    if (std::find(targets.begin(), targets.end(), LeafName(l.path)) == targets.end()) continue;
+    if (std::find(targets.begin(), targets.end(), ModuleName(l.path)) == targets.end()) continue;
     torch::nn::Linear linear = l.linear;
     TORCH_CHECK(linear->children().empty(), l.path, " has an adapter already");
     const auto& o = linear->options;

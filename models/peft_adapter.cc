@@ -8,6 +8,7 @@
 #include <set>
 
 #include "models/hf_folder.h"
+#include "models/module_path.h"
 
 namespace ps::models {
 namespace {
@@ -15,20 +16,13 @@ namespace {
 constexpr char kKeyPrefix[] = "base_model.model.";
 
 // The module name an adapter key adapts: "...self_attn.q_proj.lora_A.weight" -> "q_proj".
-std::string TargetOf(const std::string& name) {
-  const std::string module = name.substr(0, name.rfind(".lora_"));
-  const size_t dot = module.rfind('.');
-  return dot == std::string::npos ? module : module.substr(dot + 1);
-}
-
-// The module of a whole tensor: "classifier.weight" -> "classifier".
-std::string ModuleOfTensor(const std::string& name) { return name.substr(0, name.rfind('.')); }
+std::string TargetOf(const std::string& name) { return ModuleName(name.substr(0, name.rfind(".lora_"))); }
 
 // Whether `name` is a tensor of a module listed in `modules` (PEFT matches the module
 // name's last part, or the whole path).
 bool InModules(const std::string& name, const std::vector<std::string>& modules) {
-  const std::string module = ModuleOfTensor(name);
-  const std::string leaf = module.substr(module.rfind('.') + 1);
+  const std::string module = ModuleOfParameter(name);
+  const std::string leaf = ModuleName(module);
   return std::find(modules.begin(), modules.end(), leaf) != modules.end() ||
          std::find(modules.begin(), modules.end(), module) != modules.end();
 }

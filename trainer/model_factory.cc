@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "models/lora_config.h"
+#include "models/module_path.h"
 #include "models/trainable_models.h"
 #include "trainer/config_loader.h"
 
@@ -47,12 +48,9 @@ std::vector<models::ParameterShape> BaseShapesOf(const Config& c) {
   return models::BertParameterShapes(BertConfigOf(c));
 }
 
-// "layers.3.self_attn.q_proj.weight" -> "layers.3.self_attn.q_proj".
-std::string ModuleOf(const std::string& name) { return name.substr(0, name.rfind('.')); }
-
 // In and out features of an adaptable Linear `module` (its path), as the models build them.
 std::pair<int64_t, int64_t> LinearFeatures(const Config& c, const std::string& module) {
-  const std::string leaf = module.substr(module.rfind('.') + 1);
+  const std::string leaf = models::ModuleName(module);
   const int64_t C = c.model.n_embd;
   if (c.model_type == models::ModelType::kBert) {
     const int64_t m = BertConfigOf(c).mlp_width();
@@ -83,7 +81,7 @@ bool Adapted(const Config& c, const std::string& module) {
   const bool bert_head = module == "pooler.dense" || module == "cls.predictions.transform.dense";
   const std::string blocks = family == "gpt2" ? "h." : family == "bert" ? "encoder.layer." : "layers.";
   if (module.rfind(blocks, 0) != 0 && !(family == "bert" && bert_head)) return false;
-  const std::string leaf = module.substr(module.rfind('.') + 1);
+  const std::string leaf = models::ModuleName(module);
   const std::vector<std::string> targets =
       c.lora.target_modules.empty() ? models::DefaultLoraTargets(family) : c.lora.target_modules;
   return std::find(targets.begin(), targets.end(), leaf) != targets.end();
@@ -105,8 +103,8 @@ std::vector<models::ParameterShape> ParameterShapesOf(const Config& c) {
   for (size_t i = 0; i < base.size(); ++i) {
     out.push_back(base[i]);
     out.back().frozen = !TrainsWholeWithLora(c, base[i].name);
-    const std::string module = ModuleOf(base[i].name);
-    const bool last_of_module = i + 1 == base.size() || ModuleOf(base[i + 1].name) != module;
+    const std::string module = models::ModuleOfParameter(base[i].name);
+    const bool last_of_module = i + 1 == base.size() || models::ModuleOfParameter(base[i + 1].name) != module;
     if (!last_of_module || !Adapted(c, module)) continue;
     const auto [in, features_out] = LinearFeatures(c, module);
     out.push_back({module + ".lora_A.weight", c.lora.r * in, base[i].used_by_blocks, false});
