@@ -103,6 +103,7 @@ ChunkLayout ChunkLayout::Plan(const std::vector<ParamSpec>& params, const Layout
   }
   while (chunks.size() % static_cast<size_t>(o.world_size) != 0) {
     chunks.push_back(ChunkSpec{capacity, 0, {}, true});
+    chunks.back().frozen = any_frozen;  // beside a frozen base: no gradient, master or Adam state for nothing
   }
   return layout;
 }

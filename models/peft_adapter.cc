@@ -135,6 +135,12 @@ void WritePeftAdapter(const std::string& folder, const TensorMap& weights, const
 
 void MergeLoraInto(TensorMap& base, const TensorMap& adapters, double scale, at::ScalarType dtype) {
   static const std::string kA = ".lora_A.weight";
+  static const std::string kB = ".lora_B.weight";
+  for (const auto& [name, b] : adapters) {
+    if (name.size() <= kB.size() || name.compare(name.size() - kB.size(), kB.size(), kB) != 0) continue;
+    const std::string module = name.substr(0, name.size() - kB.size());
+    TORCH_CHECK(adapters.count(module + kA) != 0, "adapter ", module, " has lora_B but no lora_A");
+  }
   TensorMap merged;  // written into `base` once every adapter is checked
   for (const auto& [name, a] : adapters) {
     if (name.size() <= kA.size() || name.compare(name.size() - kA.size(), kA.size(), kA) != 0) continue;

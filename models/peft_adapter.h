@@ -73,8 +73,9 @@ void WritePeftAdapter(const std::string& folder, const TensorMap& weights, const
 // Merges each adapter of `adapters` (this project's names: "<module>.lora_A.weight" and
 // "<module>.lora_B.weight") into `base` (by this project's names; "<module>.weight"):
 // W + scale * B A computed in fp32 and held in `dtype`, as PEFT's merge_and_unload.
-// Entries of `adapters` that are not factors are ignored. Throws when an A lacks its B,
-// or a module has no weight in `base` or one of another shape; `base` is then unchanged.
+// Entries of `adapters` that are not factors are ignored. Throws when an A lacks its B
+// or a B its A, or a module has no weight in `base` or one of another shape; `base` is
+// then unchanged.
 void MergeLoraInto(TensorMap& base, const TensorMap& adapters, double scale, at::ScalarType dtype);
 
 }  // namespace ps::models

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "tools/text_stream.h"
 
@@ -44,12 +45,12 @@ std::string ChatSession::AddReply(std::vector<int32_t> ids) {
   return text;
 }
 
-namespace {
-
 void PrintIds(std::ostream& out, const std::vector<int64_t>& ids) {
   for (size_t i = 0; i < ids.size(); ++i) out << (i ? " " : "") << ids[i];
   out << "\n";
 }
+
+namespace {
 
 // One reply to `prompt`, streamed to io.out (without its stop token); returns its ids.
 std::vector<int32_t> Reply(models::CausalLm& lm, const tokenizer::Tokenizer& tok, const std::vector<int32_t>& prompt,
@@ -96,7 +97,12 @@ int64_t RunChat(models::CausalLm& lm, ChatSession& session, const tokenizer::Tok
       io.err << "ps_sample: this turn is left out: " << e.what() << "\n";
       continue;
     }
-    session.AddReply(Reply(lm, tok, prompt, sampling, generator, io));
+    std::vector<int32_t> reply = Reply(lm, tok, prompt, sampling, generator, io);
+    if (!reply.empty() && std::find(sampling.stop_tokens.begin(), sampling.stop_tokens.end(), reply.back()) !=
+                              sampling.stop_tokens.end()) {
+      reply.pop_back();  // any stop token (an eos id besides the end-of-turn ones) stays out of the history
+    }
+    session.AddReply(std::move(reply));
     ++replies;
   }
   return replies;

@@ -47,6 +47,9 @@ class ChatSession {
   chat::List messages_;
 };
 
+// `ids` on one line, separated by spaces (ps_sample --print-ids).
+void PrintIds(std::ostream& out, const std::vector<int64_t>& ids);
+
 struct ChatIo {
   std::istream& in;        // one user turn per line; empty lines are skipped
   std::ostream& out;       // each reply, streamed, then a newline

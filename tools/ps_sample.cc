@@ -95,6 +95,15 @@ void MergeAdapter(ps::models::TensorMap& weights, const std::string& adapter, co
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, adapter, ": ", e.what_without_backtrace());
   }
+  // modules_to_save: tensors the adapter trained whole replace the base's, as PEFT's
+  // merge_and_unload does.
+  for (const auto& [name, tensor] : a.weights) {
+    if (ps::models::IsLoraParameter(name)) continue;
+    const auto it = weights.find(name);
+    TORCH_CHECK(it != weights.end() && it->second.sizes() == tensor.sizes(), adapter, ": '", name,
+                "' (modules_to_save) is not a tensor of this model of shape ", tensor.sizes());
+    it->second = tensor;
+  }
   spdlog::info("merged the adapter {} (r {}, lora_alpha {}, {} factors)", adapter, a.lora.r, a.lora.alpha,
                a.weights.size());
 }
@@ -212,11 +221,6 @@ cxxopts::Options OptionsOf() {
   return options;
 }
 
-void PrintIds(const std::vector<int64_t>& ids) {
-  for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
-  std::cout << "\n";
-}
-
 void LogStats(const ps::models::GenerationStats& s, const ps::models::SamplingOptions& sampling, int64_t n_positions) {
   spdlog::info("{}: prefill {} tokens in {:.3f} s ({:.1f} tokens/s), decode {} tokens in {:.3f} s ({:.1f} tokens/s); {}",
                sampling.use_cache ? "KV cache" : "no cache", s.prompt_tokens, s.prefill_s, s.prefill_tokens_per_s(),
@@ -242,8 +246,8 @@ void SampleText(ps::models::CausalLm& lm, const ps::tokenizer::Tokenizer& tokeni
     stream.Show(all);
   });
   if (print_ids) {
-    PrintIds(prompt);
-    PrintIds(out.tokens);
+    ps::tools::PrintIds(std::cout, prompt);
+    ps::tools::PrintIds(std::cout, out.tokens);
   } else {
     stream.Finish(all);
     std::cout << "\n";

@@ -52,6 +52,12 @@ void LoadInitialAdapters(TrainingEngine& engine, const Config& config) {
   if (adapter.lora.use_rslora != l.use_rslora) {
     differs("use_rslora", l.use_rslora ? "true" : "false", adapter.lora.use_rslora ? "true" : "false");
   }
+  for (const auto& [name, tensor] : adapter.weights) {
+    if (!models::IsLoraParameter(name) && !TrainsWholeWithLora(config, name)) {
+      throw ConfigError("lora.init_from: " + folder + " holds '" + name + "' whole (modules_to_save), which this run "
+                        "keeps frozen; only a BERT classifier's head trains whole beside the adapters here");
+    }
+  }
   EngineState state;
   state.params = std::move(adapter.weights);
   state.params_file = folder + "/" + models::kPeftWeightsFile;

@@ -361,7 +361,10 @@ TEST_CASE("MergeLoraInto: W + scale B A in fp32, held in the dtype asked for; no
   bad["layers.0.mlp.down_proj.lora_B.weight"] = at::randn({4, 2});
   CHECK_THROWS_WITH(MergeLoraInto(unchanged, bad, 0.5, at::kFloat), Catch::Contains("does not match the base weight"));
   CHECK(at::equal(unchanged.at("layers.0.mlp.up_proj.weight"), w));  // the up_proj merge was not kept
+  CHECK_THROWS_WITH(MergeLoraInto(unchanged, {{"layers.0.mlp.up_proj.lora_B.weight", b}}, 0.5, at::kFloat),
+                    Catch::Contains("adapter layers.0.mlp.up_proj has lora_B but no lora_A"));
   bad.erase("layers.0.mlp.down_proj.lora_A.weight");
+  bad.erase("layers.0.mlp.down_proj.lora_B.weight");
   bad["layers.9.mlp.up_proj.lora_A.weight"] = a;
   bad["layers.9.mlp.up_proj.lora_B.weight"] = b;
   CHECK_THROWS_WITH(MergeLoraInto(unchanged, bad, 0.5, at::kFloat),

@@ -15,6 +15,7 @@
 
 #include "models/lora_config.h"
 #include "models/param_init.h"
+#include "models/peft_adapter.h"
 #include "models/trainable.h"
 #include "models/safetensors.h"
 #include "trainer/checkpoint.h"
@@ -442,6 +443,18 @@ TEST_CASE("lora: config errors name the key", "[lora][config]") {
   CHECK_THROWS_WITH(Train(Tiny("lora_bad", {"run.overwrite=true", "lora.init_from=" + kLora + "llama/init"})),
                     Catch::Contains("lora.init_from: " + kLora + "llama/init has r 4, this run's "
                                                        "lora.r is 8"));
+  // A PEFT folder that trained the embedding whole (modules_to_save): this run keeps it frozen.
+  const std::string whole = TempDir() + "/lora_whole_embedding";
+  models::LoraConfig l;
+  l.enabled = true;
+  l.r = 8;
+  l.alpha = 16;
+  models::WritePeftAdapter(whole,
+                           {{"layers.0.self_attn.q_proj.lora_A.weight", at::zeros({8, 64})},
+                            {"embed_tokens.weight", at::zeros({256, 64})}},
+                           l, "base", "model.", false, models::PeftTask{"CAUSAL_LM", {"embed_tokens"}});
+  CHECK_THROWS_WITH(Train(Tiny("lora_bad", {"run.overwrite=true", "lora.init_from=" + whole})),
+                    Catch::Contains("holds 'embed_tokens.weight' whole (modules_to_save), which this run keeps frozen"));
 }
 
 }  // namespace ps::trainer
