@@ -22,6 +22,20 @@ namespace {
 
 using chunkmem::ChunkKind;
 
+// Where `comm`'s collectives take their tensors: `device` for NCCL (device tensors only),
+// else the host.
+at::Device CollectiveDevice(const comm::Communicator& comm, at::Device device) {
+  return comm.backend() == std::string("nccl") ? device : at::Device(at::kCPU);
+}
+
+// `t` summed over the ranks of `comm` (null: this process alone), on the host. Collective.
+at::Tensor SumOverRanks(comm::Communicator* comm, at::Tensor t, at::Device device) {
+  if (comm == nullptr) return t;
+  t = t.to(CollectiveDevice(*comm, device));
+  comm->AllReduce(t, comm::ReduceOp::kSum)->Wait();
+  return t.cpu();
+}
+
 nlohmann::json WarmupToJson(const chunkmem::WarmupState& w) {
   return {{"iterations", w.iterations},
           {"total_moments", w.total_moments},
@@ -84,7 +98,6 @@ models::TensorMap ChunkEngine::GatherGroups(bool frozen) const {
   const auto& layout = rt.layout();
   const int p = comm_->world_size();
   const int64_t n = layout.regular_capacity_numel();
-  const bool nccl = comm_->backend() == std::string("nccl");
   std::vector<std::vector<int>> params_of_group(layout.num_chunks() / p);
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
     params_of_group[layout.placements()[i].chunk_id / p].push_back(i);
@@ -96,8 +109,8 @@ models::TensorMap ChunkEngine::GatherGroups(bool frozen) const {
     if (all_frozen && !frozen) continue;  // the same decision on every rank: the layout's
     const int own = g * p + comm_->rank();
     const ChunkKind kind = layout.chunks()[own].frozen ? ChunkKind::kCompute : ChunkKind::kMaster;
-    at::Tensor mine = rt.store().payload(rt.chunk_id(kind, own)).to(at::kFloat);
-    mine = nccl ? mine.to(device_) : mine.cpu();
+    const at::Tensor mine =
+        rt.store().payload(rt.chunk_id(kind, own)).to(CollectiveDevice(*comm_, device_), at::kFloat);
     at::Tensor group = at::empty({p * n}, mine.options());
     comm_->AllGather(group, mine)->Wait();
     group = group.cpu();
@@ -146,11 +159,7 @@ std::string ChunkEngine::FrozenFingerprint() const {
     const at::Tensor sample = FingerprintSample(mine[k]);
     rows[static_cast<int64_t>(k)].narrow(0, 0, sample.numel()).copy_(sample.to(at::kInt));
   }
-  if (comm_ != nullptr) {
-    rows = rows.to(comm_->backend() == std::string("nccl") ? device_ : at::Device(at::kCPU));
-    comm_->AllReduce(rows, comm::ReduceOp::kSum)->Wait();
-    rows = rows.cpu();
-  }
+  rows = SumOverRanks(comm_, rows, device_);
   for (size_t k = 0; k < entries.size(); ++k) {
     const int64_t length = FingerprintSampleLength(c10::multiply_integers(entries[k].sizes));
     entries[k].sample = rows[static_cast<int64_t>(k)].narrow(0, 0, length).to(at::kShort);
@@ -175,11 +184,7 @@ EngineState ChunkEngine::Save() const {
     out.exp_avg_sq[name] = rt.View(ChunkKind::kAdamV, i);
     steps[i] = chunks_.adam->param_steps(i);
   }
-  if (comm_ != nullptr) {
-    steps = steps.to(comm_->backend() == std::string("nccl") ? device_ : at::Device(at::kCPU));
-    comm_->AllReduce(steps, comm::ReduceOp::kSum)->Wait();
-    steps = steps.cpu();
-  }
+  steps = SumOverRanks(comm_, steps, device_);
   for (int i = 0; i < num_params; ++i) {
     if (!rt.frozen(i)) out.adam_steps[rt.params()[i].name] = steps[i].item<int64_t>();
   }

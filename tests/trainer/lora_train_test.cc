@@ -108,7 +108,7 @@ TEST_CASE("lora: 20 steps from PEFT's initial adapters equal PEFT with torch Ada
       INFO("step " << step + 1 << ": " << got << " vs PEFT " << want);
       // The BERT classifier's fixture trains on random labels at lr 1e-2, and its fp32
       // differences from transformers' kernels (attention, erf GELU) grow over the steps:
-      // 2e-6 holds for its first five, 1e-5 for all twenty (measured: 5.4e-6 at most).
+      // 2e-6 holds for its first five, 1e-5 for all twenty (the largest seen: 6.4e-6, step 8).
       CHECK(std::abs(got - want) <= (family == "bert" ? 1e-5 : 2e-6) * std::abs(want));
     }
     const EngineState saved = engine->Save();
