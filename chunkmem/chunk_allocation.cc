@@ -50,8 +50,8 @@ ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::ve
   if (chunk.frozen) return ids;  // the compute kind alone: no gradient, master or moments
   ids[static_cast<int>(ChunkKind::kGrad)] = r.grads_in_compute_chunks ? ids[compute] : add(at::kFloat, Tier::kHost, false);
   ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat, optimizer_tier, true) : ids[compute];
-  ids[static_cast<int>(ChunkKind::kAdamM)] = add(at::kFloat, optimizer_tier, false);
-  ids[static_cast<int>(ChunkKind::kAdamV)] = add(at::kFloat, optimizer_tier, false);
+  ids[static_cast<int>(ChunkKind::kAdamM)] = add(r.state_dtype, optimizer_tier, false);
+  ids[static_cast<int>(ChunkKind::kAdamV)] = add(r.state_dtype, optimizer_tier, false);
   return ids;
 }
 

@@ -3,7 +3,8 @@
 //
 // Per layout chunk, kinds compute (compute dtype, host tier), grad (fp32, host; the
 // compute chunk itself when gradients reuse the compute slots), master (fp32 on the
-// optimizer's tier; the compute chunk in fp32), Adam m and v (fp32, optimizer's tier).
+// optimizer's tier; the compute chunk in fp32), Adam m and v (state_dtype: fp32 or
+// bf16, optimizer's tier).
 // A chunk this rank does not own (ZeRO) gets a compute entry without payload only.
 // Payloads are allocated uninitialised and zeroed on many threads, a chunk holding
 // values only where no parameter lies, so no byte is written twice; initial values are
@@ -41,6 +42,7 @@ struct ChunkAllocation {
   bool grads_in_compute_chunks = false;
   const std::vector<bool>& optimizer_on_device;  // [chunk] (the tier plan's)
   const std::vector<bool>& owned;                // [chunk]
+  at::ScalarType state_dtype = at::kFloat;       // Adam m and v: kFloat or kBFloat16
 };
 
 // A parameter's values: `current(index)` (any device, its shape) copied into its slots,

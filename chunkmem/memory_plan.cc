@@ -41,6 +41,7 @@ int64_t AddBytes(int64_t a, int64_t b) {
 TierPlanInput TierPlanInputOf(const PlanInput& in) {
   TierPlanInput p;
   p.compute_element_bytes = in.compute_element_bytes;
+  p.state_element_bytes = in.state_element_bytes;
   p.grads_in_compute_chunks = in.grads_in_compute_chunks;
   p.block_major_grads = in.block_major_grads;
   p.device_budget_bytes = in.device_capacity_bytes > 0 ? in.device_capacity_bytes : in.device_budget_bytes;
@@ -79,7 +80,8 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   }
   const int64_t k = in.compute_element_bytes;
   const int64_t grad_per_element = in.grads_in_compute_chunks ? 0 : 4;
-  const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*master*/ : 0);
+  const int64_t optimizer_per_element = OptimizerBytesPerElement(TierPlanInputOf(in));
+  plan.optimizer_bytes_per_element = optimizer_per_element;
   const int64_t host_per_element = grad_per_element + optimizer_per_element;
   plan.compute_chunk_bytes = MulBytes(capacity, k);
   plan.host_only_bytes = MulBytes(trainable, host_per_element);  // frozen chunks: the compute kind alone
@@ -134,7 +136,9 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
   out += "compute chunks    " + Bytes(static_cast<double>(p.compute_chunk_bytes)) + " (" +
          std::to_string(in.compute_element_bytes) + " bytes/element; move between device and host)\n";
   out += std::string(in.grads_in_compute_chunks ? "master+m+v        " : "grad+master+m+v   ") +
-         Bytes(static_cast<double>(p.host_only_bytes)) + " (host)" +
+         Bytes(static_cast<double>(p.host_only_bytes)) + " (host; optimizer state " +
+         std::to_string(p.optimizer_bytes_per_element) + " bytes/element, m and v " +
+         (in.state_element_bytes == 2 ? "bf16" : "fp32") + ")" +
          (in.grads_in_compute_chunks ? "; gradients reuse the compute slots\n" : "\n");
   if (p.host_param_bytes > 0) {
     out += "outside chunks    " + Bytes(static_cast<double>(p.host_param_bytes)) + " (" +

@@ -46,7 +46,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   std::vector<bool> owned_chunks;
   for (int c = 0; c < layout_.num_chunks(); ++c) owned_chunks.push_back(owned(c));
   const ChunkAllocation request{layout_,         shapes_, options.compute_dtype, options.grads_in_compute_chunks,
-                                tiers_.optimizer_on_device, owned_chunks};
+                                tiers_.optimizer_on_device, owned_chunks, options.state_dtype};
   ChunkValues values;
   values.current = [this](int index) { return params_[index].tensor; };
   values.initial = options_.initial_values;
@@ -81,6 +81,8 @@ void ChunkRuntime::PlanChunks() {
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].frozen) frozen_used_above_.push_back(static_cast<int>(i));
   }
+  TORCH_CHECK(options_.state_dtype == at::kFloat || options_.state_dtype == at::kBFloat16,
+              "chunkmem: Adam m and v are stored in fp32 or bf16, not ", options_.state_dtype);
   TORCH_CHECK(!options_.grads_in_compute_chunks || options_.compute_dtype != at::kFloat,
               "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
   TORCH_CHECK(!options_.block_major_backward || (!zero() && !options_.grads_in_compute_chunks),

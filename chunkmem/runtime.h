@@ -6,7 +6,7 @@
 // (docs/chunkmem.md, invariant 4). Chunk kinds per layout chunk i: compute (params;
 // moved between tiers), grad (fp32; none when grads_in_compute_chunks, then kGrad views
 // are the compute slots), master (fp32; the compute chunk itself in fp32), Adam m and v
-// (fp32). Where they live (docs/chunkmem.md, "Tier plan"): the TierPlan given in
+// (RuntimeOptions::state_dtype: fp32 or bf16). Where they live (docs/chunkmem.md, "Tier plan"): the TierPlan given in
 // RuntimeOptions (decided by the run's memory plan) names the chunks whose master, m
 // and v are allocated on the device at start-up and stay there; every other chunk's
 // optimizer state, every grad chunk and every compute chunk start on the host. After
@@ -59,6 +59,7 @@ struct ManagedParam {
 struct RuntimeOptions {
   int64_t chunk_numel = 0;                     // 0 = ChooseChunkNumel
   at::ScalarType compute_dtype = at::kFloat;   // kFloat, kBFloat16 or kHalf
+  at::ScalarType state_dtype = at::kFloat;     // Adam m and v: kFloat or kBFloat16
   // Write each gradient into its parameter's compute-dtype slot at its last backward
   // use instead of into fp32 grad chunks (PatrickStar's reuse: 14 bytes/parameter in
   // bf16/fp16). Only safe with one backward per optimizer step and a compute dtype
@@ -228,6 +229,7 @@ class ChunkRuntime {
   const Residency& residency() const { return *residency_; }
   at::Device compute_device() const { return store_.device_of(Tier::kDevice); }
   at::ScalarType compute_dtype() const { return options_.compute_dtype; }
+  at::ScalarType state_dtype() const { return options_.state_dtype; }
   bool grads_in_compute_chunks() const { return options_.grads_in_compute_chunks; }
 
  private:

@@ -42,7 +42,7 @@ struct ChunkSizes {
 ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPlan& p) {
   const int n = layout.num_chunks();
   const int64_t k = in.compute_element_bytes;
-  const int64_t optimizer_per_element = 4 /*m*/ + 4 /*v*/ + (k != 4 ? 4 /*separate master*/ : 0);
+  const int64_t optimizer_per_element = OptimizerBytesPerElement(in);
   ChunkSizes z;
   z.compute.resize(n);
   z.optimizer.resize(n);
@@ -179,6 +179,10 @@ std::string WhyNot(const TierPlanInput& in, int64_t room, const TierPlan& p) {
 }
 
 }  // namespace
+
+int64_t OptimizerBytesPerElement(const TierPlanInput& in) {
+  return 2 * in.state_element_bytes + (in.compute_element_bytes != 4 ? 4 /*separate master*/ : 0);
+}
 
 TierPlan PlanTiers(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
                    const TierPlanInput& in) {

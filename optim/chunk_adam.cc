@@ -43,8 +43,10 @@ std::vector<chunkmem::ElementRange> ChunkAdam::AddHostWork(int chunk, double lr,
     const at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
     AdamWork w;
     w.span.master = master.data_ptr<float>();
-    w.span.m = runtime_.View(ChunkKind::kAdamM, i).data_ptr<float>();
-    w.span.v = runtime_.View(ChunkKind::kAdamV, i).data_ptr<float>();
+    const at::Tensor m = runtime_.View(ChunkKind::kAdamM, i);
+    w.span.m = m.data_ptr();
+    w.span.v = runtime_.View(ChunkKind::kAdamV, i).data_ptr();
+    w.span.state_type = ElemTypeOf(m.scalar_type());
     w.span.grad = grad.data_ptr();
     w.span.grad_type = ElemTypeOf(grad.scalar_type());
     const auto& pl = runtime_.layout().placements()[i];
@@ -80,6 +82,13 @@ void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) 
   const at::Tensor grads32 =
       grad_payload.scalar_type() == at::kFloat && grad_payload.device() == device ? grad_payload
                                                                                   : grad_payload.to(device, at::kFloat);
+  // bf16 moments: the fused op runs on fp32 copies, rounded back once after it (the
+  // host kernels' contract: fp32 arithmetic, m and v rounded to nearest even on store).
+  const at::Tensor& m_payload = store.payload(runtime_.chunk_id(ChunkKind::kAdamM, chunk));
+  const at::Tensor& v_payload = store.payload(runtime_.chunk_id(ChunkKind::kAdamV, chunk));
+  const bool wide_state = m_payload.scalar_type() == at::kFloat;
+  const at::Tensor m32 = wide_state ? m_payload : m_payload.to(at::kFloat);
+  const at::Tensor v32 = wide_state ? v_payload : v_payload.to(at::kFloat);
   std::vector<at::Tensor> params[2], grads[2], ms[2], vs[2], steps[2];
   const auto& placements = runtime_.layout().placements();
   for (int i : runtime_.layout().chunks()[chunk].param_indices) {
@@ -88,8 +97,8 @@ void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) 
     params[g].push_back(runtime_.View(ChunkKind::kMaster, i));
     // Shaped like the parameter: the CUDA fused op checks sizes and strides match.
     grads[g].push_back(grads32.narrow(0, placements[i].offset_numel, placements[i].numel).view(params[g].back().sizes()));
-    ms[g].push_back(runtime_.View(ChunkKind::kAdamM, i));
-    vs[g].push_back(runtime_.View(ChunkKind::kAdamV, i));
+    ms[g].push_back(m32.narrow(0, placements[i].offset_numel, placements[i].numel).view(params[g].back().sizes()));
+    vs[g].push_back(v32.narrow(0, placements[i].offset_numel, placements[i].numel).view(params[g].back().sizes()));
     if (!device_steps_[i].defined() || device_steps_[i].device() != device) {
       device_steps_[i] = at::full({}, static_cast<double>(steps_[i]), at::TensorOptions().dtype(at::kFloat).device(device));
     }
@@ -107,6 +116,10 @@ void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) 
       at::_fused_adam_(params[g], grads[g], ms[g], vs[g], {}, steps[g], lr, c.betas[0], c.betas[1], wd, c.eps,
                        /*amsgrad=*/false, /*maximize=*/false, unscale, std::nullopt);
     }
+  }
+  if (!wide_state) {
+    m_payload.copy_(m32);
+    v_payload.copy_(v32);
   }
   if (separate_master) store.payload(runtime_.chunk_id(ChunkKind::kCompute, chunk)).copy_(master_payload);
 }

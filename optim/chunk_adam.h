@@ -1,7 +1,8 @@
 // ChunkAdam: Adam/AdamW over the parameters of one chunk, through the runtime's views of
-// its payloads (fp32 master, m, v, gradients, compute copy) wherever they are: on the
-// host as work for the CPU kernels (ParallelAdam), on the device as LibTorch's fused
-// multi-tensor op (one call per decay group). Keeps each parameter's update count (bias
+// its payloads (fp32 master, m and v in fp32 or bf16, gradients, compute copy) wherever
+// they are: on the host as work for the CPU kernels (ParallelAdam), on the device as
+// LibTorch's fused multi-tensor op (one call per decay group; bf16 moments widened
+// before it and rounded after it, the host kernels' arithmetic). Keeps each parameter's update count (bias
 // correction) and decay mask (weight decay on parameters of 2 or more dimensions only).
 // A parameter without a gradient this step is not updated and its count does not
 // advance (as LibTorch). It moves nothing: the caller puts the chunk where the update

@@ -88,8 +88,8 @@ int64_t ElemBytes(ElemType t) { return t == ElemType::kFp32 ? 4 : 2; }
 AdamSpan SubSpan(const AdamSpan& s, int64_t begin, int64_t end) {
   AdamSpan out = s;
   out.master = s.master + begin;
-  out.m = s.m + begin;
-  out.v = s.v + begin;
+  out.m = static_cast<char*>(s.m) + begin * ElemBytes(s.state_type);
+  out.v = static_cast<char*>(s.v) + begin * ElemBytes(s.state_type);
   out.grad = static_cast<const char*>(s.grad) + begin * ElemBytes(s.grad_type);
   if (s.param_out != nullptr) out.param_out = static_cast<char*>(s.param_out) + begin * ElemBytes(s.out_type);
   out.numel = end - begin;

@@ -2,7 +2,10 @@
 //
 // One call updates `numel` consecutive elements of the fp32 master, m and v, reading a
 // gradient in fp32, fp16 or bf16 and (optionally) writing the updated parameter in the
-// compute dtype in the same pass. The loss-scale division and the clipping factor are
+// compute dtype in the same pass. m and v are stored in fp32 or bf16
+// (optimizer.state_dtype): the arithmetic is fp32 either way, bf16 moments are widened
+// exactly on load and rounded to nearest even on store, so a bf16-state update equals
+// the fp32 update of the widened moments with its m and v rounded afterwards. The loss-scale division and the clipping factor are
 // folded into `grad_scale`; weight decay is per call (the caller splits a chunk at
 // parameter boundaries, which is how the no-decay mask for biases and norms is applied).
 //
@@ -41,11 +44,13 @@ struct AdamHyper {
 
 // One span of consecutive elements. `param_out` may be null (fp32 compute: the master
 // is the parameter); otherwise it is written in `out_type`. `grad` is read in
-// `grad_type`. Pointers need no alignment.
+// `grad_type`; m and v are both in `state_type` (fp32 or bf16). Pointers need no
+// alignment.
 struct AdamSpan {
   float* master = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
+  void* m = nullptr;
+  void* v = nullptr;
+  ElemType state_type = ElemType::kFp32;
   const void* grad = nullptr;
   ElemType grad_type = ElemType::kFp32;
   void* param_out = nullptr;

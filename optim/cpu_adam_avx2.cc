@@ -43,7 +43,10 @@ inline void Store8(void* base, ElemType type, int64_t i, __m256 x) {
 
 }  // namespace
 
-void AdamAvx2(const AdamSpan& s, const AdamHyper& h) {
+// The vector loop with m and v in kState (a template argument: no per-element branch
+// in the fp32 path, which runs at copy bandwidth).
+template <ElemType kState>
+static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
   const __m256 grad_scale = _mm256_set1_ps(h.grad_scale), decay = _mm256_set1_ps(h.decay_factor);
   const __m256 l2 = _mm256_set1_ps(h.l2), beta1 = _mm256_set1_ps(h.beta1), beta2 = _mm256_set1_ps(h.beta2);
   const __m256 omb1 = _mm256_set1_ps(h.one_minus_beta1), omb2 = _mm256_set1_ps(h.one_minus_beta2);
@@ -54,16 +57,24 @@ void AdamAvx2(const AdamSpan& s, const AdamHyper& h) {
     __m256 g = _mm256_mul_ps(Load8(s.grad, s.grad_type, i), grad_scale);
     __m256 p = _mm256_mul_ps(_mm256_loadu_ps(s.master + i), decay);
     g = _mm256_fmadd_ps(l2, p, g);
-    const __m256 m = _mm256_fmadd_ps(beta1, _mm256_loadu_ps(s.m + i), _mm256_mul_ps(omb1, g));
-    const __m256 v = _mm256_fmadd_ps(beta2, _mm256_loadu_ps(s.v + i), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+    const __m256 m = _mm256_fmadd_ps(beta1, Load8(s.m, kState, i), _mm256_mul_ps(omb1, g));
+    const __m256 v = _mm256_fmadd_ps(beta2, Load8(s.v, kState, i), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
     const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(v), inv_bc2, eps);
     p = _mm256_fmadd_ps(neg_step, _mm256_div_ps(m, denom), p);
-    _mm256_storeu_ps(s.m + i, m);
-    _mm256_storeu_ps(s.v + i, v);
+    Store8(s.m, kState, i, m);
+    Store8(s.v, kState, i, v);
     _mm256_storeu_ps(s.master + i, p);
     if (s.param_out != nullptr) Store8(s.param_out, s.out_type, i, p);
   }
   AdamElements(s, h, vec_end, s.numel);
+}
+
+void AdamAvx2(const AdamSpan& s, const AdamHyper& h) {
+  if (s.state_type == ElemType::kBf16) {
+    AdamLoop<ElemType::kBf16>(s, h);
+  } else {
+    AdamLoop<ElemType::kFp32>(s, h);
+  }
 }
 
 double SumSquaresAvx2(const void* grad, ElemType type, int64_t numel) {

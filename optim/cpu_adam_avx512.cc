@@ -41,7 +41,10 @@ inline void Store16(void* base, ElemType type, int64_t i, __m512 x) {
 
 }  // namespace
 
-void AdamAvx512(const AdamSpan& s, const AdamHyper& h) {
+// The vector loop with m and v in kState (a template argument: no per-element branch
+// in the fp32 path, which runs at copy bandwidth).
+template <ElemType kState>
+static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
   const __m512 grad_scale = _mm512_set1_ps(h.grad_scale), decay = _mm512_set1_ps(h.decay_factor);
   const __m512 l2 = _mm512_set1_ps(h.l2), beta1 = _mm512_set1_ps(h.beta1), beta2 = _mm512_set1_ps(h.beta2);
   const __m512 omb1 = _mm512_set1_ps(h.one_minus_beta1), omb2 = _mm512_set1_ps(h.one_minus_beta2);
@@ -52,16 +55,24 @@ void AdamAvx512(const AdamSpan& s, const AdamHyper& h) {
     __m512 g = _mm512_mul_ps(Load16(s.grad, s.grad_type, i), grad_scale);
     __m512 p = _mm512_mul_ps(_mm512_loadu_ps(s.master + i), decay);
     g = _mm512_fmadd_ps(l2, p, g);
-    const __m512 m = _mm512_fmadd_ps(beta1, _mm512_loadu_ps(s.m + i), _mm512_mul_ps(omb1, g));
-    const __m512 v = _mm512_fmadd_ps(beta2, _mm512_loadu_ps(s.v + i), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+    const __m512 m = _mm512_fmadd_ps(beta1, Load16(s.m, kState, i), _mm512_mul_ps(omb1, g));
+    const __m512 v = _mm512_fmadd_ps(beta2, Load16(s.v, kState, i), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
     const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(v), inv_bc2, eps);
     p = _mm512_fmadd_ps(neg_step, _mm512_div_ps(m, denom), p);
-    _mm512_storeu_ps(s.m + i, m);
-    _mm512_storeu_ps(s.v + i, v);
+    Store16(s.m, kState, i, m);
+    Store16(s.v, kState, i, v);
     _mm512_storeu_ps(s.master + i, p);
     if (s.param_out != nullptr) Store16(s.param_out, s.out_type, i, p);
   }
   AdamElements(s, h, vec_end, s.numel);
+}
+
+void AdamAvx512(const AdamSpan& s, const AdamHyper& h) {
+  if (s.state_type == ElemType::kBf16) {
+    AdamLoop<ElemType::kBf16>(s, h);
+  } else {
+    AdamLoop<ElemType::kFp32>(s, h);
+  }
 }
 
 double SumSquaresAvx512(const void* grad, ElemType type, int64_t numel) {

@@ -98,9 +98,13 @@ static inline void AdamElement(float grad, float& p, float& m, float& v, const A
   p = __builtin_fmaf(-h.step_size, m / denom, p);
 }
 
+// m and v in s.state_type: widened on load, rounded on store (exact for fp32).
 static inline void AdamElements(const AdamSpan& s, const AdamHyper& h, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
-    AdamElement(LoadScalar(s.grad, s.grad_type, i), s.master[i], s.m[i], s.v[i], h);
+    float m = LoadScalar(s.m, s.state_type, i), v = LoadScalar(s.v, s.state_type, i);
+    AdamElement(LoadScalar(s.grad, s.grad_type, i), s.master[i], m, v, h);
+    StoreScalar(s.m, s.state_type, i, m);
+    StoreScalar(s.v, s.state_type, i, v);
     if (s.param_out != nullptr) StoreScalar(s.param_out, s.out_type, i, s.master[i]);
   }
 }

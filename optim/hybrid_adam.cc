@@ -73,6 +73,7 @@ SpeculationOptions SpeculationSettings(chunkmem::ChunkRuntime& runtime, const Hy
   s.backoff_steps = options.speculation_backoff_steps;
   s.slot_numel = LargestChunkNumel(runtime);
   s.compute_dtype = runtime.compute_dtype();
+  s.state_dtype = runtime.state_dtype();
   s.kernels = kernels;
   s.threads = options.cpu_threads;
   s.borrow_host = [&runtime](int64_t numel, at::ScalarType dtype) { return runtime.BorrowHost(numel, dtype); };

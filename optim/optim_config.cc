@@ -29,4 +29,12 @@ const char* ToString(Dtype t) {
   return "?";
 }
 
+const char* ToString(StateDtype t) {
+  switch (t) {
+    case StateDtype::kFp32: return "fp32";
+    case StateDtype::kBf16: return "bf16";
+  }
+  return "?";
+}
+
 }  // namespace ps::optim

@@ -14,6 +14,9 @@ enum class ScheduleType { kConstant, kLinear, kCosine, kWsd };
 enum class Dtype { kFp32, kFp16, kBf16 };
 // Which CPU Adam kernel variant runs (auto: the best this CPU supports).
 enum class CpuAdamChoice { kAuto, kScalar, kAvx2, kAvx512 };
+// How the chunk runtime stores Adam's m and v (the arithmetic is fp32 either way;
+// optim/cpu_adam.h): fp32, or bf16 (rounded to nearest even at every store).
+enum class StateDtype { kFp32, kBf16 };
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
@@ -22,6 +25,7 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;      // matrices only: never biases or norm weights
   bool hybrid_adam = true;        // PatrickStar use_hybrid_adam: GPU Adam for resident chunks
+  StateDtype state_dtype = StateDtype::kFp32;  // chunk runtime: m and v storage (docs/optim.md)
   CpuAdamChoice cpu_adam = CpuAdamChoice::kAuto;  // CPU kernel variant (forced for tests/benchmarks)
   // Chunk runtime: host chunks updated ahead in backward, speculatively (HybridAdam::
   // Speculate; docs/optim.md); each costs a backup of 14 bytes per chunk element. 0 = off.
@@ -56,5 +60,6 @@ struct PrecisionConfig {
 const char* ToString(OptimizerType t);
 const char* ToString(ScheduleType t);
 const char* ToString(Dtype t);
+const char* ToString(StateDtype t);
 
 }  // namespace ps::optim

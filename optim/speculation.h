@@ -2,8 +2,9 @@
 // backward, and kept or rolled back when the step knows the real clip coefficient and
 // overflow flag (docs/optim.md, "The overlapped host step").
 //
-// Owns the backup slots (fp32 master, m, v and, in bf16/fp16, the compute chunk: 14
-// bytes per element of the largest chunk, borrowed once at construction), the worker
+// Owns the backup slots (fp32 master, m and v in their state dtype and, in bf16/fp16,
+// the compute chunk: 14 bytes per element of the largest chunk with fp32 moments,
+// borrowed once at construction), the worker
 // thread that runs the speculated updates in order while backward goes on, the records
 // of this step's speculated chunks with their sums of squares, the rollback (payloads
 // restored from their slot) and the back-off after a rollback. It knows payloads and
@@ -36,6 +37,7 @@ struct SpeculationOptions {
   int backoff_steps = 0;  // steps that do not speculate after one that rolled back
   int64_t slot_numel = 0;  // a slot's elements: the largest chunk's capacity
   at::ScalarType compute_dtype = at::kFloat;  // not fp32: slots also back up the compute chunk
+  at::ScalarType state_dtype = at::kFloat;    // m and v (optimizer.state_dtype)
   CpuAdamKernels kernels;  // the worker's sums of squares and updates
   int threads = 1;
   // Borrows a host buffer for the run (the plan reserves the slots).
@@ -106,7 +108,7 @@ class Speculation {
 
  private:
   struct Slot {
-    at::Tensor master, m, v;  // fp32, slot_numel each
+    at::Tensor master, m, v;  // slot_numel each: master fp32, m and v in state_dtype
     at::Tensor compute;       // compute dtype (not fp32 only): its backup, or the staged parameters
     double sum_squares = 0.0;  // the worker's host sum (this slot's job alone until Finish)
   };

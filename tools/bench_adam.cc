@@ -7,8 +7,13 @@
 // the same 28 bytes per parameter (memcpy of 14 B/param, multi-threaded). LibTorch does
 // the same job with at::_fused_adamw_ (its fused CPU kernel) plus the two dtype
 // conversions it needs (fp16 grad -> fp32, fp32 master -> fp16 param); its fused kernel
-// alone is reported too, and so is torch::optim::AdamW, the C++ optimizer class. Every contender uses the same thread count. The last line is
-// one JSON object.
+// alone is reported too, and so is torch::optim::AdamW, the C++ optimizer class. Every
+// contender uses the same thread count. The last line is one JSON object.
+//
+// --state-dtype bf16 runs our kernel with bf16 m and v (optimizer.state_dtype): 20 bytes
+// of traffic per parameter, against a copy probe of those 20 bytes; LibTorch's figures
+// stay those of its fp32-moment job. It also reports the update error of bf16 moments
+// (UpdateError below).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
@@ -17,7 +22,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -49,99 +56,178 @@ void ParallelCopy(char* dst, const char* src, int64_t bytes, int threads) {
   for (auto& th : pool) th.join();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  cxxopts::Options options("bench_adam", "CPU Adam vs LibTorch fused AdamW vs memcpy, same bytes");
-  options.add_options()("numel", "parameters", cxxopts::value<int64_t>()->default_value("100000000"))(
-      "threads", "threads for every contender (0 = all cores)", cxxopts::value<int>()->default_value("0"))(
-      "iters", "timed iterations (best is reported)", cxxopts::value<int>()->default_value("5"))(
-      "isa", "auto|scalar|avx2|avx512", cxxopts::value<std::string>()->default_value("auto"))("h,help", "help");
-  const auto args = options.parse(argc, argv);
-  if (args.count("help")) {
-    std::printf("%s\n", options.help().c_str());
-    return 0;
+// The per-step update error of bf16 moments against fp32 ones: two trajectories of the
+// same parameters fed the same gradients (a fixed per-element mean plus noise, the
+// regime where Adam's moments matter), one storing m and v in fp32, the other in bf16.
+// Printed per step: || u_bf16 - u_fp32 || / || u_fp32 ||, the updates u = p_after -
+// p_before of each trajectory's own step from the same master (the bf16 one is reset
+// to the fp32 master first, so only the moments differ).
+void UpdateError(const ps::optim::CpuAdamKernels& kernels, int64_t n, int steps, int threads) {
+  at::manual_seed(1);
+  const at::Tensor mean = at::randn({n}) * 1e-3;
+  at::Tensor master = at::randn({n}) * 0.02, m = at::zeros({n}), v = at::zeros({n});
+  at::Tensor m16 = at::zeros({n}, at::kBFloat16), v16 = at::zeros({n}, at::kBFloat16);
+  double worst = 0.0, sum = 0.0;
+  for (int t = 1; t <= steps; ++t) {
+    const at::Tensor grad = mean + at::randn({n}) * 1e-3;
+    const at::Tensor before = master.clone(), master16 = master.clone();
+    const auto hyper = ps::optim::AdamHyper::Make(1e-4, 0.9, 0.95, 1e-8, 0.1, true, t, 1.0);
+    ps::optim::AdamSpan wide{master.data_ptr<float>(), m.data_ptr(), v.data_ptr(), ps::optim::ElemType::kFp32,
+                             grad.data_ptr(), ps::optim::ElemType::kFp32, nullptr, ps::optim::ElemType::kFp32, n};
+    ps::optim::AdamSpan narrow = wide;
+    narrow.master = master16.data_ptr<float>();
+    narrow.m = m16.data_ptr();
+    narrow.v = v16.data_ptr();
+    narrow.state_type = ps::optim::ElemType::kBf16;
+    ps::optim::ParallelAdam(kernels, {{wide, hyper}, {narrow, hyper}}, threads);
+    const at::Tensor u = master - before, u16 = master16 - before;
+    const double err = ((u16 - u).norm() / u.norm()).item<double>();
+    worst = std::max(worst, err);
+    sum += err;
+    if (t == 1 || t == 10 || t == 100 || t == steps) std::printf("update error at step %d: %.3g\n", t, err);
   }
-  const int64_t n = args["numel"].as<int64_t>();
-  int threads = args["threads"].as<int>();
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int iters = args["iters"].as<int>();
-  const ps::optim::CpuIsa isa = ps::optim::ParseCpuIsa(args["isa"].as<std::string>().c_str());
-  at::set_num_threads(threads);
+  std::printf("update error over %d steps: mean %.3g, worst %.3g (relative L2 of the update)\n", steps, sum / steps,
+              worst);
+}
 
-  at::manual_seed(0);
-  at::Tensor master = at::randn({n});
-  at::Tensor m = at::zeros({n}), v = at::zeros({n});
-  at::Tensor grad16 = (at::randn({n}) * 1e-2).to(at::kHalf);
-  at::Tensor param16 = at::empty({n}, at::kHalf);
+struct Settings {
+  int64_t n = 0;
+  int threads = 1, iters = 5, error_steps = 0;
+  ps::optim::CpuIsa isa = ps::optim::CpuIsa::kScalar;
+  std::string state_dtype = "fp32";
+  bool bf16_state() const { return state_dtype == "bf16"; }
+};
 
-  // Ours.
-  const auto kernels = ps::optim::KernelsFor(isa);
+// Our kernel's best time for one step over n parameters (fp16 gradients and output).
+double TimeOurs(const Settings& s, const ps::optim::CpuAdamKernels& kernels, const at::Tensor& grad16,
+                at::Tensor& param16) {
+  at::Tensor master = at::randn({s.n});
+  at::Tensor m = at::zeros({s.n}, s.bf16_state() ? at::kBFloat16 : at::kFloat);
+  at::Tensor v = at::zeros({s.n}, s.bf16_state() ? at::kBFloat16 : at::kFloat);
   ps::optim::AdamSpan span;
   span.master = master.data_ptr<float>();
-  span.m = m.data_ptr<float>();
-  span.v = v.data_ptr<float>();
+  span.m = m.data_ptr();
+  span.v = v.data_ptr();
+  span.state_type = s.bf16_state() ? ps::optim::ElemType::kBf16 : ps::optim::ElemType::kFp32;
   span.grad = grad16.data_ptr();
   span.grad_type = ps::optim::ElemType::kFp16;
   span.param_out = param16.data_ptr();
   span.out_type = ps::optim::ElemType::kFp16;
-  span.numel = n;
+  span.numel = s.n;
   int64_t step = 0;
-  const double ps_s = BestSeconds(iters, [&] {
+  return BestSeconds(s.iters, [&] {
     const auto hyper = ps::optim::AdamHyper::Make(1e-4, 0.9, 0.95, 1e-8, 0.1, true, ++step, 1.0 / 1024);
-    ps::optim::ParallelAdam(kernels, {{span, hyper}}, threads);
+    ps::optim::ParallelAdam(kernels, {{span, hyper}}, s.threads);
   });
+}
 
-  // LibTorch: fused AdamW on fp32, plus the conversions the same job needs.
-  at::Tensor tmaster = at::randn({n}), tm = at::zeros({n}), tv = at::zeros({n});
-  at::Tensor tgrad32 = at::empty({n});
+struct TorchSeconds {
+  double job = 0, fused_only = 0, optim_class = 0;
+};
+
+// LibTorch's fp32-moment job: fused AdamW plus the conversions it needs; the fused op
+// alone; torch::optim::AdamW (per-tensor ops), what a LibTorch C++ user gets.
+TorchSeconds TimeLibTorch(const Settings& s, const at::Tensor& grad16, at::Tensor& param16) {
+  TorchSeconds out;
+  at::Tensor tmaster = at::randn({s.n}), tm = at::zeros({s.n}), tv = at::zeros({s.n});
+  at::Tensor tgrad32 = at::empty({s.n});
   at::Tensor state_step = at::zeros({}, at::kFloat);
   auto fused = [&] {
     state_step.add_(1);
     at::_fused_adamw_({tmaster}, {tgrad32}, {tm}, {tv}, {}, {state_step}, 1e-4, 0.9, 0.95, 0.1, 1e-8,
                       /*amsgrad=*/false, /*maximize=*/false, std::nullopt, std::nullopt);
   };
-  const double torch_s = BestSeconds(iters, [&] {
+  out.job = BestSeconds(s.iters, [&] {
     tgrad32.copy_(grad16).mul_(1.0 / 1024);
     fused();
     param16.copy_(tmaster);
   });
   tgrad32.copy_(grad16).mul_(1.0 / 1024);
-  const double torch_fused_s = BestSeconds(iters, fused);
-
-  // What a LibTorch C++ user gets from torch::optim::AdamW (per-tensor ops), same job.
-  at::Tensor tparam = at::randn({n}).requires_grad_(true);
+  out.fused_only = BestSeconds(s.iters, fused);
+  at::Tensor tparam = at::randn({s.n}).requires_grad_(true);
   torch::optim::AdamW adamw_class({tparam}, torch::optim::AdamWOptions(1e-4).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
   at::Tensor& class_grad = tparam.mutable_grad();
-  class_grad = at::empty({n});
-  const double torch_class_s = BestSeconds(iters, [&] {
+  class_grad = at::empty({s.n});
+  out.optim_class = BestSeconds(s.iters, [&] {
     class_grad.copy_(grad16).mul_(1.0 / 1024);
     adamw_class.step();
     param16.copy_(tparam.detach());
   });
+  return out;
+}
 
-  // Copy probe: 14 B/param read and written.
-  const int64_t copy_bytes = 14 * n;
-  std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
-  const double copy_s = BestSeconds(iters, [&] { ParallelCopy(dst.data(), src.data(), copy_bytes, threads); });
-
-  const double traffic_bytes = 28.0 * static_cast<double>(n);
-  const double ps_pps = n / ps_s, torch_pps = n / torch_s, torch_fused_pps = n / torch_fused_s;
+void Report(const Settings& s, double ps_s, const TorchSeconds& t, double copy_s, int64_t copy_bytes) {
+  const double n = static_cast<double>(s.n);
+  const double traffic_bytes = 2.0 * static_cast<double>(copy_bytes);
+  const double ps_pps = n / ps_s, torch_pps = n / t.job, torch_fused_pps = n / t.fused_only;
   const double ps_gbs = traffic_bytes / ps_s / 1e9, copy_gbs = traffic_bytes / copy_s / 1e9;
-  std::printf("params %lld, threads %d, our variant %s\n", static_cast<long long>(n), threads, ps::optim::ToString(isa));
+  const char* isa = ps::optim::ToString(s.isa);
+  std::printf("params %lld, threads %d, our variant %s, m and v %s\n", static_cast<long long>(s.n), s.threads, isa,
+              s.state_dtype.c_str());
   std::printf("ours          %8.3f s  %10.3g params/s  %6.2f GB/s\n", ps_s, ps_pps, ps_gbs);
-  std::printf("libtorch      %8.3f s  %10.3g params/s  (fused AdamW + grad/param conversions)\n", torch_s, torch_pps);
-  std::printf("libtorch core %8.3f s  %10.3g params/s  (fused AdamW alone, fp32 grads given)\n", torch_fused_s,
+  std::printf("libtorch      %8.3f s  %10.3g params/s  (fused AdamW + grad/param conversions)\n", t.job, torch_pps);
+  std::printf("libtorch core %8.3f s  %10.3g params/s  (fused AdamW alone, fp32 grads given)\n", t.fused_only,
               torch_fused_pps);
-  std::printf("torch::optim::AdamW %8.3f s  %10.3g params/s  (C++ optimizer class + conversions)\n", torch_class_s,
-              n / torch_class_s);
-  std::printf("memcpy        %8.3f s  %6.2f GB/s (same 28 B/param)\n", copy_s, copy_gbs);
+  std::printf("torch::optim::AdamW %8.3f s  %10.3g params/s  (C++ optimizer class + conversions)\n", t.optim_class,
+              n / t.optim_class);
+  std::printf("memcpy        %8.3f s  %6.2f GB/s (same %lld B/param)\n", copy_s, copy_gbs,
+              static_cast<long long>(2 * copy_bytes / s.n));
   std::printf(
-      "{\"numel\": %lld, \"threads\": %d, \"isa\": \"%s\", \"ps_params_per_s\": %.6g, \"torch_params_per_s\": %.6g, "
-      "\"torch_fused_only_params_per_s\": %.6g, \"torch_optim_adamw_params_per_s\": %.6g, \"copy_gb_per_s\": %.4g, \"ps_gb_per_s\": %.4g, "
-      "\"ps_vs_torch\": %.3f, \"ps_vs_torch_fused_only\": %.3f, \"ps_vs_torch_optim_adamw\": %.3f, \"ps_vs_copy\": %.3f}\n",
-      static_cast<long long>(n), threads, ps::optim::ToString(isa), ps_pps, torch_pps, torch_fused_pps,
-      n / torch_class_s, copy_gbs, ps_gbs, ps_pps / torch_pps, ps_pps / torch_fused_pps, ps_pps * torch_class_s / n,
+      "{\"numel\": %lld, \"threads\": %d, \"isa\": \"%s\", \"state_dtype\": \"%s\", \"ps_params_per_s\": %.6g, "
+      "\"torch_params_per_s\": %.6g, \"torch_fused_only_params_per_s\": %.6g, \"torch_optim_adamw_params_per_s\": "
+      "%.6g, \"copy_gb_per_s\": %.4g, \"ps_gb_per_s\": %.4g, \"ps_vs_torch\": %.3f, \"ps_vs_torch_fused_only\": %.3f, "
+      "\"ps_vs_torch_optim_adamw\": %.3f, \"ps_vs_copy\": %.3f}\n",
+      static_cast<long long>(s.n), s.threads, isa, s.state_dtype.c_str(), ps_pps, torch_pps, torch_fused_pps,
+      n / t.optim_class, copy_gbs, ps_gbs, ps_pps / torch_pps, ps_pps / torch_fused_pps, ps_pps * t.optim_class / n,
       ps_gbs / copy_gbs);
+}
+
+// Returns false (after printing why) on bad arguments; exits 0 for --help.
+bool Parse(int argc, char** argv, Settings& s) {
+  cxxopts::Options options("bench_adam", "CPU Adam vs LibTorch fused AdamW vs memcpy, same bytes");
+  options.add_options()("numel", "parameters", cxxopts::value<int64_t>()->default_value("100000000"))(
+      "threads", "threads for every contender (0 = all cores)", cxxopts::value<int>()->default_value("0"))(
+      "iters", "timed iterations (best is reported)", cxxopts::value<int>()->default_value("5"))(
+      "isa", "auto|scalar|avx2|avx512", cxxopts::value<std::string>()->default_value("auto"))(
+      "state-dtype", "fp32|bf16: how our kernel stores m and v", cxxopts::value<std::string>()->default_value("fp32"))(
+      "error-steps", "bf16 state: steps of the update-error trajectories (0 = none)",
+      cxxopts::value<int>()->default_value("1000"))("h,help", "help");
+  const auto args = options.parse(argc, argv);
+  if (args.count("help")) {
+    std::printf("%s\n", options.help().c_str());
+    std::exit(0);
+  }
+  s.n = args["numel"].as<int64_t>();
+  s.threads = args["threads"].as<int>();
+  if (s.threads <= 0) s.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  s.iters = args["iters"].as<int>();
+  s.isa = ps::optim::ParseCpuIsa(args["isa"].as<std::string>().c_str());
+  s.state_dtype = args["state-dtype"].as<std::string>();
+  s.error_steps = args["error-steps"].as<int>();
+  if (s.state_dtype != "fp32" && s.state_dtype != "bf16") {
+    std::fprintf(stderr, "--state-dtype: expected fp32 or bf16, got '%s'\n", s.state_dtype.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings s;
+  if (!Parse(argc, argv, s)) return 2;
+  at::set_num_threads(s.threads);
+  at::manual_seed(0);
+  const at::Tensor grad16 = (at::randn({s.n}) * 1e-2).to(at::kHalf);
+  at::Tensor param16 = at::empty({s.n}, at::kHalf);
+  const auto kernels = ps::optim::KernelsFor(s.isa);
+  const double ps_s = TimeOurs(s, kernels, grad16, param16);
+  const TorchSeconds torch_s = TimeLibTorch(s, grad16, param16);
+  // Copy probe: the bytes our pass reads (master 4, m and v, gradient 2), read and written.
+  const int64_t copy_bytes = (6 + 2 * (s.bf16_state() ? 2 : 4)) * s.n;
+  std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
+  const double copy_s = BestSeconds(s.iters, [&] { ParallelCopy(dst.data(), src.data(), copy_bytes, s.threads); });
+  if (s.bf16_state() && s.error_steps > 0) UpdateError(kernels, std::min<int64_t>(s.n, 1000000), s.error_steps, s.threads);
+  Report(s, ps_s, torch_s, copy_s, copy_bytes);
   return 0;
 }

@@ -75,6 +75,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16   ? at::kBFloat16
                           : c.precision.dtype == optim::Dtype::kFp16 ? at::kHalf
                                                                      : at::kFloat;
+  options.state_dtype = c.optimizer.state_dtype == optim::StateDtype::kBf16 ? at::kBFloat16 : at::kFloat;
   options.residency.eviction = c.chunk.eviction;
   options.residency.warmup_steps = c.chunk.warmup_steps;
   options.residency.prefetch_depth = c.chunk.prefetch_depth;
@@ -309,13 +310,15 @@ void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& 
   }
   input.chunk_numel = c.chunk.size_elements;
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
+  input.state_element_bytes = c.optimizer.state_dtype == optim::StateDtype::kBf16 ? 2 : 4;
   input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   input.block_major_grads = VerticalAccumulation(c.train, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   // Speculation backups: fp32 master, m, v (+ the compute chunk when it is not the
   // master) per slot.
   input.speculation_slots = c.optimizer.speculation_slots;
-  input.backup_bytes_per_element = 12 + (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
+  input.backup_bytes_per_element =
+      4 + 2 * input.state_element_bytes + (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
 }
 

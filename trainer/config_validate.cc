@@ -136,9 +136,22 @@ class Validator {
     }
   }
 
+  // optimizer.state_dtype other than fp32 is a chunk-runtime mode (the plain LibTorch
+  // optimizer keeps its moments in the parameters' dtype).
+  void ValidateOptimizerState() const {
+    const auto& c = config_;
+    if (c.optimizer.state_dtype != optim::StateDtype::kFp32 && !c.chunk.enabled) {
+      throw ConfigError(At("optimizer.state_dtype") + ": optimizer.state_dtype " +
+                        optim::ToString(c.optimizer.state_dtype) +
+                        " needs chunk.enabled: true (the chunk optimizer stores the moments; the plain LibTorch "
+                        "optimizer keeps them in fp32)");
+    }
+  }
+
   void Validate() const {
     ValidateModelType();
     ValidateLora();
+    ValidateOptimizerState();
     ValidateAccumulationSchedule();
     const auto& c = config_;
     if (const auto bad = data::ChatKeyProblem(c.data, c.model_type == models::ModelType::kBert))

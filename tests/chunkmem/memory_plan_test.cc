@@ -59,6 +59,27 @@ TEST_CASE("fp32 needs no separate master", "[plan]") {
   CHECK(plan.host_only_bytes == 4 * 1024 * 12);
 }
 
+TEST_CASE("bf16 moments (optimizer.state_dtype): m and v at 2 bytes each; the tiers and the plan text follow", "[plan]") {
+  PlanInput in = Small(2, 10000, 1000000);
+  in.state_element_bytes = 2;
+  const auto plan = PlanMemory(in);
+  CHECK(plan.optimizer_bytes_per_element == 8);       // fp32 master + bf16 m + bf16 v
+  CHECK(plan.host_only_bytes == 4 * 1024 * 12);       // grad 4 + master 4 + m 2 + v 2
+  CHECK(plan.host_bytes == 4 * 1024 * 12 + 8192);
+  CHECK(plan.bytes_per_param == Approx(4 * 1024 * 14 / 2520.0));
+  CHECK(FormatPlan(plan, in).find("optimizer state 8 bytes/element, m and v bf16") != std::string::npos);
+  in.grads_in_compute_chunks = true;  // bf16 with gradients in the compute slots: 10 bytes per element
+  const auto reuse = PlanMemory(in);
+  CHECK(reuse.compute_chunk_bytes + reuse.host_only_bytes == 4 * 1024 * 10);
+  // The device margin takes optimizer state at its size: with 2 of the 4 chunks' fp32
+  // state (12 kB each) the margin holds 3 of bf16 state (8 kB each).
+  PlanInput wide = Small(2, 4096 + 24576, 1000000), narrow = wide;
+  wide.margin_use_ratio = narrow.margin_use_ratio = 1.0;
+  narrow.state_element_bytes = 2;
+  CHECK(PlanMemory(wide).tiers.device_optimizer_chunks == 2);
+  CHECK(PlanMemory(narrow).tiers.device_optimizer_chunks == 3);
+}
+
 TEST_CASE("the host keeps room for every compute chunk, whatever the device holds", "[plan]") {
   const auto plan = PlanMemory(Small(2, 4096, 73728));
   CHECK(plan.device_bytes == 4096);

@@ -155,6 +155,47 @@ TEST_CASE("every variant is bitwise equal to the scalar reference", "[cpu_adam][
   }
 }
 
+// optimizer.state_dtype bf16: every variant equals the scalar reference bitwise, and
+// the update equals the fp32 update of the widened moments with m and v then rounded to
+// nearest even (the contract of cpu_adam.h), parameters and master included.
+TEST_CASE("bf16 moments: variants bitwise equal; equal to the fp32 update rounded", "[cpu_adam][state_dtype]") {
+  const auto reference = KernelsFor(CpuIsa::kScalar);
+  for (CpuIsa isa : AvailableIsas()) {
+    const auto kernels = KernelsFor(isa);
+    for (int64_t n : {0, 1, 15, 17, 100003}) {
+      for (ElemType gt : {ElemType::kFp32, ElemType::kBf16}) {
+        for (bool adamw : {true, false}) {
+          CAPTURE(ToString(isa), n, static_cast<int>(gt), adamw);
+          Inputs in = MakeInputs(n, gt, 1.0, 23);
+          const at::Tensor m16 = in.m.to(at::kBFloat16), v16 = in.v.to(at::kBFloat16);
+          const AdamHyper h = AdamHyper::Make(1e-3, 0.9, 0.95, 1e-8, 0.1, adamw, 5, 1.0);
+          // The fp32 update of the widened moments: the reference the contract names.
+          Inputs f32 = in;
+          f32.master = in.master.clone();
+          f32.m = m16.to(at::kFloat);
+          f32.v = v16.to(at::kFloat);
+          at::Tensor out_f32 = at::empty({n}, at::kBFloat16);
+          reference.adam(SpanOf(f32, gt, &out_f32, ElemType::kBf16), h);
+          for (const auto* k : {&reference, &kernels}) {
+            Inputs b = in;
+            b.master = in.master.clone();
+            at::Tensor m = m16.clone(), v = v16.clone(), out = at::empty({n}, at::kBFloat16);
+            AdamSpan s = SpanOf(b, gt, &out, ElemType::kBf16);
+            s.m = m.data_ptr();
+            s.v = v.data_ptr();
+            s.state_type = ElemType::kBf16;
+            k->adam(s, h);
+            REQUIRE(BitwiseEqual(b.master, f32.master));
+            REQUIRE(BitwiseEqual(out, out_f32));
+            REQUIRE(BitwiseEqual(m, f32.m.to(at::kBFloat16)));
+            REQUIRE(BitwiseEqual(v, f32.v.to(at::kBFloat16)));
+          }
+        }
+      }
+    }
+  }
+}
+
 void CheckClose(const at::Tensor& ours, const at::Tensor& ref, double rtol, double atol, const char* what) {
   const at::Tensor err = (ours - ref).abs() - (ref.abs() * rtol + atol);
   const double worst = ours.numel() == 0 ? -1.0 : err.max().item<double>();

@@ -43,7 +43,8 @@ struct Rig {
   // `fp32_grads`: fp32 grad chunks also in bf16/fp16 runs (as with accumulation), where
   // the compute chunk only receives the updated parameters.
   Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget, bool pipeline = false, bool async = false,
-      int speculation_slots = 0, int speculation_backoff_steps = 0, bool fp32_grads = false) {
+      int speculation_slots = 0, int speculation_backoff_steps = 0, bool fp32_grads = false,
+      at::ScalarType state_dtype = at::kFloat) {
     at::manual_seed(1);
     initial = {at::randn({16, 24}), at::randn({24}), at::randn({24, 8}), at::randn({40})};
     std::vector<chunkmem::ManagedParam> managed;
@@ -62,6 +63,7 @@ struct Rig {
     chunkmem::RuntimeOptions ro;
     ro.chunk_numel = 448;  // w1 + b1 share chunk 0; w2 + norm share chunk 1
     ro.compute_dtype = dtype;
+    ro.state_dtype = state_dtype;
     ro.residency.eviction = chunkmem::EvictionPolicyKind::kLru;
     ro.residency.warmup_steps = 0;
     ro.grads_in_compute_chunks = dtype != at::kFloat && !fp32_grads;
@@ -71,6 +73,7 @@ struct Rig {
     for (const auto& p : managed) plan.params.push_back({p.name, p.tensor.numel(), p.used_by_blocks});
     plan.chunk_numel = ro.chunk_numel;
     plan.compute_element_bytes = static_cast<int64_t>(c10::elementSize(dtype));
+    plan.state_element_bytes = static_cast<int64_t>(c10::elementSize(state_dtype));
     plan.grads_in_compute_chunks = ro.grads_in_compute_chunks;
     plan.device_budget_bytes = store->Budget(chunkmem::Tier::kDevice);
     plan.host_budget_bytes = store->Budget(chunkmem::Tier::kHost);
@@ -153,7 +156,48 @@ TEST_CASE("device path, host path and torch::optim::AdamW agree (fp32, with clip
 }
 
 bool Same(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+// optimizer.state_dtype bf16: m and v chunks are bf16 (half the bytes), and both paths
+// equal an fp32-moment run whose m and v are rounded to bf16 after every step, bitwise
+// (the kernels' contract, optim/cpu_adam.h; the device path widens, runs the fused op
+// and rounds): master, compute parameters, moments.
+TEST_CASE("bf16 moments: device and host paths equal fp32 moments rounded after each step", "[hybrid_adam][state_dtype]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (bool hybrid : {true, false}) {
+      INFO(c10::toString(dtype) << (hybrid ? ", device path" : ", host path"));
+      Rig bf16(dtype, hybrid, kUnlimited, false, false, 0, 0, false, at::kBFloat16);
+      Rig ref(dtype, hybrid, kUnlimited);
+      const auto& m_payload = bf16.store->payload(bf16.runtime->chunk_id(ChunkKind::kAdamM, 0));
+      CHECK(m_payload.scalar_type() == at::kBFloat16);
+      CHECK(m_payload.nbytes() * 2 ==
+            ref.store->payload(ref.runtime->chunk_id(ChunkKind::kAdamM, 0)).nbytes());
+      LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
+      for (uint64_t step = 1; step <= 4; ++step) {
+        const auto grads = Grads(ref, step);
+        bf16.Backward(grads);
+        ref.Backward(grads);
+        const StepReport a = bf16.adam->Step(1e-2, step % 2 == 0 ? 1.0 : 1e9, off_a);
+        ref.adam->Step(1e-2, step % 2 == 0 ? 1.0 : 1e9, off_b);
+        CHECK(a.device_chunks == (hybrid ? 2 : 0));
+        for (int i = 0; i < static_cast<int>(ref.params.size()); ++i) {
+          INFO("step " << step << " param " << i);
+          for (ChunkKind kind : {ChunkKind::kAdamM, ChunkKind::kAdamV}) {
+            at::Tensor r = ref.runtime->View(kind, i);
+            r.copy_(r.to(at::kBFloat16));  // the reference's rounding, every step
+            CHECK(Same(bf16.runtime->View(kind, i).to(at::kFloat), r.clone()));
+          }
+          CHECK(Same(bf16.Master(i), ref.Master(i)));
+          CHECK(Same(bf16.runtime->View(ChunkKind::kCompute, i).clone(), ref.runtime->View(ChunkKind::kCompute, i).clone()));
+        }
+        bf16.runtime->EndIteration();
+        ref.runtime->EndIteration();
+      }
+    }
+  }
 }
 
 TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back after its update; same bits",
@@ -364,39 +408,41 @@ TEST_CASE("speculative host updates: kept, clipped and redone, overflow undone; 
   const double inf = std::numeric_limits<double>::infinity();
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     for (int slots : {1, 2}) {
-      INFO(c10::toString(dtype) << ", " << slots << " slot(s)");
-      Rig plain(dtype, /*hybrid=*/false, kUnlimited);
-      Rig spec(dtype, /*hybrid=*/false, kUnlimited, false, false, slots);
-      REQUIRE(spec.runtime->layout().num_chunks() == 2);
-      const PrecisionConfig pc = SpeculationPrecision(dtype);
-      LossScaler scale_plain(pc), scale_spec(pc);
-      // The gradient norm is ~16: a max norm of 1e-3 clips, 1e6 does not (coefficient 1).
-      const Case cases[] = {{inf, false, slots, 0},       {1e-3, false, 0, slots}, {1e6, true, 0, slots},
-                            {1e6, false, slots, 0},       {1e-3, false, 0, slots}};
-      uint64_t seed = 1;
-      for (const Case& k : cases) {
-        auto grads = Grads(plain, seed++);
-        // Non-finite in chunk 1 (w2): speculated all the same (the worker does not look),
-        // the step skips and the rollback undoes what the update wrote.
-        if (k.overflow) grads[2][3][1] = std::numeric_limits<float>::infinity();
-        plain.Backward(grads, scale_plain.scale());
-        spec.Backward(grads, scale_spec.scale());
-        spec.adam->BeginSpeculation(1e-2, scale_spec.scale());
-        int speculated = 0;
-        for (int c = 0; c < 2; ++c) speculated += spec.adam->Speculate(c) ? 1 : 0;
-        CHECK(speculated == slots);
-        const StepReport a = plain.adam->Step(1e-2, k.max_norm, scale_plain);
-        const StepReport b = spec.adam->Step(1e-2, k.max_norm, scale_spec);
-        INFO("max norm " << k.max_norm << (k.overflow ? ", overflow" : ""));
-        CHECK(a.skipped == k.overflow);
-        CHECK(b.skipped == k.overflow);
-        CHECK(b.speculated_chunks == k.kept);
-        CHECK(b.rolled_back_chunks == k.rolled_back);
-        CHECK((a.grad_norm == b.grad_norm || (std::isnan(a.grad_norm) && std::isnan(b.grad_norm))));
-        CHECK(scale_plain.scale() == scale_spec.scale());
-        CheckSameState(spec, plain);
-        plain.runtime->EndIteration();
-        spec.runtime->EndIteration();
+      for (at::ScalarType state : {at::kFloat, at::kBFloat16}) {
+        INFO(c10::toString(dtype) << ", " << slots << " slot(s), moments " << c10::toString(state));
+        Rig plain(dtype, /*hybrid=*/false, kUnlimited, false, false, 0, 0, false, state);
+        Rig spec(dtype, /*hybrid=*/false, kUnlimited, false, false, slots, 0, false, state);
+        REQUIRE(spec.runtime->layout().num_chunks() == 2);
+        const PrecisionConfig pc = SpeculationPrecision(dtype);
+        LossScaler scale_plain(pc), scale_spec(pc);
+        // The gradient norm is ~16: a max norm of 1e-3 clips, 1e6 does not (coefficient 1).
+        const Case cases[] = {{inf, false, slots, 0},       {1e-3, false, 0, slots}, {1e6, true, 0, slots},
+                              {1e6, false, slots, 0},       {1e-3, false, 0, slots}};
+        uint64_t seed = 1;
+        for (const Case& k : cases) {
+          auto grads = Grads(plain, seed++);
+          // Non-finite in chunk 1 (w2): speculated all the same (the worker does not look),
+          // the step skips and the rollback undoes what the update wrote.
+          if (k.overflow) grads[2][3][1] = std::numeric_limits<float>::infinity();
+          plain.Backward(grads, scale_plain.scale());
+          spec.Backward(grads, scale_spec.scale());
+          spec.adam->BeginSpeculation(1e-2, scale_spec.scale());
+          int speculated = 0;
+          for (int c = 0; c < 2; ++c) speculated += spec.adam->Speculate(c) ? 1 : 0;
+          CHECK(speculated == slots);
+          const StepReport a = plain.adam->Step(1e-2, k.max_norm, scale_plain);
+          const StepReport b = spec.adam->Step(1e-2, k.max_norm, scale_spec);
+          INFO("max norm " << k.max_norm << (k.overflow ? ", overflow" : ""));
+          CHECK(a.skipped == k.overflow);
+          CHECK(b.skipped == k.overflow);
+          CHECK(b.speculated_chunks == k.kept);
+          CHECK(b.rolled_back_chunks == k.rolled_back);
+          CHECK((a.grad_norm == b.grad_norm || (std::isnan(a.grad_norm) && std::isnan(b.grad_norm))));
+          CHECK(scale_plain.scale() == scale_spec.scale());
+          CheckSameState(spec, plain);
+          plain.runtime->EndIteration();
+          spec.runtime->EndIteration();
+        }
       }
     }
   }

@@ -62,7 +62,7 @@ struct Chunk {
   // The update's work, writing the parameters to `out` (the compute copy, or a staging buffer).
   Speculation::Work MakeWork(const at::Tensor& out) const {
     AdamWork w;
-    w.span = {master.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), grad.data_ptr(),
+    w.span = {master.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), ElemType::kFp32, grad.data_ptr(),
               ElemType::kFp32, out.data_ptr(), ElemType::kBf16, kNumel};
     w.hyper = AdamHyper::Make(1e-2, 0.9, 0.95, 1e-8, 0.1, true, 3, 0.5);
     return {{w}, {{0, kNumel}}};

@@ -458,6 +458,26 @@ TEST_CASE("bf16 chunks track fp32 training within 5% per step", "[chunk][bf16]")
   }
 }
 
+TEST_CASE("optimizer.state_dtype bf16: losses within 1% of fp32 moments per step; m and v at 2 bytes", "[chunk][state_dtype]") {
+  for (const char* dtype : {"fp32", "bf16"}) {
+    INFO("precision.dtype " << dtype);
+    const std::string p = std::string("precision.dtype=") + dtype;
+    const TrainResult wide = Train(Chunked(std::string("state_fp32_") + dtype, {p}));
+    const TrainResult narrow = Train(Chunked(std::string("state_bf16_") + dtype, {p, "optimizer.state_dtype=bf16"}));
+    REQUIRE(narrow.losses.size() == wide.losses.size());
+    CHECK(narrow.losses != wide.losses);  // the moments are rounded: not the same run
+    for (size_t i = 0; i < wide.losses.size(); ++i) {
+      INFO("step " << i + 1);
+      CHECK(narrow.losses[i] == Approx(wide.losses[i]).epsilon(0.01));
+    }
+    // Per element of chunk capacity: fp32 compute 4 + grad 4 + m, v 2 each = 12 (16 with
+    // fp32 moments); bf16 compute with gradients in its slots 2 + master 4 + m, v 2 each = 10 (14).
+    const int64_t fp32 = std::string(dtype) == "fp32";
+    CHECK(narrow.model_data_bytes * (fp32 ? 4 : 2) == narrow.compute_chunk_bytes * (fp32 ? 12 : 10));
+    CHECK(wide.model_data_bytes - narrow.model_data_bytes == narrow.compute_chunk_bytes / (fp32 ? 4 : 2) * 4);
+  }
+}
+
 TEST_CASE("traced budget: chunks get what activations leave, per moment (or the warm-up share, static); same losses",
           "[chunk][parity][tracer]") {
   const TrainResult plain = Train(Tiny("traced_plain"));

@@ -382,6 +382,10 @@ TEST_CASE("cross-field checks spell out the problem", "[config][errors]") {
         "test.yaml:3:11: model.n_embd 100 is not divisible by model.n_head 3");
   CHECK(ErrorOf("data:\n  seq_len: 512\n") == "test.yaml:2:12: data.seq_len 512 exceeds model.n_positions 256");
   CHECK(ErrorOf("data:\n  format: text\n") == "test.yaml:2:11: data.train_path is required for data.format text");
+  CHECK(ErrorOf("optimizer:\n  state_dtype: bf16\n") ==
+        "test.yaml:2:16: optimizer.state_dtype bf16 needs chunk.enabled: true (the chunk optimizer stores the "
+        "moments; the plain LibTorch optimizer keeps them in fp32)");
+  CHECK_THAT(ErrorOf("optimizer:\n  state_dtype: fp8\n"), Catch::Contains("optimizer.state_dtype"));
 }
 
 TEST_CASE("--set overrides apply after the file, parsed as YAML", "[config][overrides]") {

@@ -97,6 +97,21 @@ TEST_CASE("bf16 chunks, gradients in the compute slots: the same losses bitwise"
                                   "chunk.device_budget_bytes=160000"});
 }
 
+TEST_CASE("bf16 moments (optimizer.state_dtype): evicting, speculating, and the device path; bitwise",
+          "[resume][chunk][state_dtype]") {
+  CheckExactResume("state_bf16_evict", {"chunk.enabled=true", "chunk.size_elements=20000", "precision.dtype=bf16",
+                                        "chunk.device_budget_bytes=160000", "optimizer.state_dtype=bf16"});
+  CheckExactResume("state_bf16_spec", {"chunk.enabled=true", "chunk.size_elements=20000", "precision.dtype=bf16",
+                                       "optimizer.hybrid_adam=false", "optimizer.state_dtype=bf16",
+                                       "optimizer.speculation_slots=2", "train.grad_clip=1000"});  // kept: not clipped
+  CheckExactResume("state_bf16_device", {"chunk.enabled=true", "chunk.size_elements=20000", "optimizer.state_dtype=bf16"});
+  // The checkpoint keeps the moments as the run stores them (bf16), so resuming restores them bitwise.
+  const CheckpointContents saved = ReadCheckpoint(ListCheckpoints(TempDir() + "/state_bf16_device_cut/checkpoints").front());
+  REQUIRE(!saved.engine.exp_avg.empty());
+  CHECK(saved.engine.exp_avg.begin()->second.scalar_type() == at::kBFloat16);
+  CHECK(saved.engine.exp_avg_sq.begin()->second.scalar_type() == at::kBFloat16);
+}
+
 TEST_CASE("chunks with CPU embeddings (untied): the same losses bitwise", "[resume][chunk][cpu_embedding]") {
   CheckExactResume("chunk_cpu_emb", {"chunk.enabled=true", "chunk.size_elements=20000", "chunk.cpu_embedding=true",
                                      "model.tie_word_embeddings=false"});

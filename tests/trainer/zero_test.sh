@@ -110,6 +110,14 @@ echo "bf16 model data bytes: one process $one (14 bytes per element), rank 0 of 
 [ "$((one / 2))" -eq "$two" ] || { echo "FAILED: ZeRO bf16 holds more than half of one process's model data"; exit 1; }
 [ "$(metric zero_bf16 group_reductions)" -gt 0 ]
 
+echo "== bf16 moments (optimizer.state_dtype): sharded like fp32 ones, 10/p bytes per parameter"
+run one_bf16s --set precision.dtype=bf16 --set optimizer.state_dtype=bf16 --set train.micro_batch_size=8
+run zero_bf16s --set precision.dtype=bf16 --set optimizer.state_dtype=bf16 --set train.micro_batch_size=4 --nproc 2
+compare zero_bf16s one_bf16s 1e-4
+[ "$(( $(summary one_bf16s model_data_bytes) * 14 ))" -eq "$(( one * 10 ))" ] &&
+  [ "$(( $(summary one_bf16s model_data_bytes) / 2 ))" -eq "$(summary zero_bf16s model_data_bytes)" ] ||
+  { echo "FAILED: bf16 moments are not 10 bytes per element, or ZeRO holds more than half of them"; exit 1; }
+
 echo "== fp16: overflowing steps are skipped on every rank, the compute slots restored from the masters"
 # A loss scale of 2^24 overflows in the first 5 steps of both runs (2^24 down to 2^20);
 # step 6's loss is that of the initial weights, restored after every skip.
