@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 namespace ps::optim {
@@ -41,6 +43,47 @@ std::array<float, 256> MakeThresholds(const std::array<float, 256>& values) {
   return t;
 }
 
+float FloatOfBits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Bucket k's magnitudes [lo, hi): k = 0 is [0, 2^-25); the others start at their
+// exponent and mantissa bits. For x >= 0: base = #thresholds < lo, and the one threshold
+// in [lo, hi) if any. For x < 0 (values in (-hi, -lo]): base = #thresholds <= -hi, and
+// the one in (-hi, -lo]. Two thresholds in one bucket would break the look-up: refused.
+QuantBuckets MakeBuckets(QuantCode code) {
+  const std::array<float, 256>& t = CodeThresholds(code);
+  QuantBuckets b;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int k = 0; k < QuantBuckets::kCount; ++k) {
+    const uint32_t lo_bits = k == 0 ? 0u : (QuantBuckets::kMinExponent + (k - 1) / 128) << 23 | ((k - 1) % 128) << 16;
+    const uint32_t hi_bits = (QuantBuckets::kMinExponent + k / 128) << 23 | (k % 128) << 16;
+    const float lo = FloatOfBits(lo_bits), hi = FloatOfBits(hi_bits);
+    int below = 0, below_neg = 0, inside = 0, inside_neg = 0;
+    float thr = inf, thr_neg = inf;
+    for (int j = 1; j < 256; ++j) {
+      below += t[j] < lo ? 1 : 0;
+      below_neg += t[j] <= -hi ? 1 : 0;
+      if (t[j] >= lo && t[j] < hi) {
+        ++inside;
+        thr = t[j];
+      }
+      if (t[j] > -hi && t[j] <= -lo) {
+        ++inside_neg;
+        thr_neg = t[j];
+      }
+    }
+    if (inside > 1 || inside_neg > 1) throw std::logic_error("block_quant: two thresholds in one bucket");
+    b.base[k] = static_cast<uint8_t>(below);
+    b.threshold[k] = thr;
+    b.base[QuantBuckets::kCount + k] = static_cast<uint8_t>(below_neg);
+    b.threshold[QuantBuckets::kCount + k] = thr_neg;
+  }
+  return b;
+}
+
 }  // namespace
 
 const std::array<float, 256>& CodeValues(QuantCode code) {
@@ -64,10 +107,26 @@ uint8_t NearestCode(float normalised, QuantCode code) {
   return static_cast<uint8_t>(lo);
 }
 
+const QuantBuckets& BucketsOf(QuantCode code) {
+  static const QuantBuckets kSigned = MakeBuckets(QuantCode::kSigned);
+  static const QuantBuckets kUnsigned = MakeBuckets(QuantCode::kUnsigned);
+  return code == QuantCode::kSigned ? kSigned : kUnsigned;
+}
+
 float QuantizeBlock(const float* x, int64_t n, QuantCode code, uint8_t* codes) {
   float scale = 0.0f;
-  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(x[i]));
-  for (int64_t i = 0; i < n; ++i) codes[i] = NearestCode(scale > 0.0f ? x[i] / scale : 0.0f, code);
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    scale = scale < a ? a : scale;  // a NaN is ignored, as the SIMD max with it second
+  }
+  const QuantBuckets& b = BucketsOf(code);
+  for (int64_t i = 0; i < n; ++i) {
+    const float normalised = scale > 0.0f ? x[i] / scale : 0.0f;
+    uint32_t bits;
+    std::memcpy(&bits, &normalised, sizeof bits);
+    const int k = BucketIndex(bits);
+    codes[i] = static_cast<uint8_t>(b.base[k] + (b.threshold[k] < normalised ? 1 : 0));
+  }
   return scale;
 }
 

@@ -13,8 +13,10 @@
 // Exactness: 0 and the block's largest magnitude (normalised to +-1) are code values, so
 // both come back exactly; any other value comes back as the nearest code value times the
 // scale (ties to the lower code). QuantizeBlock is the reference every kernel variant
-// must equal bitwise: normalise by one IEEE division, then count the thresholds (the
-// midpoints between neighbouring code values) below the normalised value.
+// must equal bitwise: the scale is the largest magnitude (NaNs ignored), each value is
+// normalised by one IEEE division, and its code is the number of thresholds (the
+// midpoints between neighbouring code values) below it, found through QuantBuckets
+// (equal to the binary search of NearestCode for every finite value; tested).
 #pragma once
 
 #include <array>
@@ -40,7 +42,35 @@ float QuantizeBlock(const float* x, int64_t n, QuantCode code, uint8_t* codes);
 // out[i] = CodeValues(code)[codes[i]] * scale.
 void DequantizeBlock(const uint8_t* codes, int64_t n, float scale, QuantCode code, float* out);
 
-// The code of one normalised value (|x| <= 1), by binary search over the thresholds.
+// The code of one normalised value (|x| <= 1), by binary search over the thresholds:
+// the specification QuantBuckets implements.
 uint8_t NearestCode(float normalised, QuantCode code);
+
+// Buckets of a normalised value's magnitude bits, each holding at most one threshold
+// (checked when built), so a code is one table look-up and one comparison:
+// code = base[k] + (threshold[k] < x), k = BucketIndex(bits of x). A bucket is a biased
+// exponent from kMinExponent up with the top 7 mantissa bits (all smaller magnitudes,
+// zero included, share bucket 0); the second half of each table is for negative x.
+struct QuantBuckets {
+  static constexpr uint32_t kMinExponent = 102;  // 2^-25, below every nonzero threshold
+  static constexpr int kCount = 1 + (128 - static_cast<int>(kMinExponent)) * 128;
+  // 4 bytes of padding: a SIMD gather reads 32 bits at each byte offset.
+  std::array<uint8_t, 2 * kCount + 4> base{};
+  std::array<float, 2 * kCount> threshold{};  // +inf where the bucket holds none
+};
+const QuantBuckets& BucketsOf(QuantCode code);
+
+// The bucket of fp32 bit pattern `bits` (sign included); magnitudes above 1 (and NaN)
+// are clamped into the last exponent's buckets. `static`: each ISA's translation unit
+// keeps its own copy (optim/cpu_adam_element.h says why).
+static inline int BucketIndex(uint32_t bits) {
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  uint32_t exponent = magnitude >> 23;
+  exponent = exponent > 127u ? 127u : exponent;
+  const int bucket = exponent < QuantBuckets::kMinExponent
+                         ? 0
+                         : 1 + static_cast<int>((exponent - QuantBuckets::kMinExponent) * 128u + ((magnitude >> 16) & 127u));
+  return bucket + ((bits >> 31) != 0 ? QuantBuckets::kCount : 0);
+}
 
 }  // namespace ps::optim

@@ -2,10 +2,14 @@
 //
 // One call updates `numel` consecutive elements of the fp32 master, m and v, reading a
 // gradient in fp32, fp16 or bf16 and (optionally) writing the updated parameter in the
-// compute dtype in the same pass. m and v are stored in fp32 or bf16
-// (optimizer.state_dtype): the arithmetic is fp32 either way, bf16 moments are widened
+// compute dtype in the same pass. m and v are stored in fp32, bf16 or block-wise 8-bit
+// (optimizer.state_dtype): the arithmetic is fp32 either way. bf16 moments are widened
 // exactly on load and rounded to nearest even on store, so a bf16-state update equals
-// the fp32 update of the widened moments with its m and v rounded afterwards. The loss-scale division and the clipping factor are
+// the fp32 update of the widened moments with its m and v rounded afterwards. 8-bit
+// moments (optim/block_quant.h: m signed, v unsigned, one fp32 scale per
+// kQuantBlockNumel elements) are dequantised a block at a time, updated exactly as fp32
+// ones, and quantised back: an int8-state update equals the fp32 update of the
+// dequantised moments with m and v quantised afterwards. The loss-scale division and the clipping factor are
 // folded into `grad_scale`; weight decay is per call (the caller splits a chunk at
 // parameter boundaries, which is how the no-decay mask for biases and norms is applied).
 //
@@ -23,7 +27,8 @@
 
 namespace ps::optim {
 
-enum class ElemType { kFp32, kFp16, kBf16 };
+// kInt8: Adam state only (block-wise 8-bit codes; never a gradient or an output).
+enum class ElemType { kFp32, kFp16, kBf16, kInt8 };
 enum class CpuIsa { kScalar, kAvx2, kAvx512 };
 
 // Hyper-parameters of one Adam step, precomputed by AdamHyper::Make.
@@ -44,7 +49,9 @@ struct AdamHyper {
 
 // One span of consecutive elements. `param_out` may be null (fp32 compute: the master
 // is the parameter); otherwise it is written in `out_type`. `grad` is read in
-// `grad_type`; m and v are both in `state_type` (fp32 or bf16). Pointers need no
+// `grad_type`; m and v are both in `state_type` (fp32, bf16 or int8). With int8, m and
+// v hold one code byte per element and m_scale / v_scale one fp32 scale per block of
+// kQuantBlockNumel elements, and the span starts at a block boundary. Pointers need no
 // alignment.
 struct AdamSpan {
   float* master = nullptr;
@@ -56,6 +63,8 @@ struct AdamSpan {
   void* param_out = nullptr;
   ElemType out_type = ElemType::kFp32;
   int64_t numel = 0;
+  float* m_scale = nullptr;  // int8 state: [ceil(numel / kQuantBlockNumel)]
+  float* v_scale = nullptr;
 };
 
 using AdamKernel = void (*)(const AdamSpan& span, const AdamHyper& hyper);
@@ -88,8 +97,8 @@ struct AdamWork {
   AdamHyper hyper;
 };
 
-// Runs every work item with `kernels.adam`, split into pieces of whole 64-element blocks
-// over `threads` threads (<= 1: on the calling thread). Results do not depend on the
+// Runs every work item with `kernels.adam`, split into pieces of whole
+// kQuantBlockNumel-element blocks over `threads` threads (<= 1: on the calling thread). Results do not depend on the
 // thread count (each element is updated by exactly one kernel call).
 void ParallelAdam(const CpuAdamKernels& kernels, const std::vector<AdamWork>& work, int threads);
 

@@ -17,6 +17,7 @@ inline __m256 Load8(const void* base, ElemType type, int64_t i) {
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
       return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
     }
+    case ElemType::kInt8: break;  // block-wise state: AdamInt8Blocks
   }
   return _mm256_setzero_ps();
 }
@@ -38,10 +39,72 @@ inline void Store8(void* base, ElemType type, int64_t i, __m256 x) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(base) + i), packed);
       return;
     }
+    case ElemType::kInt8: return;  // block-wise state: AdamInt8Blocks
   }
 }
 
 }  // namespace
+
+// DequantizeBlock, 8 lanes: each code's value gathered from the table, times the scale.
+void DequantizeAvx2(const uint8_t* codes, int64_t n, float scale, QuantCode code, float* out) {
+  const float* values = CodeValues(code).data();
+  const __m256 s = _mm256_set1_ps(scale);
+  const int64_t vec_end = n - n % 8;
+  for (int64_t i = 0; i < vec_end; i += 8) {
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_i32gather_ps(values, idx, 4), s));
+  }
+  for (int64_t i = vec_end; i < n; ++i) out[i] = values[codes[i]] * scale;
+}
+
+// QuantizeBlock, 8 lanes: the same largest magnitude (max with the running value second,
+// so a NaN is ignored as there), the same division and bucket look-up (block_quant.h).
+float QuantizeAvx2(const float* x, int64_t n, QuantCode code, uint8_t* codes) {
+  const int64_t vec_end = n - n % 8;
+  const __m256i magnitude_mask = _mm256_set1_epi32(0x7fffffff);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < vec_end; i += 8) {
+    const __m256 a = _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(x + i)), magnitude_mask));
+    acc = _mm256_max_ps(a, acc);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  float scale = 0.0f;
+  for (float a : lanes) scale = scale < a ? a : scale;
+  for (int64_t i = vec_end; i < n; ++i) {
+    const float a = __builtin_fabsf(x[i]);
+    scale = scale < a ? a : scale;
+  }
+  const QuantBuckets& b = BucketsOf(code);
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256i min_exponent = _mm256_set1_epi32(QuantBuckets::kMinExponent);
+  alignas(32) int32_t c[8];
+  for (int64_t i = 0; i < vec_end; i += 8) {
+    const __m256 xn = scale > 0.0f ? _mm256_div_ps(_mm256_loadu_ps(x + i), s) : _mm256_setzero_ps();
+    const __m256i bits = _mm256_castps_si256(xn);
+    const __m256i mag = _mm256_and_si256(bits, magnitude_mask);
+    const __m256i exponent = _mm256_min_epu32(_mm256_srli_epi32(mag, 23), _mm256_set1_epi32(127));
+    // exponent < kMinExponent (both below 2^31: a signed comparison is exact)
+    const __m256i small = _mm256_cmpgt_epi32(min_exponent, exponent);
+    __m256i k = _mm256_add_epi32(_mm256_set1_epi32(1),
+                                 _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(exponent, min_exponent), 7),
+                                                  _mm256_and_si256(_mm256_srli_epi32(mag, 16), _mm256_set1_epi32(127))));
+    k = _mm256_andnot_si256(small, k);
+    k = _mm256_add_epi32(k, _mm256_and_si256(_mm256_srai_epi32(bits, 31), _mm256_set1_epi32(QuantBuckets::kCount)));
+    const __m256i base = _mm256_and_si256(
+        _mm256_i32gather_epi32(reinterpret_cast<const int*>(b.base.data()), k, 1), _mm256_set1_epi32(0xff));
+    const __m256 thr = _mm256_i32gather_ps(b.threshold.data(), k, 4);
+    const __m256i above = _mm256_castps_si256(_mm256_cmp_ps(thr, xn, _CMP_LT_OQ));  // all ones: -1
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c), _mm256_sub_epi32(base, above));
+    for (int j = 0; j < 8; ++j) codes[i + j] = static_cast<uint8_t>(c[j]);
+  }
+  for (int64_t i = vec_end; i < n; ++i) {
+    const float xn = scale > 0.0f ? x[i] / scale : 0.0f;
+    const int k = BucketIndex(FloatBits(xn));
+    codes[i] = static_cast<uint8_t>(b.base[k] + (b.threshold[k] < xn ? 1 : 0));
+  }
+  return scale;
+}
 
 // The vector loop with m and v in kState (a template argument: no per-element branch
 // in the fp32 path, which runs at copy bandwidth).
@@ -70,7 +133,9 @@ static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
 }
 
 void AdamAvx2(const AdamSpan& s, const AdamHyper& h) {
-  if (s.state_type == ElemType::kBf16) {
+  if (s.state_type == ElemType::kInt8) {
+    AdamInt8Blocks(s, h, AdamLoop<ElemType::kFp32>, DequantizeAvx2, QuantizeAvx2);
+  } else if (s.state_type == ElemType::kBf16) {
     AdamLoop<ElemType::kBf16>(s, h);
   } else {
     AdamLoop<ElemType::kFp32>(s, h);

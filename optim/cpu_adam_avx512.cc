@@ -16,6 +16,7 @@ inline __m512 Load16(const void* base, ElemType type, int64_t i) {
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
       return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
     }
+    case ElemType::kInt8: break;  // block-wise state: AdamInt8Blocks
   }
   return _mm512_setzero_ps();
 }
@@ -36,10 +37,66 @@ inline void Store16(void* base, ElemType type, int64_t i, __m512 x) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i), _mm512_cvtepi32_epi16(r));
       return;
     }
+    case ElemType::kInt8: return;  // block-wise state: AdamInt8Blocks
   }
 }
 
 }  // namespace
+
+// DequantizeBlock, 16 lanes: each code's value gathered from the table, times the scale.
+void DequantizeAvx512(const uint8_t* codes, int64_t n, float scale, QuantCode code, float* out) {
+  const float* values = CodeValues(code).data();
+  const __m512 s = _mm512_set1_ps(scale);
+  const int64_t vec_end = n - n % 16;
+  for (int64_t i = 0; i < vec_end; i += 16) {
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_i32gather_ps(idx, values, 4), s));
+  }
+  for (int64_t i = vec_end; i < n; ++i) out[i] = values[codes[i]] * scale;
+}
+
+// QuantizeBlock, 16 lanes: the same largest magnitude (max with the running value second,
+// so a NaN is ignored as there), the same division and bucket look-up (block_quant.h).
+float QuantizeAvx512(const float* x, int64_t n, QuantCode code, uint8_t* codes) {
+  const int64_t vec_end = n - n % 16;
+  const __m512i magnitude_mask = _mm512_set1_epi32(0x7fffffff);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < vec_end; i += 16) {
+    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), magnitude_mask));
+    acc = _mm512_max_ps(a, acc);
+  }
+  float scale = _mm512_reduce_max_ps(acc);
+  for (int64_t i = vec_end; i < n; ++i) {
+    const float a = __builtin_fabsf(x[i]);
+    scale = scale < a ? a : scale;
+  }
+  const QuantBuckets& b = BucketsOf(code);
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512i min_exponent = _mm512_set1_epi32(QuantBuckets::kMinExponent);
+  for (int64_t i = 0; i < vec_end; i += 16) {
+    const __m512 xn = scale > 0.0f ? _mm512_div_ps(_mm512_loadu_ps(x + i), s) : _mm512_setzero_ps();
+    const __m512i bits = _mm512_castps_si512(xn);
+    const __m512i mag = _mm512_and_si512(bits, magnitude_mask);
+    const __m512i exponent = _mm512_min_epu32(_mm512_srli_epi32(mag, 23), _mm512_set1_epi32(127));
+    const __mmask16 small = _mm512_cmplt_epu32_mask(exponent, min_exponent);
+    __m512i k = _mm512_add_epi32(_mm512_set1_epi32(1),
+                                 _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(exponent, min_exponent), 7),
+                                                  _mm512_and_si512(_mm512_srli_epi32(mag, 16), _mm512_set1_epi32(127))));
+    k = _mm512_mask_mov_epi32(k, small, _mm512_setzero_si512());
+    k = _mm512_add_epi32(k, _mm512_and_si512(_mm512_srai_epi32(bits, 31), _mm512_set1_epi32(QuantBuckets::kCount)));
+    const __m512i base = _mm512_and_si512(_mm512_i32gather_epi32(k, b.base.data(), 1), _mm512_set1_epi32(0xff));
+    const __m512 thr = _mm512_i32gather_ps(k, b.threshold.data(), 4);
+    const __mmask16 above = _mm512_cmp_ps_mask(thr, xn, _CMP_LT_OQ);
+    const __m512i c = _mm512_mask_add_epi32(base, above, base, _mm512_set1_epi32(1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(c));
+  }
+  for (int64_t i = vec_end; i < n; ++i) {
+    const float xn = scale > 0.0f ? x[i] / scale : 0.0f;
+    const int k = BucketIndex(FloatBits(xn));
+    codes[i] = static_cast<uint8_t>(b.base[k] + (b.threshold[k] < xn ? 1 : 0));
+  }
+  return scale;
+}
 
 // The vector loop with m and v in kState (a template argument: no per-element branch
 // in the fp32 path, which runs at copy bandwidth).
@@ -68,7 +125,9 @@ static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
 }
 
 void AdamAvx512(const AdamSpan& s, const AdamHyper& h) {
-  if (s.state_type == ElemType::kBf16) {
+  if (s.state_type == ElemType::kInt8) {
+    AdamInt8Blocks(s, h, AdamLoop<ElemType::kFp32>, DequantizeAvx512, QuantizeAvx512);
+  } else if (s.state_type == ElemType::kBf16) {
     AdamLoop<ElemType::kBf16>(s, h);
   } else {
     AdamLoop<ElemType::kFp32>(s, h);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "optim/block_quant.h"
 #include "optim/cpu_adam.h"
 
 namespace ps::optim::internal {
@@ -74,6 +75,7 @@ static inline float LoadScalar(const void* base, ElemType type, int64_t i) {
     case ElemType::kFp32: return static_cast<const float*>(base)[i];
     case ElemType::kFp16: return ScalarHalfToFloat(static_cast<const uint16_t*>(base)[i]);
     case ElemType::kBf16: return ScalarBf16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case ElemType::kInt8: break;  // block-wise state: AdamInt8Blocks, never element by element
   }
   return 0.0f;
 }
@@ -83,6 +85,7 @@ static inline void StoreScalar(void* base, ElemType type, int64_t i, float value
     case ElemType::kFp32: static_cast<float*>(base)[i] = value; return;
     case ElemType::kFp16: static_cast<uint16_t*>(base)[i] = ScalarFloatToHalf(value); return;
     case ElemType::kBf16: static_cast<uint16_t*>(base)[i] = ScalarFloatToBf16(value); return;
+    case ElemType::kInt8: return;  // block-wise state: AdamInt8Blocks
   }
 }
 
@@ -109,6 +112,38 @@ static inline void AdamElements(const AdamSpan& s, const AdamHyper& h, int64_t b
   }
 }
 
+// int8 state (block_quant.h): block by block, the moments dequantised into fp32 by
+// `dequant` (DequantizeBlock's signature and results), updated by `fp32_update` (the
+// variant's fp32 loop, AdamElements' arithmetic), and quantised back by `quant`
+// (QuantizeBlock's signature and results, bitwise: the variants' own versions are
+// tested against it).
+template <typename Fp32Update, typename Dequant, typename Quant>
+static inline void AdamInt8Blocks(const AdamSpan& s, const AdamHyper& h, Fp32Update fp32_update, Dequant dequant,
+                                  Quant quant) {
+  alignas(64) float m[kQuantBlockNumel];
+  alignas(64) float v[kQuantBlockNumel];
+  uint8_t* m_codes = static_cast<uint8_t*>(s.m);
+  uint8_t* v_codes = static_cast<uint8_t*>(s.v);
+  const int64_t grad_bytes = s.grad_type == ElemType::kFp32 ? 4 : 2;
+  const int64_t out_bytes = s.out_type == ElemType::kFp32 ? 4 : 2;
+  for (int64_t b0 = 0, block = 0; b0 < s.numel; b0 += kQuantBlockNumel, ++block) {
+    const int64_t n = s.numel - b0 < kQuantBlockNumel ? s.numel - b0 : kQuantBlockNumel;
+    dequant(m_codes + b0, n, s.m_scale[block], QuantCode::kSigned, m);
+    dequant(v_codes + b0, n, s.v_scale[block], QuantCode::kUnsigned, v);
+    AdamSpan f = s;
+    f.master = s.master + b0;
+    f.m = m;
+    f.v = v;
+    f.state_type = ElemType::kFp32;
+    f.grad = static_cast<const char*>(s.grad) + b0 * grad_bytes;
+    if (s.param_out != nullptr) f.param_out = static_cast<char*>(s.param_out) + b0 * out_bytes;
+    f.numel = n;
+    fp32_update(f, h);
+    s.m_scale[block] = quant(m, n, QuantCode::kSigned, m_codes + b0);
+    s.v_scale[block] = quant(v, n, QuantCode::kUnsigned, v_codes + b0);
+  }
+}
+
 static inline double SumSquaresElements(const void* grad, ElemType type, int64_t begin, int64_t end) {
   double sum = 0.0;
   for (int64_t i = begin; i < end; ++i) {
@@ -120,6 +155,11 @@ static inline double SumSquaresElements(const void* grad, ElemType type, int64_t
 
 // Entry points of the variants (defined in cpu_adam_<isa>.cc).
 void AdamScalar(const AdamSpan& span, const AdamHyper& hyper);
+// The variants' block (de)quantisers (DequantizeBlock / QuantizeBlock's results), for tests.
+void DequantizeAvx2(const uint8_t* codes, int64_t n, float scale, QuantCode code, float* out);
+float QuantizeAvx2(const float* x, int64_t n, QuantCode code, uint8_t* codes);
+void DequantizeAvx512(const uint8_t* codes, int64_t n, float scale, QuantCode code, float* out);
+float QuantizeAvx512(const float* x, int64_t n, QuantCode code, uint8_t* codes);
 double SumSquaresScalar(const void* grad, ElemType type, int64_t numel);
 void AdamAvx2(const AdamSpan& span, const AdamHyper& hyper);
 double SumSquaresAvx2(const void* grad, ElemType type, int64_t numel);

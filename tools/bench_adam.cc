@@ -10,10 +10,10 @@
 // alone is reported too, and so is torch::optim::AdamW, the C++ optimizer class. Every
 // contender uses the same thread count. The last line is one JSON object.
 //
-// --state-dtype bf16 runs our kernel with bf16 m and v (optimizer.state_dtype): 20 bytes
-// of traffic per parameter, against a copy probe of those 20 bytes; LibTorch's figures
-// stay those of its fp32-moment job. It also reports the update error of bf16 moments
-// (UpdateError below).
+// --state-dtype bf16 | int8 runs our kernel with m and v in bf16 (20 bytes of traffic per
+// parameter) or block-wise 8-bit (16, plus the block scales), against a copy probe of
+// those bytes; LibTorch's figures stay those of its fp32-moment job. It also reports the
+// update error of those moments (UpdateError below).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "optim/block_quant.h"
 #include "optim/cpu_adam.h"
 
 namespace {
@@ -56,17 +57,41 @@ void ParallelCopy(char* dst, const char* src, int64_t bytes, int threads) {
   for (auto& th : pool) th.join();
 }
 
-// The per-step update error of bf16 moments against fp32 ones: two trajectories of the
-// same parameters fed the same gradients (a fixed per-element mean plus noise, the
-// regime where Adam's moments matter), one storing m and v in fp32, the other in bf16.
-// Printed per step: || u_bf16 - u_fp32 || / || u_fp32 ||, the updates u = p_after -
-// p_before of each trajectory's own step from the same master (the bf16 one is reset
-// to the fp32 master first, so only the moments differ).
-void UpdateError(const ps::optim::CpuAdamKernels& kernels, int64_t n, int steps, int threads) {
+// m and v of n parameters stored as `dtype` (fp32, bf16, int8 with its block scales),
+// all zero.
+struct Moments {
+  at::Tensor m, v, m_scale, v_scale;
+  ps::optim::ElemType type = ps::optim::ElemType::kFp32;
+  Moments(const std::string& dtype, int64_t n) {
+    const at::ScalarType t = dtype == "bf16" ? at::kBFloat16 : dtype == "int8" ? at::kByte : at::kFloat;
+    type = dtype == "bf16" ? ps::optim::ElemType::kBf16 : dtype == "int8" ? ps::optim::ElemType::kInt8 : type;
+    m = at::zeros({n}, t);
+    v = at::zeros({n}, t);
+    const int64_t blocks = (n + ps::optim::kQuantBlockNumel - 1) / ps::optim::kQuantBlockNumel;
+    m_scale = at::zeros({blocks});  // zero scales: zero moments whatever the codes
+    v_scale = at::zeros({blocks});
+  }
+  void Into(ps::optim::AdamSpan& span) {
+    span.m = m.data_ptr();
+    span.v = v.data_ptr();
+    span.state_type = type;
+    span.m_scale = m_scale.data_ptr<float>();
+    span.v_scale = v_scale.data_ptr<float>();
+  }
+};
+
+// The per-step update error of smaller moments against fp32 ones: two trajectories of
+// the same parameters fed the same gradients (a fixed per-element mean plus noise, the
+// regime where Adam's moments matter), one storing m and v in fp32, the other as
+// `dtype`. Printed per step: || u_small - u_fp32 || / || u_fp32 ||, the updates u =
+// p_after - p_before of each trajectory's own step from the same master (the small one
+// is reset to the fp32 master first, so only the moments differ).
+void UpdateError(const ps::optim::CpuAdamKernels& kernels, const std::string& dtype, int64_t n, int steps,
+                 int threads) {
   at::manual_seed(1);
   const at::Tensor mean = at::randn({n}) * 1e-3;
   at::Tensor master = at::randn({n}) * 0.02, m = at::zeros({n}), v = at::zeros({n});
-  at::Tensor m16 = at::zeros({n}, at::kBFloat16), v16 = at::zeros({n}, at::kBFloat16);
+  Moments small(dtype, n);
   double worst = 0.0, sum = 0.0;
   for (int t = 1; t <= steps; ++t) {
     const at::Tensor grad = mean + at::randn({n}) * 1e-3;
@@ -76,9 +101,7 @@ void UpdateError(const ps::optim::CpuAdamKernels& kernels, int64_t n, int steps,
                              grad.data_ptr(), ps::optim::ElemType::kFp32, nullptr, ps::optim::ElemType::kFp32, n};
     ps::optim::AdamSpan narrow = wide;
     narrow.master = master16.data_ptr<float>();
-    narrow.m = m16.data_ptr();
-    narrow.v = v16.data_ptr();
-    narrow.state_type = ps::optim::ElemType::kBf16;
+    small.Into(narrow);
     ps::optim::ParallelAdam(kernels, {{wide, hyper}, {narrow, hyper}}, threads);
     const at::Tensor u = master - before, u16 = master16 - before;
     const double err = ((u16 - u).norm() / u.norm()).item<double>();
@@ -95,20 +118,17 @@ struct Settings {
   int threads = 1, iters = 5, error_steps = 0;
   ps::optim::CpuIsa isa = ps::optim::CpuIsa::kScalar;
   std::string state_dtype = "fp32";
-  bool bf16_state() const { return state_dtype == "bf16"; }
+  int64_t state_bytes() const { return state_dtype == "bf16" ? 2 : state_dtype == "int8" ? 1 : 4; }
 };
 
 // Our kernel's best time for one step over n parameters (fp16 gradients and output).
 double TimeOurs(const Settings& s, const ps::optim::CpuAdamKernels& kernels, const at::Tensor& grad16,
                 at::Tensor& param16) {
   at::Tensor master = at::randn({s.n});
-  at::Tensor m = at::zeros({s.n}, s.bf16_state() ? at::kBFloat16 : at::kFloat);
-  at::Tensor v = at::zeros({s.n}, s.bf16_state() ? at::kBFloat16 : at::kFloat);
+  Moments moments(s.state_dtype, s.n);
   ps::optim::AdamSpan span;
   span.master = master.data_ptr<float>();
-  span.m = m.data_ptr();
-  span.v = v.data_ptr();
-  span.state_type = s.bf16_state() ? ps::optim::ElemType::kBf16 : ps::optim::ElemType::kFp32;
+  moments.Into(span);
   span.grad = grad16.data_ptr();
   span.grad_type = ps::optim::ElemType::kFp16;
   span.param_out = param16.data_ptr();
@@ -189,8 +209,9 @@ bool Parse(int argc, char** argv, Settings& s) {
       "threads", "threads for every contender (0 = all cores)", cxxopts::value<int>()->default_value("0"))(
       "iters", "timed iterations (best is reported)", cxxopts::value<int>()->default_value("5"))(
       "isa", "auto|scalar|avx2|avx512", cxxopts::value<std::string>()->default_value("auto"))(
-      "state-dtype", "fp32|bf16: how our kernel stores m and v", cxxopts::value<std::string>()->default_value("fp32"))(
-      "error-steps", "bf16 state: steps of the update-error trajectories (0 = none)",
+      "state-dtype", "fp32|bf16|int8: how our kernel stores m and v",
+      cxxopts::value<std::string>()->default_value("fp32"))(
+      "error-steps", "bf16 or int8 state: steps of the update-error trajectories (0 = none)",
       cxxopts::value<int>()->default_value("1000"))("h,help", "help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -204,8 +225,8 @@ bool Parse(int argc, char** argv, Settings& s) {
   s.isa = ps::optim::ParseCpuIsa(args["isa"].as<std::string>().c_str());
   s.state_dtype = args["state-dtype"].as<std::string>();
   s.error_steps = args["error-steps"].as<int>();
-  if (s.state_dtype != "fp32" && s.state_dtype != "bf16") {
-    std::fprintf(stderr, "--state-dtype: expected fp32 or bf16, got '%s'\n", s.state_dtype.c_str());
+  if (s.state_dtype != "fp32" && s.state_dtype != "bf16" && s.state_dtype != "int8") {
+    std::fprintf(stderr, "--state-dtype: expected fp32, bf16 or int8, got '%s'\n", s.state_dtype.c_str());
     return false;
   }
   return true;
@@ -224,10 +245,13 @@ int main(int argc, char** argv) {
   const double ps_s = TimeOurs(s, kernels, grad16, param16);
   const TorchSeconds torch_s = TimeLibTorch(s, grad16, param16);
   // Copy probe: the bytes our pass reads (master 4, m and v, gradient 2), read and written.
-  const int64_t copy_bytes = (6 + 2 * (s.bf16_state() ? 2 : 4)) * s.n;
+  const int64_t scale_bytes = s.state_dtype == "int8" ? 8 * (s.n / ps::optim::kQuantBlockNumel) : 0;
+  const int64_t copy_bytes = (6 + 2 * s.state_bytes()) * s.n + scale_bytes;
   std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
   const double copy_s = BestSeconds(s.iters, [&] { ParallelCopy(dst.data(), src.data(), copy_bytes, s.threads); });
-  if (s.bf16_state() && s.error_steps > 0) UpdateError(kernels, std::min<int64_t>(s.n, 1000000), s.error_steps, s.threads);
+  if (s.state_dtype != "fp32" && s.error_steps > 0) {
+    UpdateError(kernels, s.state_dtype, std::min<int64_t>(s.n, 1000000), s.error_steps, s.threads);
+  }
   Report(s, ps_s, torch_s, copy_s, copy_bytes);
   return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -91,6 +92,40 @@ TEST_CASE("quantising what was dequantised gives the same bytes and scale", "[bl
     DequantizeBlock(q.data(), kQuantBlockNumel, scale, code, back.data());
     CHECK(QuantizeBlock(back.data(), kQuantBlockNumel, code, q2.data()) == scale);
     CHECK(q2 == q);
+  }
+}
+
+// The code of one value through QuantBuckets, as QuantizeBlock takes it.
+uint8_t BucketCode(float x, QuantCode code) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const QuantBuckets& b = BucketsOf(code);
+  const int k = BucketIndex(bits);
+  return static_cast<uint8_t>(b.base[k] + (b.threshold[k] < x ? 1 : 0));
+}
+
+TEST_CASE("the bucket look-up equals the binary search: every threshold +-1 ulp, a stride of all floats in [-1, 1]",
+          "[block_quant]") {
+  for (QuantCode code : {QuantCode::kSigned, QuantCode::kUnsigned}) {
+    const auto& t = CodeThresholds(code);
+    int64_t checked = 0, wrong = 0;
+    auto check = [&](float x) {
+      ++checked;
+      if (BucketCode(x, code) != NearestCode(x, code)) ++wrong;
+    };
+    for (int k = 1; k < 256; ++k) {
+      for (float x : {std::nextafter(t[k], -2.0f), t[k], std::nextafter(t[k], 2.0f)}) {
+        if (std::fabs(x) <= 1.0f) check(x);
+      }
+    }
+    for (uint32_t bits = 0; bits <= 0x3f800000u; bits += 997) {  // +0 .. 1.0, then the negatives
+      float x;
+      std::memcpy(&x, &bits, sizeof x);
+      check(x);
+      check(-x);
+    }
+    INFO(checked << " values checked");
+    CHECK(wrong == 0);
   }
 }
 

@@ -15,9 +15,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
+#include "optim/block_quant.h"
 #include "optim/cpu_adam.h"
+#include "optim/cpu_adam_element.h"
 #include "tests/catch.h"
 
 namespace ps::optim {
@@ -189,6 +192,123 @@ TEST_CASE("bf16 moments: variants bitwise equal; equal to the fp32 update rounde
             REQUIRE(BitwiseEqual(out, out_f32));
             REQUIRE(BitwiseEqual(m, f32.m.to(at::kBFloat16)));
             REQUIRE(BitwiseEqual(v, f32.v.to(at::kBFloat16)));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Block-wise 8-bit moments of `in` (m signed, v unsigned), as a run would hold them.
+struct Int8State {
+  at::Tensor m_codes, v_codes, m_scale, v_scale;
+};
+
+Int8State Quantize(const Inputs& in) {
+  const int64_t n = in.m.numel(), blocks = (n + kQuantBlockNumel - 1) / kQuantBlockNumel;
+  Int8State q{at::empty({n}, at::kByte), at::empty({n}, at::kByte), at::empty({blocks}), at::empty({blocks})};
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t b0 = b * kQuantBlockNumel, len = std::min(kQuantBlockNumel, n - b0);
+    q.m_scale[b] = QuantizeBlock(in.m.data_ptr<float>() + b0, len, QuantCode::kSigned, q.m_codes.data_ptr<uint8_t>() + b0);
+    q.v_scale[b] = QuantizeBlock(in.v.data_ptr<float>() + b0, len, QuantCode::kUnsigned, q.v_codes.data_ptr<uint8_t>() + b0);
+  }
+  return q;
+}
+
+at::Tensor Dequantize(const at::Tensor& codes, const at::Tensor& scales, QuantCode code) {
+  at::Tensor out = at::empty({codes.numel()});
+  for (int64_t b = 0; b < scales.numel(); ++b) {
+    const int64_t b0 = b * kQuantBlockNumel, len = std::min(kQuantBlockNumel, codes.numel() - b0);
+    DequantizeBlock(codes.data_ptr<uint8_t>() + b0, len, scales[b].item<float>(), code, out.data_ptr<float>() + b0);
+  }
+  return out;
+}
+
+AdamSpan Int8Span(Inputs& in, Int8State& q, ElemType gt, at::Tensor* out) {
+  AdamSpan s = SpanOf(in, gt, out, ElemType::kBf16);
+  s.m = q.m_codes.data_ptr();
+  s.v = q.v_codes.data_ptr();
+  s.state_type = ElemType::kInt8;
+  s.m_scale = q.m_scale.data_ptr<float>();
+  s.v_scale = q.v_scale.data_ptr<float>();
+  return s;
+}
+
+// The variants' block (de)quantisers equal block_quant's, bitwise, on blocks holding what
+// Adam's moments can: magnitudes over 12 decades, zeros of both signs, a NaN (ignored by
+// the scale), all-zero blocks, partial blocks.
+TEST_CASE("int8: the AVX2 and AVX-512 block quantisers equal QuantizeBlock / DequantizeBlock bitwise",
+          "[cpu_adam][state_dtype][int8]") {
+  using QuantFn = float (*)(const float*, int64_t, QuantCode, uint8_t*);
+  using DequantFn = void (*)(const uint8_t*, int64_t, float, QuantCode, float*);
+  std::vector<std::pair<QuantFn, DequantFn>> variants;
+  if (CpuSupports(CpuIsa::kAvx2)) variants.emplace_back(internal::QuantizeAvx2, internal::DequantizeAvx2);
+  if (CpuSupports(CpuIsa::kAvx512)) variants.emplace_back(internal::QuantizeAvx512, internal::DequantizeAvx512);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t n = trial % 5 == 0 ? 1 + static_cast<int64_t>(rng() % 255) : kQuantBlockNumel;
+    const QuantCode code = trial % 2 == 0 ? QuantCode::kSigned : QuantCode::kUnsigned;
+    std::vector<float> x(n);
+    for (auto& e : x) {
+      e = normal(rng) * std::pow(10.0f, -static_cast<float>(rng() % 12));
+      if (code == QuantCode::kUnsigned) e = std::fabs(e);
+    }
+    if (trial % 7 == 0) x[0] = -0.0f;
+    if (trial % 11 == 0) x[n / 2] = std::numeric_limits<float>::quiet_NaN();
+    if (trial % 13 == 0) std::fill(x.begin(), x.end(), 0.0f);
+    std::vector<uint8_t> ref(n), got(n);
+    const float ref_scale = QuantizeBlock(x.data(), n, code, ref.data());
+    std::vector<float> ref_back(n), got_back(n);
+    DequantizeBlock(ref.data(), n, ref_scale, code, ref_back.data());
+    for (const auto& [quant, dequant] : variants) {
+      CAPTURE(trial, n);
+      CHECK(quant(x.data(), n, code, got.data()) == ref_scale);
+      CHECK(got == ref);
+      dequant(ref.data(), n, ref_scale, code, got_back.data());
+      CHECK(std::memcmp(got_back.data(), ref_back.data(), n * sizeof(float)) == 0);
+    }
+  }
+}
+
+// optimizer.state_dtype int8: every variant equals the scalar reference bitwise, the
+// update equals the fp32 update of the dequantised moments with m and v then quantised
+// (the contract of cpu_adam.h), and ParallelAdam's result does not depend on the threads.
+TEST_CASE("int8 moments: variants bitwise equal; equal to the fp32 update quantised; any thread count",
+          "[cpu_adam][state_dtype][int8]") {
+  const auto reference = KernelsFor(CpuIsa::kScalar);
+  for (CpuIsa isa : AvailableIsas()) {
+    const auto kernels = KernelsFor(isa);
+    for (int64_t n : {1, 17, 256, 257, 100003}) {
+      for (ElemType gt : {ElemType::kFp32, ElemType::kBf16}) {
+        CAPTURE(ToString(isa), n, static_cast<int>(gt));
+        const Inputs in = MakeInputs(n, gt, 1.0, 29);
+        Inputs start = in;
+        start.v = in.v * at::pow(10.0, at::randint(-6, 1, {n}).to(at::kFloat));  // v over decades
+        const Int8State q0 = Quantize(start);
+        const AdamHyper h = AdamHyper::Make(1e-3, 0.9, 0.95, 1e-8, 0.1, true, 5, 1.0);
+        // The contract's reference: fp32 moments = the dequantised ones, the fp32 update, quantised.
+        Inputs f32 = start;
+        f32.master = start.master.clone();
+        f32.m = Dequantize(q0.m_codes, q0.m_scale, QuantCode::kSigned);
+        f32.v = Dequantize(q0.v_codes, q0.v_scale, QuantCode::kUnsigned);
+        at::Tensor out_f32 = at::empty({n}, at::kBFloat16);
+        reference.adam(SpanOf(f32, gt, &out_f32, ElemType::kBf16), h);
+        const Int8State expect = Quantize(f32);
+        for (const auto* k : {&reference, &kernels}) {
+          for (int threads : {1, 3}) {
+            Inputs b = start;
+            b.master = start.master.clone();
+            Int8State q{q0.m_codes.clone(), q0.v_codes.clone(), q0.m_scale.clone(), q0.v_scale.clone()};
+            at::Tensor out = at::empty({n}, at::kBFloat16);
+            ParallelAdam(*k, {{Int8Span(b, q, gt, &out), h}}, threads);
+            CAPTURE(threads);
+            REQUIRE(BitwiseEqual(b.master, f32.master));
+            REQUIRE(BitwiseEqual(out, out_f32));
+            REQUIRE(BitwiseEqual(q.m_codes, expect.m_codes));
+            REQUIRE(BitwiseEqual(q.v_codes, expect.v_codes));
+            REQUIRE(BitwiseEqual(q.m_scale, expect.m_scale));
+            REQUIRE(BitwiseEqual(q.v_scale, expect.v_scale));
           }
         }
       }
