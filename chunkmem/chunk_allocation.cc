@@ -39,19 +39,21 @@ ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::ve
     return ids;
   }
   const Tier optimizer_tier = r.optimizer_on_device[c] ? Tier::kDevice : Tier::kHost;
-  auto add = [&](at::ScalarType dtype, Tier tier, bool holds_values) {
-    const int id = store.Add(chunk.capacity_numel, dtype);
+  auto add = [&](at::ScalarType dtype, Tier tier, bool holds_values, int64_t numel) {
+    const int id = store.Add(numel, dtype);
     store.Allocate(id, tier, /*zero=*/false);  // zeroed later: m, v and grads start at 0
     zeroing.push_back({store.payload(id), holds_values ? c : -1});
     return id;
   };
   const bool separate_master = r.compute_dtype != at::kFloat;
-  ids[compute] = add(r.compute_dtype, Tier::kHost, true);
+  const int64_t capacity = chunk.capacity_numel, state = StatePayloadNumel(capacity, r.state_dtype);
+  ids[compute] = add(r.compute_dtype, Tier::kHost, true, capacity);
   if (chunk.frozen) return ids;  // the compute kind alone: no gradient, master or moments
-  ids[static_cast<int>(ChunkKind::kGrad)] = r.grads_in_compute_chunks ? ids[compute] : add(at::kFloat, Tier::kHost, false);
-  ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat, optimizer_tier, true) : ids[compute];
-  ids[static_cast<int>(ChunkKind::kAdamM)] = add(r.state_dtype, optimizer_tier, false);
-  ids[static_cast<int>(ChunkKind::kAdamV)] = add(r.state_dtype, optimizer_tier, false);
+  ids[static_cast<int>(ChunkKind::kGrad)] =
+      r.grads_in_compute_chunks ? ids[compute] : add(at::kFloat, Tier::kHost, false, capacity);
+  ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat, optimizer_tier, true, capacity) : ids[compute];
+  ids[static_cast<int>(ChunkKind::kAdamM)] = add(r.state_dtype, optimizer_tier, false, state);  // zeroed: all moments 0
+  ids[static_cast<int>(ChunkKind::kAdamV)] = add(r.state_dtype, optimizer_tier, false, state);
   return ids;
 }
 

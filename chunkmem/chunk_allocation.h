@@ -3,8 +3,8 @@
 //
 // Per layout chunk, kinds compute (compute dtype, host tier), grad (fp32, host; the
 // compute chunk itself when gradients reuse the compute slots), master (fp32 on the
-// optimizer's tier; the compute chunk in fp32), Adam m and v (state_dtype: fp32 or
-// bf16, optimizer's tier).
+// optimizer's tier; the compute chunk in fp32), Adam m and v (state_dtype: fp32, bf16,
+// or kByte for 8-bit state, optimizer's tier; StatePayloadNumel).
 // A chunk this rank does not own (ZeRO) gets a compute entry without payload only.
 // Payloads are allocated uninitialised and zeroed on many threads, a chunk holding
 // values only where no parameter lies, so no byte is written twice; initial values are
@@ -19,10 +19,17 @@
 
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/layout.h"
+#include "chunkmem/state_layout.h"
 
 namespace ps::chunkmem {
 
 enum class ChunkKind { kCompute, kGrad, kMaster, kAdamM, kAdamV };
+
+// Elements (of the state dtype) of an m or v payload for a chunk of `capacity_numel`
+// (chunkmem/state_layout.h: kByte is 8-bit codes and their block scales).
+inline int64_t StatePayloadNumel(int64_t capacity_numel, at::ScalarType state_dtype) {
+  return state_dtype == at::kByte ? StatePayloadBytes(capacity_numel, 1) : capacity_numel;
+}
 constexpr int kNumChunkKinds = 5;
 using ChunkIds = std::array<int, kNumChunkKinds>;  // [kind] -> store id; -1: none (not owned)
 
@@ -42,7 +49,7 @@ struct ChunkAllocation {
   bool grads_in_compute_chunks = false;
   const std::vector<bool>& optimizer_on_device;  // [chunk] (the tier plan's)
   const std::vector<bool>& owned;                // [chunk]
-  at::ScalarType state_dtype = at::kFloat;       // Adam m and v: kFloat or kBFloat16
+  at::ScalarType state_dtype = at::kFloat;       // Adam m and v: kFloat, kBFloat16 or kByte
 };
 
 // A parameter's values: `current(index)` (any device, its shape) copied into its slots,

@@ -36,6 +36,13 @@ int64_t AddBytes(int64_t a, int64_t b) {
   return out;
 }
 
+// "8" or "6.03": bytes per element as printed by the plan.
+std::string PerElement(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), bytes == static_cast<double>(static_cast<int64_t>(bytes)) ? "%.0f" : "%.2f", bytes);
+  return buf;
+}
+
 }  // namespace
 
 TierPlanInput TierPlanInputOf(const PlanInput& in) {
@@ -61,6 +68,29 @@ TierPlanInput TierPlanInputOf(const PlanInput& in) {
   return p;
 }
 
+namespace {
+
+// Largest N (same bytes per parameter): the host holds compute and grad chunks,
+// (k + g) N u, and the optimizer state, o N u, less what the device margin takes,
+// A = margin_use_ratio x (D - working set): host(N) = (k + g) N u + max(0, o N u - A) <= H,
+// u = capacity per parameter. The working set is taken as this model's.
+int64_t LargestParamNumel(const MemoryPlan& plan, const PlanInput& in, int64_t capacity, int64_t trainable,
+                          double grad_per_element) {
+  const double u = static_cast<double>(capacity) / plan.param_numel;
+  const double H = static_cast<double>(in.host_budget_bytes) - static_cast<double>(plan.host_param_bytes);
+  const double D = static_cast<double>(std::min(TierPlanInputOf(in).device_budget_bytes, in.device_budget_bytes));
+  const double A = std::max(0.0, in.margin_use_ratio * (D - static_cast<double>(plan.min_device_bytes)));
+  // Per element of capacity, frozen chunks counted at k alone (t: the trainable share).
+  const double t = capacity > 0 ? static_cast<double>(trainable) / static_cast<double>(capacity) : 1.0;
+  const double kg = static_cast<double>(in.compute_element_bytes) + t * grad_per_element;
+  const double o = t * plan.optimizer_bytes_per_element;
+  double n = H / (kg * u);
+  if (o * n * u > A) n = (H + A) / ((kg + o) * u);
+  return static_cast<int64_t>(std::max(0.0, n));
+}
+
+}  // namespace
+
 MemoryPlan PlanMemory(const PlanInput& in) {
   MemoryPlan plan;
   std::vector<ParamSpec> specs;
@@ -69,22 +99,29 @@ MemoryPlan PlanMemory(const PlanInput& in) {
     specs.push_back({p.name, p.numel, p.used_by_blocks.front(), p.frozen});
     used_by.push_back(p.used_by_blocks);
   }
-  const int64_t chunk_numel = in.chunk_numel > 0 ? in.chunk_numel : ChooseChunkNumel(specs, in.world_size);
-  plan.layout = ChunkLayout::Plan(specs, {chunk_numel, in.world_size, 32});
+  const int64_t align = ParamAlignNumel(in.state_element_bytes);
+  const int64_t chunk_numel = in.chunk_numel > 0 ? in.chunk_numel : ChooseChunkNumel(specs, in.world_size, align);
+  plan.layout = ChunkLayout::Plan(specs, {chunk_numel, in.world_size, align});
   plan.param_numel = plan.layout.param_numel();
-  int64_t capacity = 0, trainable = 0;  // of the chunks this rank holds (all of them with one process)
+  // Of the chunks this rank holds (all of them with one process): capacity, trainable
+  // capacity and the trainable chunks' optimizer state.
+  int64_t capacity = 0, trainable = 0, optimizer_bytes = 0;
   for (int c = 0; c < plan.layout.num_chunks(); ++c) {
     if (c % in.world_size != in.rank) continue;
     capacity = AddBytes(capacity, plan.layout.chunks()[c].capacity_numel);
     if (!plan.layout.chunks()[c].frozen) trainable = AddBytes(trainable, plan.layout.chunks()[c].capacity_numel);
   }
   const int64_t k = in.compute_element_bytes;
-  const int64_t grad_per_element = in.grads_in_compute_chunks ? 0 : 4;
-  const int64_t optimizer_per_element = OptimizerBytesPerElement(TierPlanInputOf(in));
-  plan.optimizer_bytes_per_element = optimizer_per_element;
-  const int64_t host_per_element = grad_per_element + optimizer_per_element;
   plan.compute_chunk_bytes = MulBytes(capacity, k);
-  plan.host_only_bytes = MulBytes(trainable, host_per_element);  // frozen chunks: the compute kind alone
+  for (int c = 0; c < plan.layout.num_chunks(); ++c) {
+    if (c % in.world_size != in.rank || plan.layout.chunks()[c].frozen) continue;
+    optimizer_bytes = AddBytes(optimizer_bytes, OptimizerChunkBytes(plan.layout.chunks()[c].capacity_numel, TierPlanInputOf(in)));
+  }
+  const int64_t grad_per_element = in.grads_in_compute_chunks ? 0 : 4;
+  const double optimizer_per_element = trainable > 0 ? static_cast<double>(optimizer_bytes) / trainable : 0.0;
+  plan.optimizer_bytes_per_element = optimizer_per_element;
+  // Frozen chunks: the compute kind alone.
+  plan.host_only_bytes = AddBytes(MulBytes(trainable, grad_per_element), optimizer_bytes);
   const int64_t model_chunk_bytes = AddBytes(plan.compute_chunk_bytes, plan.host_only_bytes);
   plan.host_param_bytes = AddBytes(MulBytes(16, in.host_param_numel), MulBytes(4, in.frozen_host_param_numel));
 
@@ -95,21 +132,7 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   plan.host_bytes = plan.tiers.host_bytes;
   plan.bytes_per_param = static_cast<double>(model_chunk_bytes) / plan.param_numel;
 
-  // Largest N (same bytes per parameter): the host holds compute and grad chunks,
-  // (k + g) N u, and the optimizer state, o N u, less what the device margin takes,
-  // A = margin_use_ratio x (D - working set): host(N) = (k + g) N u + max(0, o N u - A) <= H,
-  // u = capacity per parameter. The working set is taken as this model's.
-  const double u = static_cast<double>(capacity) / plan.param_numel;
-  const double H = static_cast<double>(in.host_budget_bytes) - static_cast<double>(plan.host_param_bytes);
-  const double D = static_cast<double>(std::min(TierPlanInputOf(in).device_budget_bytes, in.device_budget_bytes));
-  const double A = std::max(0.0, in.margin_use_ratio * (D - static_cast<double>(plan.min_device_bytes)));
-  // Per element of capacity, frozen chunks counted at k alone (t: the trainable share).
-  const double t = capacity > 0 ? static_cast<double>(trainable) / static_cast<double>(capacity) : 1.0;
-  const double kg = static_cast<double>(k) + t * static_cast<double>(grad_per_element);
-  const double o = t * static_cast<double>(optimizer_per_element);
-  double n = H / (kg * u);
-  if (o * n * u > A) n = (H + A) / ((kg + o) * u);
-  plan.largest_param_numel = static_cast<int64_t>(std::max(0.0, n));
+  plan.largest_param_numel = LargestParamNumel(plan, in, capacity, trainable, static_cast<double>(grad_per_element));
 
   plan.why_not = plan.tiers.why_not;
   plan.fits = plan.why_not.empty();
@@ -137,8 +160,8 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
          std::to_string(in.compute_element_bytes) + " bytes/element; move between device and host)\n";
   out += std::string(in.grads_in_compute_chunks ? "master+m+v        " : "grad+master+m+v   ") +
          Bytes(static_cast<double>(p.host_only_bytes)) + " (host; optimizer state " +
-         std::to_string(p.optimizer_bytes_per_element) + " bytes/element, m and v " +
-         (in.state_element_bytes == 2 ? "bf16" : "fp32") + ")" +
+         PerElement(p.optimizer_bytes_per_element) + " bytes/element, m and v " +
+         (in.state_element_bytes == 1 ? "int8" : in.state_element_bytes == 2 ? "bf16" : "fp32") + ")" +
          (in.grads_in_compute_chunks ? "; gradients reuse the compute slots\n" : "\n");
   if (p.host_param_bytes > 0) {
     out += "outside chunks    " + Bytes(static_cast<double>(p.host_param_bytes)) + " (" +

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "chunkmem/layout.h"
+#include "chunkmem/state_layout.h"
 #include "chunkmem/tier_plan.h"
 
 namespace ps::chunkmem {
@@ -30,7 +31,7 @@ struct PlanInput {
   std::vector<PlanParam> params;
   int64_t chunk_numel = 0;               // 0 = ChooseChunkNumel
   int64_t compute_element_bytes = 4;     // 4 (fp32) or 2 (bf16/fp16)
-  int64_t state_element_bytes = 4;       // Adam m and v, each: 4 (fp32) or 2 (bf16)
+  int64_t state_element_bytes = 4;       // Adam m and v, each: 4 (fp32), 2 (bf16), 1 (8-bit + scales)
   int64_t device_budget_bytes = 0;       // chunk bytes allowed on the device beside the activations
   // The store's hard device budget (a traced capacity is more than device_budget_bytes,
   // which then is what the estimated activations leave); 0 = device_budget_bytes.
@@ -66,7 +67,7 @@ struct MemoryPlan {
   int64_t param_numel = 0;
   int64_t compute_chunk_bytes = 0;  // all compute-dtype chunks (ZeRO: this rank's)
   int64_t host_only_bytes = 0;      // grad + master + m + v chunks (ZeRO: this rank's)
-  int64_t optimizer_bytes_per_element = 0;  // master (when separate) + m + v, per chunk element
+  double optimizer_bytes_per_element = 0;  // master (when separate) + m + v, per trainable chunk element
   int64_t host_param_bytes = 0;     // parameters outside the chunks (16 bytes each)
   int64_t min_device_bytes = 0;     // largest working set of one block
   int64_t device_bytes = 0;         // most chunk bytes on the device (tiers.device_bytes)

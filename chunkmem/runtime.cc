@@ -70,8 +70,9 @@ void ChunkRuntime::PlanChunks() {
       params_of_block_[b].push_back(static_cast<int>(specs.size()) - 1);
     }
   }
-  const int64_t chunk_numel = options_.chunk_numel > 0 ? options_.chunk_numel : ChooseChunkNumel(specs, world_);
-  layout_ = ChunkLayout::Plan(specs, {chunk_numel, world_, /*align_numel=*/32});
+  const int64_t align = ParamAlignNumel(c10::elementSize(options_.state_dtype));
+  const int64_t chunk_numel = options_.chunk_numel > 0 ? options_.chunk_numel : ChooseChunkNumel(specs, world_, align);
+  layout_ = ChunkLayout::Plan(specs, {chunk_numel, world_, align});
   for (const auto& chunk : layout_.chunks()) {
     TORCH_CHECK(!zero() || chunk.capacity_numel == layout_.regular_capacity_numel(), "chunkmem: ZeRO gathers chunks "
                 "of one size, but a parameter is larger than chunk.size_elements ", chunk_numel,
@@ -81,8 +82,9 @@ void ChunkRuntime::PlanChunks() {
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].frozen) frozen_used_above_.push_back(static_cast<int>(i));
   }
-  TORCH_CHECK(options_.state_dtype == at::kFloat || options_.state_dtype == at::kBFloat16,
-              "chunkmem: Adam m and v are stored in fp32 or bf16, not ", options_.state_dtype);
+  TORCH_CHECK(options_.state_dtype == at::kFloat || options_.state_dtype == at::kBFloat16 ||
+                  options_.state_dtype == at::kByte,
+              "chunkmem: Adam m and v are stored in fp32, bf16 or 8-bit codes, not ", options_.state_dtype);
   TORCH_CHECK(!options_.grads_in_compute_chunks || options_.compute_dtype != at::kFloat,
               "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
   TORCH_CHECK(!options_.block_major_backward || (!zero() && !options_.grads_in_compute_chunks),

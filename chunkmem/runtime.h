@@ -59,7 +59,9 @@ struct ManagedParam {
 struct RuntimeOptions {
   int64_t chunk_numel = 0;                     // 0 = ChooseChunkNumel
   at::ScalarType compute_dtype = at::kFloat;   // kFloat, kBFloat16 or kHalf
-  at::ScalarType state_dtype = at::kFloat;     // Adam m and v: kFloat or kBFloat16
+  // Adam m and v: kFloat, kBFloat16, or kByte (8-bit codes and block scales:
+  // StatePayloadNumel; parameters then aligned to kStateBlockNumel).
+  at::ScalarType state_dtype = at::kFloat;
   // Write each gradient into its parameter's compute-dtype slot at its last backward
   // use instead of into fp32 grad chunks (PatrickStar's reuse: 14 bytes/parameter in
   // bf16/fp16). Only safe with one backward per optimizer step and a compute dtype

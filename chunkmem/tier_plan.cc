@@ -1,5 +1,7 @@
 #include "chunkmem/tier_plan.h"
 
+#include "chunkmem/state_layout.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -42,7 +44,6 @@ struct ChunkSizes {
 ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPlan& p) {
   const int n = layout.num_chunks();
   const int64_t k = in.compute_element_bytes;
-  const int64_t optimizer_per_element = OptimizerBytesPerElement(in);
   ChunkSizes z;
   z.compute.resize(n);
   z.optimizer.resize(n);
@@ -50,7 +51,7 @@ ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPl
     const int64_t capacity = layout.chunks()[c].capacity_numel;
     const bool frozen = layout.chunks()[c].frozen;  // the compute kind alone
     z.compute[c] = Mul(capacity, k);
-    z.optimizer[c] = frozen ? 0 : Mul(capacity, optimizer_per_element);
+    z.optimizer[c] = frozen ? 0 : OptimizerChunkBytes(capacity, in);
     if (!frozen) {
       z.largest_fp32 = std::max(z.largest_fp32, Mul(capacity, 4));
       if (!in.grads_in_compute_chunks) z.largest_grad = z.largest_fp32;
@@ -180,8 +181,12 @@ std::string WhyNot(const TierPlanInput& in, int64_t room, const TierPlan& p) {
 
 }  // namespace
 
-int64_t OptimizerBytesPerElement(const TierPlanInput& in) {
-  return 2 * in.state_element_bytes + (in.compute_element_bytes != 4 ? 4 /*separate master*/ : 0);
+int64_t OptimizerChunkBytes(int64_t capacity, const TierPlanInput& in) {
+  // StatePayloadBytes, counted with overflow checks.
+  const int64_t moment = in.state_element_bytes == 1
+                             ? Add(capacity, Mul(4, (capacity + kStateBlockNumel - 1) / kStateBlockNumel))
+                             : Mul(capacity, in.state_element_bytes);
+  return Add(Mul(2, moment), in.compute_element_bytes != 4 ? Mul(capacity, 4) /*separate master*/ : 0);
 }
 
 TierPlan PlanTiers(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,

@@ -37,7 +37,7 @@ namespace ps::chunkmem {
 
 struct TierPlanInput {
   int64_t compute_element_bytes = 4;     // 4 (fp32: the compute chunk is the master) or 2
-  int64_t state_element_bytes = 4;       // Adam m and v, each: 4 (fp32) or 2 (bf16)
+  int64_t state_element_bytes = 4;       // Adam m and v, each: 4 (fp32), 2 (bf16), 1 (8-bit + scales)
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (RuntimeOptions)
   // Block-major backward (RuntimeOptions::block_major_backward, the vertical schedule):
   // a block's chunks keep their fp32 staging slots open through all its micro-batches,
@@ -115,9 +115,9 @@ struct TierPlan {
   bool fits() const { return why_not.empty(); }
 };
 
-// Optimizer-state bytes per element of a trainable chunk: m and v at
-// state_element_bytes each, plus the fp32 master when it is not the compute chunk.
-int64_t OptimizerBytesPerElement(const TierPlanInput& input);
+// Optimizer-state bytes of a trainable chunk of `capacity_numel`: m and v
+// (StatePayloadBytes each), plus the fp32 master when it is not the compute chunk.
+int64_t OptimizerChunkBytes(int64_t capacity_numel, const TierPlanInput& input);
 
 // `used_by_blocks[i]`: the blocks that use parameter i of the layout (several for a
 // shared parameter, whose chunk stays in use through backward).

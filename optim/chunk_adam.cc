@@ -5,6 +5,9 @@
 
 #include <optional>
 
+#include "optim/block_quant.h"
+#include "optim/int8_moments.h"
+
 namespace ps::optim {
 
 using chunkmem::ChunkKind;
@@ -14,7 +17,52 @@ ElemType ElemTypeOf(at::ScalarType t) {
     case at::kFloat: return ElemType::kFp32;
     case at::kHalf: return ElemType::kFp16;
     case at::kBFloat16: return ElemType::kBf16;
+    case at::kByte: return ElemType::kInt8;  // 8-bit Adam state (chunkmem/state_layout.h)
     default: TORCH_CHECK(false, "HybridAdam: unsupported chunk dtype ", t);
+  }
+}
+
+static_assert(kQuantBlockNumel == chunkmem::kStateBlockNumel, "the kernels' block is the chunks' state block");
+
+void ChunkAdam::SetScales(int chunk, int64_t offset_numel, AdamSpan& span) const {
+  const int64_t capacity = runtime_.layout().chunks()[chunk].capacity_numel;
+  auto scales = [&](ChunkKind kind) {  // after the codes: one fp32 scale per block of capacity
+    uint8_t* payload = runtime_.store().payload(runtime_.chunk_id(kind, chunk)).data_ptr<uint8_t>();
+    return reinterpret_cast<float*>(payload + capacity) + offset_numel / chunkmem::kStateBlockNumel;
+  };
+  span.m_scale = scales(ChunkKind::kAdamM);
+  span.v_scale = scales(ChunkKind::kAdamV);
+}
+
+namespace {
+
+QuantCode CodeOf(ChunkKind kind) { return kind == ChunkKind::kAdamM ? QuantCode::kSigned : QuantCode::kUnsigned; }
+
+}  // namespace
+
+Int8Moment ChunkAdam::Int8MomentOfParam(int chunk, ChunkKind kind, int i) const {
+  const auto& pl = runtime_.layout().placements()[i];
+  return Int8MomentOf(runtime_.store().payload(runtime_.chunk_id(kind, chunk)),
+                      runtime_.layout().chunks()[chunk].capacity_numel, pl.offset_numel, pl.numel);
+}
+
+at::Tensor ChunkAdam::Int8Wide(int chunk, ChunkKind kind) const {
+  const at::Tensor& payload = runtime_.store().payload(runtime_.chunk_id(kind, chunk));
+  at::Tensor wide = at::zeros({runtime_.layout().chunks()[chunk].capacity_numel},
+                              at::TensorOptions().dtype(at::kFloat).device(payload.device()));
+  for (int i : runtime_.layout().chunks()[chunk].param_indices) {
+    if (!runtime_.has_grad(i)) continue;  // not updated: its moments stay as they are
+    const auto& pl = runtime_.layout().placements()[i];
+    wide.narrow(0, pl.offset_numel, pl.numel).copy_(DequantizeInt8OnDevice(Int8MomentOfParam(chunk, kind, i), CodeOf(kind)));
+  }
+  return wide;
+}
+
+void ChunkAdam::Int8Narrow(int chunk, ChunkKind kind, const at::Tensor& wide) const {
+  for (int i : runtime_.layout().chunks()[chunk].param_indices) {
+    if (!runtime_.has_grad(i)) continue;
+    const auto& pl = runtime_.layout().placements()[i];
+    QuantizeInt8OnDevice(wide.narrow(0, pl.offset_numel, pl.numel), CodeOf(kind), Int8MomentOfParam(chunk, kind, i));
   }
 }
 
@@ -47,6 +95,7 @@ std::vector<chunkmem::ElementRange> ChunkAdam::AddHostWork(int chunk, double lr,
     w.span.m = m.data_ptr();
     w.span.v = runtime_.View(ChunkKind::kAdamV, i).data_ptr();
     w.span.state_type = ElemTypeOf(m.scalar_type());
+    if (w.span.state_type == ElemType::kInt8) SetScales(chunk, runtime_.layout().placements()[i].offset_numel, w.span);
     w.span.grad = grad.data_ptr();
     w.span.grad_type = ElemTypeOf(grad.scalar_type());
     const auto& pl = runtime_.layout().placements()[i];
@@ -86,9 +135,11 @@ void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) 
   // host kernels' contract: fp32 arithmetic, m and v rounded to nearest even on store).
   const at::Tensor& m_payload = store.payload(runtime_.chunk_id(ChunkKind::kAdamM, chunk));
   const at::Tensor& v_payload = store.payload(runtime_.chunk_id(ChunkKind::kAdamV, chunk));
+  // 8-bit moments: dequantised per parameter into fp32 chunks, quantised back after it.
+  const bool int8 = m_payload.scalar_type() == at::kByte;
   const bool wide_state = m_payload.scalar_type() == at::kFloat;
-  const at::Tensor m32 = wide_state ? m_payload : m_payload.to(at::kFloat);
-  const at::Tensor v32 = wide_state ? v_payload : v_payload.to(at::kFloat);
+  const at::Tensor m32 = wide_state ? m_payload : int8 ? Int8Wide(chunk, ChunkKind::kAdamM) : m_payload.to(at::kFloat);
+  const at::Tensor v32 = wide_state ? v_payload : int8 ? Int8Wide(chunk, ChunkKind::kAdamV) : v_payload.to(at::kFloat);
   std::vector<at::Tensor> params[2], grads[2], ms[2], vs[2], steps[2];
   const auto& placements = runtime_.layout().placements();
   for (int i : runtime_.layout().chunks()[chunk].param_indices) {
@@ -117,7 +168,10 @@ void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) 
                        /*amsgrad=*/false, /*maximize=*/false, unscale, std::nullopt);
     }
   }
-  if (!wide_state) {
+  if (int8) {
+    Int8Narrow(chunk, ChunkKind::kAdamM, m32);
+    Int8Narrow(chunk, ChunkKind::kAdamV, v32);
+  } else if (!wide_state) {
     m_payload.copy_(m32);
     v_payload.copy_(v32);
   }

@@ -2,7 +2,8 @@
 // its payloads (fp32 master, m and v in fp32 or bf16, gradients, compute copy) wherever
 // they are: on the host as work for the CPU kernels (ParallelAdam), on the device as
 // LibTorch's fused multi-tensor op (one call per decay group; bf16 moments widened
-// before it and rounded after it, the host kernels' arithmetic). Keeps each parameter's update count (bias
+// before it and rounded after it, 8-bit ones dequantised and quantised: the host
+// kernels' arithmetic). Keeps each parameter's update count (bias
 // correction) and decay mask (weight decay on parameters of 2 or more dimensions only).
 // A parameter without a gradient this step is not updated and its count does not
 // advance (as LibTorch). It moves nothing: the caller puts the chunk where the update
@@ -17,6 +18,7 @@
 #include "chunkmem/host_pipeline.h"
 #include "chunkmem/runtime.h"
 #include "optim/cpu_adam.h"
+#include "optim/int8_moments.h"
 #include "optim/optim_config.h"
 
 namespace ps::optim {
@@ -47,6 +49,15 @@ class ChunkAdam {
   void set_steps(int index, int64_t steps);
 
  private:
+  // int8 state: the m and v block scales of the parameter at `offset_numel` in `chunk`.
+  void SetScales(int chunk, int64_t offset_numel, AdamSpan& span) const;
+  // int8 state on the device: parameter i's moment `kind`; the chunk's moments of the
+  // parameters with a gradient, dequantised into an fp32 chunk (zeros elsewhere); and
+  // those quantised back from it.
+  Int8Moment Int8MomentOfParam(int chunk, chunkmem::ChunkKind kind, int i) const;
+  at::Tensor Int8Wide(int chunk, chunkmem::ChunkKind kind) const;
+  void Int8Narrow(int chunk, chunkmem::ChunkKind kind, const at::Tensor& wide) const;
+
   const chunkmem::ChunkRuntime& runtime_;
   OptimizerConfig config_;
   std::vector<bool> decay_;               // [param]

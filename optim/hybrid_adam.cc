@@ -74,6 +74,7 @@ SpeculationOptions SpeculationSettings(chunkmem::ChunkRuntime& runtime, const Hy
   s.slot_numel = LargestChunkNumel(runtime);
   s.compute_dtype = runtime.compute_dtype();
   s.state_dtype = runtime.state_dtype();
+  s.state_slot_numel = chunkmem::StatePayloadNumel(s.slot_numel, s.state_dtype);
   s.kernels = kernels;
   s.threads = options.cpu_threads;
   s.borrow_host = [&runtime](int64_t numel, at::ScalarType dtype) { return runtime.BorrowHost(numel, dtype); };

@@ -33,6 +33,7 @@ const char* ToString(StateDtype t) {
   switch (t) {
     case StateDtype::kFp32: return "fp32";
     case StateDtype::kBf16: return "bf16";
+    case StateDtype::kInt8: return "int8";
   }
   return "?";
 }

@@ -15,8 +15,9 @@ enum class Dtype { kFp32, kFp16, kBf16 };
 // Which CPU Adam kernel variant runs (auto: the best this CPU supports).
 enum class CpuAdamChoice { kAuto, kScalar, kAvx2, kAvx512 };
 // How the chunk runtime stores Adam's m and v (the arithmetic is fp32 either way;
-// optim/cpu_adam.h): fp32, or bf16 (rounded to nearest even at every store).
-enum class StateDtype { kFp32, kBf16 };
+// optim/cpu_adam.h): fp32, bf16 (rounded to nearest even at every store), or int8
+// (block-wise dynamic 8-bit codes with an fp32 scale per 256 elements; optim/block_quant.h).
+enum class StateDtype { kFp32, kBf16, kInt8 };
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;

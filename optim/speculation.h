@@ -38,6 +38,7 @@ struct SpeculationOptions {
   int64_t slot_numel = 0;  // a slot's elements: the largest chunk's capacity
   at::ScalarType compute_dtype = at::kFloat;  // not fp32: slots also back up the compute chunk
   at::ScalarType state_dtype = at::kFloat;    // m and v (optimizer.state_dtype)
+  int64_t state_slot_numel = 0;  // a slot's m and v elements: the largest chunk's state payload
   CpuAdamKernels kernels;  // the worker's sums of squares and updates
   int threads = 1;
   // Borrows a host buffer for the run (the plan reserves the slots).
@@ -108,7 +109,7 @@ class Speculation {
 
  private:
   struct Slot {
-    at::Tensor master, m, v;  // slot_numel each: master fp32, m and v in state_dtype
+    at::Tensor master, m, v;  // master: slot_numel fp32; m, v: state_slot_numel of state_dtype
     at::Tensor compute;       // compute dtype (not fp32 only): its backup, or the staged parameters
     double sum_squares = 0.0;  // the worker's host sum (this slot's job alone until Finish)
   };

@@ -52,6 +52,14 @@ chunkmem::WarmupState WarmupFromJson(const nlohmann::json& j) {
   return w;
 }
 
+// Parameter i's 8-bit moment `kind` (m or v) in its chunk's payload (host: 8-bit state
+// is updated there only).
+optim::Int8Moment Int8MomentOf(const chunkmem::ChunkRuntime& rt, chunkmem::ChunkKind kind, int i) {
+  const auto& pl = rt.layout().placements()[i];
+  return optim::Int8MomentOf(rt.store().payload(rt.chunk_id(kind, pl.chunk_id)),
+                             rt.layout().chunks()[pl.chunk_id].capacity_numel, pl.offset_numel, pl.numel);
+}
+
 }  // namespace
 
 std::string ChunkEngine::WarmupKey() const {
@@ -180,8 +188,13 @@ EngineState ChunkEngine::Save() const {
     if (!rt.owned(rt.layout().placements()[i].chunk_id) || rt.frozen(i)) continue;
     const std::string& name = rt.params()[i].name;
     out.params[name] = rt.View(ChunkKind::kMaster, i);
-    out.exp_avg[name] = rt.View(ChunkKind::kAdamM, i);
-    out.exp_avg_sq[name] = rt.View(ChunkKind::kAdamV, i);
+    if (rt.state_dtype() == at::kByte) {  // 8-bit moments: codes and block scales, packed (a copy)
+      out.exp_avg[name] = optim::PackInt8(Int8MomentOf(rt, ChunkKind::kAdamM, i));
+      out.exp_avg_sq[name] = optim::PackInt8(Int8MomentOf(rt, ChunkKind::kAdamV, i));
+    } else {
+      out.exp_avg[name] = rt.View(ChunkKind::kAdamM, i);
+      out.exp_avg_sq[name] = rt.View(ChunkKind::kAdamV, i);
+    }
     steps[i] = chunks_.adam->param_steps(i);
   }
   steps = SumOverRanks(comm_, steps, device_);
@@ -232,8 +245,12 @@ void ChunkEngine::Load(const EngineState& state) {
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
     if (!rt.owned(rt.layout().placements()[i].chunk_id) || rt.frozen(i)) continue;  // ZeRO: its owner loads it
     const at::Tensor master = rt.View(ChunkKind::kMaster, i);
-    chunks_.adam->set_param_steps(i, RestoreAdamParam(state, rt.params()[i].name, master, rt.View(ChunkKind::kAdamM, i),
-                                                      rt.View(ChunkKind::kAdamV, i)));
+    const std::string& name = rt.params()[i].name;
+    chunks_.adam->set_param_steps(
+        i, rt.state_dtype() == at::kByte
+               ? RestoreInt8AdamParam(state, name, master, Int8MomentOf(rt, ChunkKind::kAdamM, i),
+                                      Int8MomentOf(rt, ChunkKind::kAdamV, i))
+               : RestoreAdamParam(state, name, master, rt.View(ChunkKind::kAdamM, i), rt.View(ChunkKind::kAdamV, i)));
     if (separate_master) rt.View(ChunkKind::kCompute, i).copy_(master);  // the compute copy is derived
   }
   for (const auto& hp : chunks_.adam->host_param_states()) {  // chunk.cpu_embedding

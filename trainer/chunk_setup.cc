@@ -69,13 +69,23 @@ bool GradsInComputeChunks(const Config& c, int world_size) {
 // chunk.cpu_embedding: the position embedding, and the token embedding unless it is
 // tied to the LM head (then it is used on the device too), live outside the chunks.
 
+// How the chunks store Adam's m and v (optimizer.state_dtype; kByte: 8-bit codes and scales).
+at::ScalarType StateDtypeOf(const optim::OptimizerConfig& o) {
+  switch (o.state_dtype) {
+    case optim::StateDtype::kFp32: return at::kFloat;
+    case optim::StateDtype::kBf16: return at::kBFloat16;
+    case optim::StateDtype::kInt8: return at::kByte;
+  }
+  return at::kFloat;
+}
+
 chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   chunkmem::RuntimeOptions options;
   options.chunk_numel = c.chunk.size_elements;
   options.compute_dtype = c.precision.dtype == optim::Dtype::kBf16   ? at::kBFloat16
                           : c.precision.dtype == optim::Dtype::kFp16 ? at::kHalf
                                                                      : at::kFloat;
-  options.state_dtype = c.optimizer.state_dtype == optim::StateDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  options.state_dtype = StateDtypeOf(c.optimizer);
   options.residency.eviction = c.chunk.eviction;
   options.residency.warmup_steps = c.chunk.warmup_steps;
   options.residency.prefetch_depth = c.chunk.prefetch_depth;
@@ -310,15 +320,16 @@ void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& 
   }
   input.chunk_numel = c.chunk.size_elements;
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
-  input.state_element_bytes = c.optimizer.state_dtype == optim::StateDtype::kBf16 ? 2 : 4;
+  input.state_element_bytes = static_cast<int64_t>(c10::elementSize(StateDtypeOf(c.optimizer)));
   input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   input.block_major_grads = VerticalAccumulation(c.train, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   // Speculation backups: fp32 master, m, v (+ the compute chunk when it is not the
   // master) per slot.
   input.speculation_slots = c.optimizer.speculation_slots;
-  input.backup_bytes_per_element =
-      4 + 2 * input.state_element_bytes + (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
+  // (8-bit moments with their block scales: counted as 2 bytes each, a little more.)
+  input.backup_bytes_per_element = 4 + 2 * std::max<int64_t>(2, input.state_element_bytes) +
+                                   (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
 }
 

@@ -425,13 +425,16 @@ std::vector<FieldSpec> BuildConfigSchema() {
            "chunk runtime: update device-resident chunks on the GPU (PatrickStar use_hybrid_adam)"),
       Enum<optim::StateDtype>("optimizer.state_dtype", PS_ACCESS(optimizer.state_dtype),
                               "chunk runtime: how Adam's m and v are stored (the update computes in fp32 either way): "
-                              "fp32 (8 bytes per parameter), or bf16 (4 bytes per parameter, rounded to nearest even at "
-                              "every step; docs/optim.md gives its measured effect)",
-                              {{"fp32", optim::StateDtype::kFp32}, {"bf16", optim::StateDtype::kBf16}}),
+                              "fp32 (8 bytes per parameter), bf16 (4 bytes per parameter, rounded to nearest even at "
+                              "every step), or int8 (2.03 bytes per parameter: block-wise dynamic 8-bit codes with an "
+                              "fp32 scale per 256 elements; parameters aligned to 256 elements in chunks); docs/optim.md "
+                              "gives their measured effect",
+                              {{"fp32", optim::StateDtype::kFp32}, {"bf16", optim::StateDtype::kBf16},
+                               {"int8", optim::StateDtype::kInt8}}),
       Int("optimizer.speculation_slots", PS_ACCESS(optimizer.speculation_slots),
           "chunk runtime: host chunks updated ahead, as soon as their gradients are final in backward, assuming no "
           "clipping and no overflow (undone and redone exactly when wrong); each holds a host backup of 14 bytes per "
-          "chunk element (10 with optimizer.state_dtype bf16); 0 = off",
+          "chunk element (10 with optimizer.state_dtype bf16 or int8); 0 = off",
           IntRange(0, 1 << 20)),
       Int("optimizer.speculation_backoff_steps", PS_ACCESS(optimizer.speculation_backoff_steps),
           "after a step whose speculation was undone (clipped or overflowed), this many steps do not speculate",

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 namespace ps::trainer {
 
@@ -26,6 +27,26 @@ int64_t StateSteps(const EngineState& state, const std::string& name) {
   return it == state.adam_steps.end() ? 0 : it->second;
 }
 
+namespace {
+
+// A saved moment as fp32 shaped `sizes`: 8-bit ones (uint8, packed) dequantised.
+at::Tensor Moment(const EngineState& state, const models::TensorMap& map, const std::string& name,
+                  c10::IntArrayRef sizes, const std::string& what, optim::QuantCode code) {
+  const auto it = map.find(name);
+  if (it == map.end() || it->second.scalar_type() != at::kByte) {
+    return StateTensor(map, name, sizes, what, state.optimizer_file);
+  }
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  const std::string where = state.optimizer_file.empty() ? std::string("the saved state") : state.optimizer_file;
+  TORCH_CHECK(it->second.dim() == 1 && it->second.numel() == optim::PackedInt8Numel(numel), where, ": ", what, " '",
+              name, "' holds ", it->second.numel(), " bytes of 8-bit moments, the model needs ",
+              optim::PackedInt8Numel(numel));
+  return optim::DequantizePackedInt8(it->second, numel, code).view(sizes);
+}
+
+}  // namespace
+
 int64_t RestoreAdamParam(const EngineState& state, const std::string& name, const at::Tensor& value,
                          const at::Tensor& m, const at::Tensor& v) {
   value.copy_(StateTensor(state.params, name, value.sizes(), "parameter", state.params_file));
@@ -35,8 +56,32 @@ int64_t RestoreAdamParam(const EngineState& state, const std::string& name, cons
     v.zero_();
     return 0;
   }
-  m.copy_(StateTensor(state.exp_avg, name, value.sizes(), "optimizer.exp_avg", state.optimizer_file));
-  v.copy_(StateTensor(state.exp_avg_sq, name, value.sizes(), "optimizer.exp_avg_sq", state.optimizer_file));
+  m.copy_(Moment(state, state.exp_avg, name, value.sizes(), "optimizer.exp_avg", optim::QuantCode::kSigned));
+  v.copy_(Moment(state, state.exp_avg_sq, name, value.sizes(), "optimizer.exp_avg_sq", optim::QuantCode::kUnsigned));
+  return steps;
+}
+
+int64_t RestoreInt8AdamParam(const EngineState& state, const std::string& name, const at::Tensor& value,
+                             const optim::Int8Moment& m, const optim::Int8Moment& v) {
+  value.copy_(StateTensor(state.params, name, value.sizes(), "parameter", state.params_file));
+  const int64_t steps = StateSteps(state, name);
+  const bool none = steps == 0 && !state.exp_avg.count(name);
+  const std::string where = state.optimizer_file.empty() ? std::string("the saved state") : state.optimizer_file;
+  for (const auto& [map, moment, what, code] :
+       {std::tuple{&state.exp_avg, &m, "optimizer.exp_avg", optim::QuantCode::kSigned},
+        std::tuple{&state.exp_avg_sq, &v, "optimizer.exp_avg_sq", optim::QuantCode::kUnsigned}}) {
+    if (none) {
+      moment->codes.zero_();  // as at start-up: zero scales, so zero moments
+      moment->scales.zero_();
+      continue;
+    }
+    const auto it = map->find(name);
+    if (it != map->end() && it->second.scalar_type() == at::kByte) {
+      optim::UnpackInt8(it->second, *moment, where + ": " + what + " '" + name + "'");
+    } else {
+      optim::QuantizeInt8(StateTensor(*map, name, value.sizes(), what, state.optimizer_file), code, *moment);
+    }
+  }
   return steps;
 }
 

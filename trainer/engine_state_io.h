@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "optim/int8_moments.h"
 #include "trainer/engine.h"
 
 namespace ps::trainer {
@@ -22,10 +23,14 @@ at::Tensor StateTensor(const models::TensorMap& map, const std::string& name, c1
 int64_t StateSteps(const EngineState& state, const std::string& name);
 
 // Copies the saved value and Adam moments of parameter `name` into `value`, `m` and `v`
-// (moments zeroed when the state has none: never updated); returns its update count.
-// Errors as StateTensor's.
+// (moments zeroed when the state has none: never updated; saved 8-bit moments are
+// dequantised); returns its update count. Errors as StateTensor's.
 int64_t RestoreAdamParam(const EngineState& state, const std::string& name, const at::Tensor& value,
                          const at::Tensor& m, const at::Tensor& v);
+// The same into a run keeping 8-bit moments (optimizer.state_dtype int8): saved 8-bit
+// moments are copied exactly, saved float ones quantised block by block.
+int64_t RestoreInt8AdamParam(const EngineState& state, const std::string& name, const at::Tensor& value,
+                             const optim::Int8Moment& m, const optim::Int8Moment& v);
 
 // Throws c10::Error naming the first parameter of `state.params` that is not in `known`
 // (a checkpoint of another model).

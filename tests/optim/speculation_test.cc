@@ -36,6 +36,7 @@ SpeculationOptions Options(int slots, int backoff_steps = 0) {
   o.slots = slots;
   o.backoff_steps = backoff_steps;
   o.slot_numel = 64;
+  o.state_slot_numel = 64;
   o.compute_dtype = at::kBFloat16;
   o.kernels = KernelsFor(CpuIsa::kScalar);
   o.threads = 2;

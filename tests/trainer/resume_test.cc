@@ -112,6 +112,43 @@ TEST_CASE("bf16 moments (optimizer.state_dtype): evicting, speculating, and the 
   CHECK(saved.engine.exp_avg_sq.begin()->second.scalar_type() == at::kBFloat16);
 }
 
+TEST_CASE("int8 moments (optimizer.state_dtype): bf16 and fp32 compute, speculating; bitwise; across modes",
+          "[resume][chunk][state_dtype][int8]") {
+  CheckExactResume("state_int8", {"chunk.enabled=true", "chunk.size_elements=20000", "precision.dtype=bf16",
+                                  "optimizer.state_dtype=int8"});
+  CheckExactResume("state_int8_spec", {"chunk.enabled=true", "chunk.size_elements=20000", "optimizer.state_dtype=int8",
+                                       "optimizer.speculation_slots=2", "train.grad_clip=1000"});
+  // The checkpoint keeps the codes and block scales (bytes), not fp32 moments.
+  const std::string dir = TempDir() + "/state_int8_cut/checkpoints";
+  REQUIRE(!ListCheckpoints(dir).empty());
+  const CheckpointContents saved = ReadCheckpoint(ListCheckpoints(dir).front());
+  REQUIRE(!saved.engine.exp_avg.empty());
+  CHECK(saved.engine.exp_avg.begin()->second.scalar_type() == at::kByte);
+  // Another mode resumes from it (dequantised), and an int8 run from an fp32 one
+  // (quantised): the losses go on within 2% of the run that was not interrupted.
+  const TrainResult whole = Train(Tiny("state_int8_whole", {"chunk.enabled=true", "chunk.size_elements=20000",
+                                                            "precision.dtype=bf16", "optimizer.state_dtype=int8"}));
+  for (const char* mode : {"fp32", "bf16"}) {
+    const TrainResult other = Train(Tiny(std::string("state_int8_to_") + mode,
+                                         {"chunk.enabled=true", "precision.dtype=bf16",
+                                          std::string("optimizer.state_dtype=") + mode,
+                                          "checkpoint.resume=" + ListCheckpoints(dir).front()}));
+    REQUIRE(other.losses.size() + other.start_step == whole.losses.size());
+    for (size_t i = 0; i < other.losses.size(); ++i) {
+      CHECK(other.losses[i] == Approx(whole.losses[other.start_step + i]).epsilon(0.02));
+    }
+  }
+  // fp32 moments, checkpoints at steps 4 and 8.
+  Train(Tiny("state_fp32_src", {"chunk.enabled=true", "checkpoint.every_steps=4", "train.max_steps=8"}));
+  const std::vector<std::string> fp32_saved = ListCheckpoints(TempDir() + "/state_fp32_src/checkpoints");
+  REQUIRE(!fp32_saved.empty());
+  const TrainResult from_fp32 = Train(Tiny("state_fp32_to_int8", {"chunk.enabled=true", "optimizer.state_dtype=int8",
+                                                                  "checkpoint.resume=" + fp32_saved.front()}));
+  REQUIRE(from_fp32.start_step > 0);
+  REQUIRE(!from_fp32.losses.empty());
+  CHECK(from_fp32.losses.back() < from_fp32.losses.front() * 1.1);
+}
+
 TEST_CASE("chunks with CPU embeddings (untied): the same losses bitwise", "[resume][chunk][cpu_embedding]") {
   CheckExactResume("chunk_cpu_emb", {"chunk.enabled=true", "chunk.size_elements=20000", "chunk.cpu_embedding=true",
                                      "model.tie_word_embeddings=false"});

@@ -118,6 +118,13 @@ compare zero_bf16s one_bf16s 1e-4
   [ "$(( $(summary one_bf16s model_data_bytes) / 2 ))" -eq "$(summary zero_bf16s model_data_bytes)" ] ||
   { echo "FAILED: bf16 moments are not 10 bytes per element, or ZeRO holds more than half of them"; exit 1; }
 
+echo "== int8 moments: sharded too (codes and block scales per owned chunk)"
+run one_i8 --set precision.dtype=bf16 --set optimizer.state_dtype=int8 --set train.micro_batch_size=8
+run zero_i8 --set precision.dtype=bf16 --set optimizer.state_dtype=int8 --set train.micro_batch_size=4 --nproc 2
+compare zero_i8 one_i8 1e-4
+[ "$(( $(summary one_i8 model_data_bytes) / 2 ))" -eq "$(summary zero_i8 model_data_bytes)" ] ||
+  { echo "FAILED: ZeRO holds more than half of the int8 run's model data"; exit 1; }
+
 echo "== fp16: overflowing steps are skipped on every rank, the compute slots restored from the masters"
 # A loss scale of 2^24 overflows in the first 5 steps of both runs (2^24 down to 2^20);
 # step 6's loss is that of the initial weights, restored after every skip.

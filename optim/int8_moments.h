@@ -1,0 +1,44 @@
+// A parameter's 8-bit Adam moment (optimizer.state_dtype int8) inside a chunk's m or v
+// payload (chunkmem/state_layout.h: codes, then one fp32 scale per block of capacity),
+// and what a checkpoint does with it: packed bytes (its codes, then its scales' bytes:
+// exact both ways), or fp32 values (dequantised; quantised back block by block,
+// block_quant.h). m uses the signed code, v the unsigned one.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+#include "optim/block_quant.h"
+
+namespace ps::optim {
+
+struct Int8Moment {
+  at::Tensor codes;   // uint8 [numel], a view of the payload
+  at::Tensor scales;  // fp32 [ceil(numel / kQuantBlockNumel)], a view of the payload
+};
+
+// Parameter at `offset_numel` (a block boundary) with `numel` elements in a chunk of
+// `capacity_numel` whose m or v payload is `payload` (uint8, host).
+Int8Moment Int8MomentOf(const at::Tensor& payload, int64_t capacity_numel, int64_t offset_numel, int64_t numel);
+
+// Bytes of a packed moment of `numel` elements: codes, then 4 bytes per block.
+int64_t PackedInt8Numel(int64_t numel);
+// A new uint8 tensor [PackedInt8Numel]: the codes, then the scales' bytes.
+at::Tensor PackInt8(const Int8Moment& moment);
+// Writes `packed` (PackedInt8Numel bytes, else c10::Error naming `what`) into `to`.
+void UnpackInt8(const at::Tensor& packed, const Int8Moment& to, const std::string& what);
+// fp32 values [numel] of packed bytes of `numel` elements.
+at::Tensor DequantizePackedInt8(const at::Tensor& packed, int64_t numel, QuantCode code);
+// Quantises `values` (any float dtype, numel elements, host) into `to`, block by block.
+void QuantizeInt8(const at::Tensor& values, QuantCode code, const Int8Moment& to);
+
+// The device path's versions, in LibTorch ops on the moment's device (CUDA or the
+// simulated tier). They give the codes and scales of DequantizeBlock / QuantizeBlock for
+// finite values: the same product, the same largest magnitude and division, and the
+// count of thresholds below each value (at::bucketize).
+at::Tensor DequantizeInt8OnDevice(const Int8Moment& moment, QuantCode code);  // fp32 [numel]
+void QuantizeInt8OnDevice(const at::Tensor& values, QuantCode code, const Int8Moment& to);
+
+}  // namespace ps::optim
