@@ -183,9 +183,8 @@ std::string WhyNot(const TierPlanInput& in, int64_t room, const TierPlan& p) {
 
 int64_t OptimizerChunkBytes(int64_t capacity, const TierPlanInput& in) {
   // StatePayloadBytes, counted with overflow checks.
-  const int64_t moment = in.state_element_bytes == 1
-                             ? Add(capacity, Mul(4, (capacity + kStateBlockNumel - 1) / kStateBlockNumel))
-                             : Mul(capacity, in.state_element_bytes);
+  const int64_t moment = in.state_element_bytes == 1 ? Add(capacity, StateScaleBytes(capacity))
+                                                    : Mul(capacity, in.state_element_bytes);
   return Add(Mul(2, moment), in.compute_element_bytes != 4 ? Mul(capacity, 4) /*separate master*/ : 0);
 }
 
