@@ -6,7 +6,8 @@
 // (docs/chunkmem.md, invariant 4). Chunk kinds per layout chunk i: compute (params;
 // moved between tiers), grad (fp32; none when grads_in_compute_chunks, then kGrad views
 // are the compute slots), master (fp32; the compute chunk itself in fp32), Adam m and v
-// (RuntimeOptions::state_dtype: fp32 or bf16). Where they live (docs/chunkmem.md, "Tier plan"): the TierPlan given in
+// (RuntimeOptions::state_dtype: fp32, bf16 or 8-bit codes with block scales). Where
+// they live (docs/chunkmem.md, "Tier plan"): the TierPlan given in
 // RuntimeOptions (decided by the run's memory plan) names the chunks whose master, m
 // and v are allocated on the device at start-up and stay there; every other chunk's
 // optimizer state, every grad chunk and every compute chunk start on the host. After

@@ -136,7 +136,7 @@ class ScopedPin {
 
 // Calls `run(item, begin, end)` for every piece of the concatenated items (sizes from
 // `numel_of`), thread t taking elements [t * per, (t + 1) * per), each cut moved down to
-// a whole 64-element block of its item. Returns the number of threads used; `run`
+// a whole kBlockNumel-element block of its item. Returns the number of threads used; `run`
 // receives the thread index too. With `cpus`, thread t runs pinned to cpus[t % size].
 template <typename Item, typename NumelOf, typename Run>
 int SplitOverThreads(const std::vector<Item>& items, NumelOf numel_of, int threads, const std::vector<int>& cpus,

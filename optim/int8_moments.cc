@@ -49,12 +49,13 @@ void QuantizeInt8(const at::Tensor& values, QuantCode code, const Int8Moment& to
   const at::Tensor x = values.to(at::kFloat).contiguous().reshape({-1});
   const int64_t numel = to.codes.numel();
   TORCH_CHECK(x.numel() == numel, "int8 moments: ", x.numel(), " values for ", numel, " elements");
-  at::Tensor codes = at::empty({numel}, at::kByte);
+  at::Tensor codes = at::empty({numel}, at::kByte), scales = at::empty({Blocks(numel)}, at::kFloat);
   for (int64_t b = 0; b < Blocks(numel); ++b) {
     const int64_t b0 = b * kQuantBlockNumel, n = std::min(kQuantBlockNumel, numel - b0);
-    to.scales[b] = QuantizeBlock(x.data_ptr<float>() + b0, n, code, codes.data_ptr<uint8_t>() + b0);
+    scales.data_ptr<float>()[b] = QuantizeBlock(x.data_ptr<float>() + b0, n, code, codes.data_ptr<uint8_t>() + b0);
   }
   to.codes.copy_(codes.view(to.codes.sizes()));
+  to.scales.copy_(scales);
 }
 
 namespace {
@@ -70,7 +71,7 @@ at::Tensor DequantizeInt8OnDevice(const Int8Moment& moment, QuantCode code) {
   const int64_t numel = moment.codes.numel();
   const at::Tensor values = Table(CodeValues(code), 0, moment.codes.device());
   const at::Tensor scales = moment.scales.repeat_interleave(kQuantBlockNumel).narrow(0, 0, numel);
-  return values.index_select(0, moment.codes.reshape({-1}).to(at::kLong)) * scales;
+  return values.index_select(0, moment.codes.reshape({-1}).to(at::kInt)) * scales;
 }
 
 void QuantizeInt8OnDevice(const at::Tensor& values, QuantCode code, const Int8Moment& to) {
@@ -81,7 +82,7 @@ void QuantizeInt8OnDevice(const at::Tensor& values, QuantCode code, const Int8Mo
   const at::Tensor xb = x.view({blocks, kQuantBlockNumel});
   const at::Tensor scale = xb.abs().amax(1, /*keepdim=*/true);
   const at::Tensor normalised = at::where(scale > 0, xb / scale, at::zeros_like(xb));
-  const at::Tensor codes = at::bucketize(normalised, Table(CodeThresholds(code), 1, device));
+  const at::Tensor codes = at::bucketize(normalised, Table(CodeThresholds(code), 1, device), /*out_int32=*/true);
   to.codes.copy_(codes.reshape({-1}).narrow(0, 0, numel).to(at::kByte).view(to.codes.sizes()));
   to.scales.copy_(scale.reshape({-1}));
 }

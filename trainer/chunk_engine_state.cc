@@ -52,8 +52,7 @@ chunkmem::WarmupState WarmupFromJson(const nlohmann::json& j) {
   return w;
 }
 
-// Parameter i's 8-bit moment `kind` (m or v) in its chunk's payload (host: 8-bit state
-// is updated there only).
+// Parameter i's 8-bit moment `kind` (m or v) in its chunk's payload.
 optim::Int8Moment Int8MomentOf(const chunkmem::ChunkRuntime& rt, chunkmem::ChunkKind kind, int i) {
   const auto& pl = rt.layout().placements()[i];
   return optim::Int8MomentOf(rt.store().payload(rt.chunk_id(kind, pl.chunk_id)),

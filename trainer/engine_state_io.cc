@@ -27,10 +27,7 @@ int64_t StateSteps(const EngineState& state, const std::string& name) {
   return it == state.adam_steps.end() ? 0 : it->second;
 }
 
-namespace {
-
-// A saved moment as fp32 shaped `sizes`: 8-bit ones (uint8, packed) dequantised.
-at::Tensor Moment(const EngineState& state, const models::TensorMap& map, const std::string& name,
+at::Tensor StateMoment(const EngineState& state, const models::TensorMap& map, const std::string& name,
                   c10::IntArrayRef sizes, const std::string& what, optim::QuantCode code) {
   const auto it = map.find(name);
   if (it == map.end() || it->second.scalar_type() != at::kByte) {
@@ -45,8 +42,6 @@ at::Tensor Moment(const EngineState& state, const models::TensorMap& map, const 
   return optim::DequantizePackedInt8(it->second, numel, code).view(sizes);
 }
 
-}  // namespace
-
 int64_t RestoreAdamParam(const EngineState& state, const std::string& name, const at::Tensor& value,
                          const at::Tensor& m, const at::Tensor& v) {
   value.copy_(StateTensor(state.params, name, value.sizes(), "parameter", state.params_file));
@@ -56,8 +51,8 @@ int64_t RestoreAdamParam(const EngineState& state, const std::string& name, cons
     v.zero_();
     return 0;
   }
-  m.copy_(Moment(state, state.exp_avg, name, value.sizes(), "optimizer.exp_avg", optim::QuantCode::kSigned));
-  v.copy_(Moment(state, state.exp_avg_sq, name, value.sizes(), "optimizer.exp_avg_sq", optim::QuantCode::kUnsigned));
+  m.copy_(StateMoment(state, state.exp_avg, name, value.sizes(), "optimizer.exp_avg", optim::QuantCode::kSigned));
+  v.copy_(StateMoment(state, state.exp_avg_sq, name, value.sizes(), "optimizer.exp_avg_sq", optim::QuantCode::kUnsigned));
   return steps;
 }
 

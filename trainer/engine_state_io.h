@@ -19,6 +19,12 @@ namespace ps::trainer {
 at::Tensor StateTensor(const models::TensorMap& map, const std::string& name, c10::IntArrayRef sizes,
                        const std::string& what, const std::string& file);
 
+// A saved Adam moment `map[name]` as fp32 shaped `sizes`: 8-bit ones (uint8: codes, then
+// their block scales; optimizer.state_dtype int8) dequantised with `code`; other errors
+// as StateTensor's.
+at::Tensor StateMoment(const EngineState& state, const models::TensorMap& map, const std::string& name,
+                       c10::IntArrayRef sizes, const std::string& what, optim::QuantCode code);
+
 // Updates applied to `name` (0 when the state has none).
 int64_t StateSteps(const EngineState& state, const std::string& name);
 

@@ -180,8 +180,10 @@ void PlainEngine::Load(const EngineState& state) {
     }
     optimizer_->SetState(
         static_cast<int>(k),
-        StateTensor(state.exp_avg, p.name, p.tensor.sizes(), "optimizer.exp_avg", state.optimizer_file),
-        StateTensor(state.exp_avg_sq, p.name, p.tensor.sizes(), "optimizer.exp_avg_sq", state.optimizer_file), steps);
+        StateMoment(state, state.exp_avg, p.name, p.tensor.sizes(), "optimizer.exp_avg", optim::QuantCode::kSigned),
+        StateMoment(state, state.exp_avg_sq, p.name, p.tensor.sizes(), "optimizer.exp_avg_sq",
+                    optim::QuantCode::kUnsigned),
+        steps);
   }
 }
 

@@ -138,6 +138,13 @@ TEST_CASE("int8 moments (optimizer.state_dtype): bf16 and fp32 compute, speculat
       CHECK(other.losses[i] == Approx(whole.losses[other.start_step + i]).epsilon(0.02));
     }
   }
+  // Without chunks too (LibTorch's fused Adam: fp32 moments, bf16 autocast): 5%.
+  const TrainResult plain = Train(Tiny("state_int8_to_plain", {"precision.dtype=bf16",
+                                                               "checkpoint.resume=" + ListCheckpoints(dir).front()}));
+  REQUIRE(plain.losses.size() + plain.start_step == whole.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i) {
+    CHECK(plain.losses[i] == Approx(whole.losses[plain.start_step + i]).epsilon(0.05));
+  }
   // fp32 moments, checkpoints at steps 4 and 8.
   Train(Tiny("state_fp32_src", {"chunk.enabled=true", "checkpoint.every_steps=4", "train.max_steps=8"}));
   const std::vector<std::string> fp32_saved = ListCheckpoints(TempDir() + "/state_fp32_src/checkpoints");
