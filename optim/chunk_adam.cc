@@ -26,9 +26,9 @@ static_assert(kQuantBlockNumel == chunkmem::kStateBlockNumel, "the kernels' bloc
 
 void ChunkAdam::SetScales(int chunk, int64_t offset_numel, AdamSpan& span) const {
   const int64_t capacity = runtime_.layout().chunks()[chunk].capacity_numel;
-  auto scales = [&](ChunkKind kind) {  // after the codes: one fp32 scale per block of capacity
-    uint8_t* payload = runtime_.store().payload(runtime_.chunk_id(kind, chunk)).data_ptr<uint8_t>();
-    return reinterpret_cast<float*>(payload + capacity) + offset_numel / chunkmem::kStateBlockNumel;
+  auto scales = [&](ChunkKind kind) {  // the payload layout's (int8_moments.h): from the parameter's first block
+    const at::Tensor& payload = runtime_.store().payload(runtime_.chunk_id(kind, chunk));
+    return Int8MomentOf(payload, capacity, offset_numel, /*numel=*/1).scales.data_ptr<float>();
   };
   span.m_scale = scales(ChunkKind::kAdamM);
   span.v_scale = scales(ChunkKind::kAdamV);

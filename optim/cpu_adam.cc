@@ -84,20 +84,8 @@ CpuIsa ParseCpuIsa(const char* name) {
 
 namespace {
 
-int64_t ElemBytes(ElemType t) { return t == ElemType::kFp32 ? 4 : t == ElemType::kInt8 ? 1 : 2; }
-
-AdamSpan SubSpan(const AdamSpan& s, int64_t begin, int64_t end) {
-  AdamSpan out = s;
-  out.master = s.master + begin;
-  out.m = static_cast<char*>(s.m) + begin * ElemBytes(s.state_type);
-  out.v = static_cast<char*>(s.v) + begin * ElemBytes(s.state_type);
-  out.grad = static_cast<const char*>(s.grad) + begin * ElemBytes(s.grad_type);
-  if (s.param_out != nullptr) out.param_out = static_cast<char*>(s.param_out) + begin * ElemBytes(s.out_type);
-  if (s.m_scale != nullptr) out.m_scale = s.m_scale + begin / kQuantBlockNumel;  // begin: a block boundary
-  if (s.v_scale != nullptr) out.v_scale = s.v_scale + begin / kQuantBlockNumel;
-  out.numel = end - begin;
-  return out;
-}
+using internal::ElemBytes;
+using internal::SubSpan;
 
 // Work is split at whole blocks of this many elements: the int8 state's quantisation
 // blocks, so no block is cut between threads.

@@ -112,6 +112,22 @@ static inline void AdamElements(const AdamSpan& s, const AdamHyper& h, int64_t b
   }
 }
 
+static inline int64_t ElemBytes(ElemType t) { return t == ElemType::kFp32 ? 4 : t == ElemType::kInt8 ? 1 : 2; }
+
+// Elements [begin, end) of `s` (begin: a kQuantBlockNumel boundary when the state is int8).
+static inline AdamSpan SubSpan(const AdamSpan& s, int64_t begin, int64_t end) {
+  AdamSpan out = s;
+  out.master = s.master + begin;
+  out.m = static_cast<char*>(s.m) + begin * ElemBytes(s.state_type);
+  out.v = static_cast<char*>(s.v) + begin * ElemBytes(s.state_type);
+  out.grad = static_cast<const char*>(s.grad) + begin * ElemBytes(s.grad_type);
+  if (s.param_out != nullptr) out.param_out = static_cast<char*>(s.param_out) + begin * ElemBytes(s.out_type);
+  if (s.m_scale != nullptr) out.m_scale = s.m_scale + begin / kQuantBlockNumel;
+  if (s.v_scale != nullptr) out.v_scale = s.v_scale + begin / kQuantBlockNumel;
+  out.numel = end - begin;
+  return out;
+}
+
 // int8 state (block_quant.h): block by block, the moments dequantised into fp32 by
 // `dequant` (DequantizeBlock's signature and results), updated by `fp32_update` (the
 // variant's fp32 loop, AdamElements' arithmetic), and quantised back by `quant`
@@ -122,25 +138,20 @@ static inline void AdamInt8Blocks(const AdamSpan& s, const AdamHyper& h, Fp32Upd
                                   Quant quant) {
   alignas(64) float m[kQuantBlockNumel];
   alignas(64) float v[kQuantBlockNumel];
-  uint8_t* m_codes = static_cast<uint8_t*>(s.m);
-  uint8_t* v_codes = static_cast<uint8_t*>(s.v);
-  const int64_t grad_bytes = s.grad_type == ElemType::kFp32 ? 4 : 2;
-  const int64_t out_bytes = s.out_type == ElemType::kFp32 ? 4 : 2;
-  for (int64_t b0 = 0, block = 0; b0 < s.numel; b0 += kQuantBlockNumel, ++block) {
+  for (int64_t b0 = 0; b0 < s.numel; b0 += kQuantBlockNumel) {
     const int64_t n = s.numel - b0 < kQuantBlockNumel ? s.numel - b0 : kQuantBlockNumel;
-    dequant(m_codes + b0, n, s.m_scale[block], QuantCode::kSigned, m);
-    dequant(v_codes + b0, n, s.v_scale[block], QuantCode::kUnsigned, v);
-    AdamSpan f = s;
-    f.master = s.master + b0;
+    const AdamSpan block = SubSpan(s, b0, b0 + n);  // its codes and its one scale per moment
+    uint8_t* m_codes = static_cast<uint8_t*>(block.m);
+    uint8_t* v_codes = static_cast<uint8_t*>(block.v);
+    dequant(m_codes, n, *block.m_scale, QuantCode::kSigned, m);
+    dequant(v_codes, n, *block.v_scale, QuantCode::kUnsigned, v);
+    AdamSpan f = block;  // the same elements with fp32 moments
     f.m = m;
     f.v = v;
     f.state_type = ElemType::kFp32;
-    f.grad = static_cast<const char*>(s.grad) + b0 * grad_bytes;
-    if (s.param_out != nullptr) f.param_out = static_cast<char*>(s.param_out) + b0 * out_bytes;
-    f.numel = n;
     fp32_update(f, h);
-    s.m_scale[block] = quant(m, n, QuantCode::kSigned, m_codes + b0);
-    s.v_scale[block] = quant(v, n, QuantCode::kUnsigned, v_codes + b0);
+    *block.m_scale = quant(m, n, QuantCode::kSigned, m_codes);
+    *block.v_scale = quant(v, n, QuantCode::kUnsigned, v_codes);
   }
 }
 
