@@ -7,6 +7,7 @@
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
 # CHECK: parity | eager | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
+#        state_q | state6b | state8b |
 #        ds_prep | peers_ds | largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
@@ -115,6 +116,27 @@ check() {
                 --set logging.tensorboard=false)
       run lora8b_8gb 280 "${L8[@]}"
       run lora8b_card 280 "${L8[@]}" --set chunk.device_memory_bytes=0 ;;
+    state_q)  # issue #25 §1: optimizer.state_dtype fp32/bf16/int8 on CUDA, quick-start model, every chunk on the
+      # device (the device update path), 40 steps on synthetic tokens: the losses side by side
+      local Q=(--config configs/quickstart.yaml --set run.device=cuda --set data.format=synthetic --set data.train_path=
+               --set data.valid_path= --set train.max_steps=40 --set train.eval_every=0 --set chunk.enabled=true)
+      for s in fp32 bf16 int8; do run state_q_$s 60 "${Q[@]}" --set optimizer.state_dtype=$s; done ;;
+    state6b)  # issue #25 §1: GPT3_6B micro 8 (as gpt3_6b) with bf16 and with int8 moments: host bytes, step, placement
+      for s in bf16 int8; do
+        run GPT3_6B_$s 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
+          --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.state_dtype=$s
+      done ;;
+    state8b)  # issue #25 §1/§3: Llama 3.1 8B full fine-tune, int8 moments, a stated 24 GiB card (allocator capped)
+      # and 64 GiB of host: the README's gaming-PC verdict run, random base, synthetic tokens, seq 2048, micro 1
+      echo "run: {name: state8b}" > "$R/state8b.yaml"
+      local E=(--config "$R/state8b.yaml" --set run.device=cuda --set model.type=llama --set model.preset=llama-3.1-8b
+               --set model.activation_checkpointing=true --set data.format=synthetic --set data.train_path=
+               --set data.valid_path= --set data.seq_len=2048 --set train.micro_batch_size=1 --set train.global_batch_size=1
+               --set train.max_steps=4 --set train.eval_every=0 --set precision.dtype=bf16 --set chunk.enabled=true
+               --set chunk.size_elements=auto --set chunk.device_memory_bytes=$((24 << 30))
+               --set chunk.host_budget_bytes=$((64 << 30)) --set optimizer.state_dtype=int8)
+      $G "$PS" "${E[@]}" --plan > "$OUT/plan_state8b.txt" 2>&1
+      run state8b 300 "${E[@]}" ;;
     largest)  # issue #9 §2: the plan's verdict from GPT3_13B down; GPT3_10B trains 3 steps at micro 1
       for m in GPT3_13B GPT3_12B GPT3_11B GPT3_10B; do
         echo "== $m" >> "$OUT/plans.txt"
@@ -152,7 +174,7 @@ check() {
       timeout 590 $G python3 "$here/bench_offload.py" --ps-train "$PS" --largest --runners ds_zero3 --batch-size 1 \
         --steps 3 --checkpointing --ladder GPT2_4B,GPT3_6B,GPT3_8B --timeout-s 150 --out "$OUT/largest_ds.json" \
         > "$OUT/largest_ds.log" 2>&1; log "largest_ds rc=$?" ;;
-    all) for c in parity eager accum accum4b accum4bv gpt3_6b startup6b spec6b pin6b gaming largest nccl1 peers ds_prep peers_ds largest_ds; do
+    all) for c in parity eager accum accum4b accum4bv gpt3_6b startup6b spec6b pin6b gaming largest nccl1 peers ds_prep peers_ds largest_ds state_q state6b state8b; do
            check $c; done ;;
     *) echo "unknown check: $1" >&2; exit 2 ;;
   esac
