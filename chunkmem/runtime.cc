@@ -183,6 +183,10 @@ ChunkRuntime::~ChunkRuntime() {
     // run while an exception unwinds, and a second one terminates the process).
     try {
       const int index = static_cast<int>(i);
+      if (!options_.keep_values_at_exit) {
+        params_[i].tensor.set_data(at::empty({0}, params_[i].tensor.options()));
+        continue;
+      }
       params_[i].tensor.set_data(frozen(index) ? View(ChunkKind::kCompute, index).to(at::kFloat)
                                                : View(ChunkKind::kMaster, index).clone());
     } catch (const std::exception&) {

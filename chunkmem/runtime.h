@@ -92,6 +92,11 @@ struct RuntimeOptions {
   // lower block, or AfterBackward), not when each used parameter has one gradient. Not
   // with ZeRO or grads_in_compute_chunks.
   bool block_major_backward = false;
+  // On destruction each parameter gets its values back in a tensor of its own (fp32
+  // master, or the frozen compute slot widened: a copy of every chunk, pageable host
+  // memory for the host-tier ones); false: empty tensors, for a caller that drops the
+  // model with the runtime (the trainer: no second copy of the model at exit).
+  bool keep_values_at_exit = true;
   // ZeRO over chunk groups (docs/comm.md): the ranks of a data-parallel run (null: one
   // process without collectives; world size 1: ZeRO over one rank, groups of one chunk,
   // which runs the collectives end to end, distributed.force_collectives). Chunk c is owned by rank c mod p; p consecutive chunks

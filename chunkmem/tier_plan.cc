@@ -1,6 +1,7 @@
 #include "chunkmem/tier_plan.h"
 
 #include "chunkmem/state_layout.h"
+#include "chunkmem/update_scratch.h"
 
 #include <c10/util/Exception.h>
 
@@ -129,8 +130,12 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
   const int n = static_cast<int>(z.optimizer.size());
   auto owned = [&](int c) { return c % in.world_size == in.rank; };
   p.optimizer_on_device.assign(n, false);
-  if (in.margin_use_ratio > 0 && room > p.working_set_bytes) {
-    double allowed = in.margin_use_ratio * static_cast<double>(room - p.working_set_bytes);
+  // The device update's scratch (update_scratch.h: slices of at most the largest chunk)
+  // is kept off the margin before any optimizer state goes there.
+  const int64_t scratch = DeviceUpdateScratchBytes(std::min(kDeviceUpdateSliceNumel, z.largest_fp32 / 4),
+                                                   in.state_element_bytes, in.compute_element_bytes);
+  if (in.margin_use_ratio > 0 && room > p.working_set_bytes + scratch) {
+    double allowed = in.margin_use_ratio * static_cast<double>(room - p.working_set_bytes - scratch);
     for (int c = 0; c < n; ++c) {
       // Frozen chunks (no optimizer state) are never placed.
       if (!owned(c) || z.optimizer[c] == 0 || static_cast<double>(z.optimizer[c]) > allowed) continue;
@@ -144,6 +149,7 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
   for (int c = 0; c < n; ++c) {
     if (owned(c)) all_optimizer = Add(all_optimizer, z.optimizer[c]);
   }
+  if (p.device_optimizer_chunks > 0) p.device_scratch_bytes = scratch;
   p.host_optimizer_bytes = all_optimizer - p.device_optimizer_bytes;
   const int64_t compute_room = std::max<int64_t>(0, room - p.device_optimizer_bytes);
   p.device_bytes = p.device_optimizer_bytes + std::min(p.compute_bytes, compute_room);

@@ -13,7 +13,8 @@
 //   hybrid Adam updates those chunks on the device. Chosen in layout order (chunk 0
 //   first: the embedding and first blocks, whose backward runs last, so their compute
 //   chunks are on the device when the optimizer runs) while the state fits
-//   margin_use_ratio x (device chunk room - largest block working set).
+//   margin_use_ratio x (device chunk room - largest block working set - the device
+//   update's scratch, chunkmem/update_scratch.h).
 // - Everything else starts on the host: fp32 grad chunks, the other chunks' optimizer
 //   state, and every compute chunk. The host keeps room for all compute chunks for the
 //   whole run (they move to the device on access and back on eviction), so its bytes at
@@ -87,6 +88,9 @@ struct TierPlan {
   std::vector<bool> optimizer_on_device;  // [chunk]: master/m/v on the device from start-up
   int device_optimizer_chunks = 0;
   int64_t device_optimizer_bytes = 0;     // pinned on the device for the whole run
+  // The device update's scratch (chunkmem/update_scratch.h), kept off the margin before
+  // optimizer state is placed; 0 when no chunk's state is on the device.
+  int64_t device_scratch_bytes = 0;
   int64_t working_set_bytes = 0;          // compute chunks of the most demanding block (block-major: and their fp32 slots)
   // ZeRO: of the working set, the group buffers (gathered compute chunks and the fp32
   // gradients reduce-scattered from them) of that block; 0 with one process.

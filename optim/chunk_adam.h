@@ -1,9 +1,9 @@
 // ChunkAdam: Adam/AdamW over the parameters of one chunk, through the runtime's views of
 // its payloads (fp32 master, m and v in fp32 or bf16, gradients, compute copy) wherever
 // they are: on the host as work for the CPU kernels (ParallelAdam), on the device as
-// LibTorch's fused multi-tensor op (one call per decay group; bf16 moments widened
-// before it and rounded after it, 8-bit ones dequantised and quantised: the host
-// kernels' arithmetic). Keeps each parameter's update count (bias
+// LibTorch's fused multi-tensor op (optim/device_adam.h: bounded batches; bf16 moments
+// widened before it and rounded after it, 8-bit ones dequantised and quantised: the
+// host kernels' arithmetic). Keeps each parameter's update count (bias
 // correction) and decay mask (weight decay on parameters of 2 or more dimensions only).
 // A parameter without a gradient this step is not updated and its count does not
 // advance (as LibTorch). It moves nothing: the caller puts the chunk where the update
@@ -17,8 +17,9 @@
 
 #include "chunkmem/host_pipeline.h"
 #include "chunkmem/runtime.h"
+#include "chunkmem/update_scratch.h"
 #include "optim/cpu_adam.h"
-#include "optim/int8_moments.h"
+#include "optim/device_adam.h"
 #include "optim/optim_config.h"
 
 namespace ps::optim {
@@ -28,8 +29,10 @@ ElemType ElemTypeOf(at::ScalarType t);
 
 class ChunkAdam {
  public:
-  // The runtime outlives this.
-  ChunkAdam(const chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config);
+  // The runtime outlives this. `device_slice_numel`: the device update's batch bound
+  // (chunkmem/update_scratch.h; tests use small ones).
+  ChunkAdam(const chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config,
+            int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel);
 
   // Appends the CPU kernels' work for `chunk`'s parameters with a gradient (their counts
   // advance). The new compute-dtype parameters go into the compute chunk (host memory),
@@ -39,11 +42,13 @@ class ChunkAdam {
                                                   const at::Tensor* staging = nullptr);
   // Takes back the counts AddHostWork advanced for `chunk` (a rolled-back update).
   void UndoSteps(int chunk);
-  // The fused update of `chunk`, whose master, m, v (and in fp32 or with gradients in
-  // the compute slots, its compute chunk) are on the device: gradients converted to
-  // fp32 once, then the compute chunk rewritten from the master. `unscale`: 1 /
-  // grad_scale as a 0-dim fp32 tensor on the device, as the fused op wants.
+  // The fused update of `chunk`, whose master, m and v are on the device (gradients
+  // and the compute chunk on either tier), in bounded batches (optim/device_adam.h),
+  // then the compute chunk rewritten from the master. `unscale`: 1 / grad_scale as a
+  // 0-dim fp32 tensor on the device, as the fused op wants.
   void UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale);
+  // After the step's last UpdateOnDevice: frees the device update's scratch.
+  void EndDeviceUpdates() { device_adam_.ReleaseScratch(); }
 
   int64_t steps(int index) const { return steps_.at(index); }
   void set_steps(int index, int64_t steps);
@@ -51,18 +56,12 @@ class ChunkAdam {
  private:
   // int8 state: the m and v block scales of the parameter at `offset_numel` in `chunk`.
   void SetScales(int chunk, int64_t offset_numel, AdamSpan& span) const;
-  // int8 state on the device: parameter i's moment `kind`; the chunk's moments of the
-  // parameters with a gradient, dequantised into an fp32 chunk (zeros elsewhere); and
-  // those quantised back from it.
-  Int8Moment Int8MomentOfParam(int chunk, chunkmem::ChunkKind kind, int i) const;
-  at::Tensor Int8Wide(int chunk, chunkmem::ChunkKind kind) const;
-  void Int8Narrow(int chunk, chunkmem::ChunkKind kind, const at::Tensor& wide) const;
-
   const chunkmem::ChunkRuntime& runtime_;
   OptimizerConfig config_;
   std::vector<bool> decay_;               // [param]
   std::vector<int64_t> steps_;            // [param] updates so far (bias correction)
   std::vector<at::Tensor> device_steps_;  // [param] step counters of the fused op (device chunks)
+  DeviceAdam device_adam_;
 };
 
 }  // namespace ps::optim

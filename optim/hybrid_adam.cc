@@ -87,7 +87,7 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
     : runtime_(runtime),
       options_(options),
       kernels_(KernelsWithPins(options)),
-      chunk_adam_(runtime, options.optimizer),
+      chunk_adam_(runtime, options.optimizer, options.device_slice_numel),
       on_device_(OptimizerOnDevice(runtime)),
       pipeline_(runtime.optimizer_moves(), PipelineSettings(runtime, options)),
       speculation_(SpeculationSettings(runtime, options, kernels_, on_device_)) {
@@ -306,6 +306,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
       if (runtime_.grads_in_compute_chunks() || runtime_.compute_dtype() == at::kFloat) pipeline_.PlaceOnDevice(chunk);
       chunk_adam_.UpdateOnDevice(chunk, lr, unscale);
     }
+    chunk_adam_.EndDeviceUpdates();
   }
   r.device_chunks = static_cast<int>(device_chunks_.size());
   r.device_ms = MsSince(t0);

@@ -31,6 +31,7 @@
 
 #include "chunkmem/host_pipeline.h"
 #include "chunkmem/runtime.h"
+#include "chunkmem/update_scratch.h"
 #include "optim/chunk_adam.h"
 #include "optim/cpu_adam.h"
 #include "optim/host_params.h"
@@ -57,6 +58,9 @@ struct HybridAdamOptions {
   // After a step that rolled speculation back (clipped or overflowed), this many steps
   // do not speculate (early training clips often; rollbacks cost a restore and a redo).
   int speculation_backoff_steps = 0;
+  // The device update's batch bound in elements (chunkmem/update_scratch.h); a multiple
+  // of 256. Tests use small ones to cut parameters.
+  int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel;
 };
 
 struct StepReport {

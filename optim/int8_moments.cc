@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 namespace ps::optim {
@@ -58,33 +59,35 @@ void QuantizeInt8(const at::Tensor& values, QuantCode code, const Int8Moment& to
   to.scales.copy_(scales);
 }
 
-namespace {
-
-// The code's values or its thresholds 1..255 on `device`.
-at::Tensor Table(const std::array<float, 256>& table, int64_t from, at::Device device) {
-  return at::tensor(c10::ArrayRef<float>(table.data() + from, 256 - from)).to(device);
+Int8DeviceCode MakeInt8DeviceCode(QuantCode code, at::Device device) {
+  auto table = [&](const std::array<float, 256>& t, int64_t from) {
+    return at::tensor(c10::ArrayRef<float>(t.data() + from, 256 - from)).to(device);
+  };
+  return {table(CodeValues(code), 0), table(CodeThresholds(code), 1)};
 }
 
-}  // namespace
-
-at::Tensor DequantizeInt8OnDevice(const Int8Moment& moment, QuantCode code) {
-  const int64_t numel = moment.codes.numel();
-  const at::Tensor values = Table(CodeValues(code), 0, moment.codes.device());
-  const at::Tensor scales = moment.scales.repeat_interleave(kQuantBlockNumel).narrow(0, 0, numel);
-  return values.index_select(0, moment.codes.reshape({-1}).to(at::kInt)) * scales;
+void DequantizeInt8Blocks(const at::Tensor& codes, const at::Tensor& scales, const Int8DeviceCode& code,
+                          const at::Tensor& out) {
+  const int64_t numel = codes.numel();
+  TORCH_CHECK(numel % kQuantBlockNumel == 0 && out.numel() == numel && scales.numel() == numel / kQuantBlockNumel,
+              "int8 moments: whole blocks and one scale per block are needed");
+  at::Tensor o = out;  // a handle: index_select_out writes the caller's elements
+  at::index_select_out(o, code.values, 0, codes.reshape({-1}).to(at::kInt));
+  out.view({-1, kQuantBlockNumel}).mul_(scales.view({-1, 1}));
 }
 
-void QuantizeInt8OnDevice(const at::Tensor& values, QuantCode code, const Int8Moment& to) {
-  const int64_t numel = to.codes.numel(), blocks = Blocks(numel);
-  const at::Device device = to.codes.device();
-  at::Tensor x = at::zeros({blocks * kQuantBlockNumel}, at::TensorOptions().dtype(at::kFloat).device(device));
-  x.narrow(0, 0, numel).copy_(values.reshape({-1}));
-  const at::Tensor xb = x.view({blocks, kQuantBlockNumel});
-  const at::Tensor scale = xb.abs().amax(1, /*keepdim=*/true);
-  const at::Tensor normalised = at::where(scale > 0, xb / scale, at::zeros_like(xb));
-  const at::Tensor codes = at::bucketize(normalised, Table(CodeThresholds(code), 1, device), /*out_int32=*/true);
-  to.codes.copy_(codes.reshape({-1}).narrow(0, 0, numel).to(at::kByte).view(to.codes.sizes()));
-  to.scales.copy_(scale.reshape({-1}));
+void QuantizeInt8Blocks(const at::Tensor& values, const Int8DeviceCode& code, const at::Tensor& codes,
+                        const at::Tensor& scales) {
+  const int64_t numel = values.numel();
+  TORCH_CHECK(numel % kQuantBlockNumel == 0 && codes.numel() == numel && scales.numel() == numel / kQuantBlockNumel,
+              "int8 moments: whole blocks and one scale per block are needed");
+  const at::Tensor xb = values.view({-1, kQuantBlockNumel});
+  // The largest magnitude per block, without a copy of |x|: max(max x, -min x), +0 for
+  // an all-zero block (as the host's).
+  const at::Tensor scale = at::maximum(xb.amax(1), xb.amin(1).neg()).abs_();
+  xb.div_(at::where(scale > 0, scale, at::ones_like(scale)).view({-1, 1}));  // an all-zero block stays zero
+  codes.reshape({-1}).copy_(at::bucketize(xb, code.thresholds, /*out_int32=*/true).view({-1}));
+  scales.copy_(scale);
 }
 
 }  // namespace ps::optim

@@ -34,11 +34,25 @@ at::Tensor DequantizePackedInt8(const at::Tensor& packed, int64_t numel, QuantCo
 // Quantises `values` (any float dtype, numel elements, host) into `to`, block by block.
 void QuantizeInt8(const at::Tensor& values, QuantCode code, const Int8Moment& to);
 
-// The device path's versions, in LibTorch ops on the moment's device (CUDA or the
-// simulated tier). They give the codes and scales of DequantizeBlock / QuantizeBlock for
-// finite values: the same product, the same largest magnitude and division, and the
-// count of thresholds below each value (at::bucketize).
-at::Tensor DequantizeInt8OnDevice(const Int8Moment& moment, QuantCode code);  // fp32 [numel]
-void QuantizeInt8OnDevice(const at::Tensor& values, QuantCode code, const Int8Moment& to);
+// The device path's versions, in LibTorch ops on the payload's device (CUDA or the
+// simulated tier), over whole blocks of a chunk at once. They give the codes and scales
+// of DequantizeBlock / QuantizeBlock for finite values: the same product, the same
+// largest magnitude and division, and the count of thresholds below each value
+// (at::bucketize). A code's tables live on the device (made once per device).
+struct Int8DeviceCode {
+  at::Tensor values;      // fp32 [256]
+  at::Tensor thresholds;  // fp32 [255]: thresholds 1..255
+};
+Int8DeviceCode MakeInt8DeviceCode(QuantCode code, at::Device device);
+// fp32 values of `codes` (uint8, a multiple of kQuantBlockNumel) with one fp32 scale
+// per block, written into `out` (fp32, as many elements). Temporaries: 4 bytes per element.
+void DequantizeInt8Blocks(const at::Tensor& codes, const at::Tensor& scales, const Int8DeviceCode& code,
+                          const at::Tensor& out);
+// Quantises `values` (fp32, a multiple of kQuantBlockNumel; overwritten: divided by the
+// scales) into `codes` (uint8) and `scales` (fp32, one per block). A block's elements
+// past a parameter's end must be 0 in `values`: they do not change its scale.
+// Temporaries: 4 bytes per element.
+void QuantizeInt8Blocks(const at::Tensor& values, const Int8DeviceCode& code, const at::Tensor& codes,
+                        const at::Tensor& scales);
 
 }  // namespace ps::optim

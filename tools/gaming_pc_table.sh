@@ -8,7 +8,7 @@
 #   tools/gaming_pc_table.sh [PS_TRAIN]    (default bazel-bin/trainer/ps_train, built first)
 #
 # Every run: bf16 compute, activation checkpointing, micro-batch 1 with no accumulation
-# (gradients in the compute slots), seq 2048 (1024 for GPT-2), chunk.size_elements auto.
+# (gradients in the compute slots), seq 2048 (1024 for GPT-2), the default chunk.size_elements.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-}

@@ -127,13 +127,13 @@ check() {
           --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.state_dtype=$s
       done ;;
     state8b)  # issue #25 §1/§3: Llama 3.1 8B full fine-tune, int8 moments, a stated 24 GiB card (allocator capped)
-      # and 64 GiB of host: the README's gaming-PC verdict run, random base, synthetic tokens, seq 2048, micro 1
+      # and 64 GiB of host: the README's gaming-PC verdict run (its chunk size), random base, synthetic tokens, seq 2048, micro 1
       echo "run: {name: state8b}" > "$R/state8b.yaml"
       local E=(--config "$R/state8b.yaml" --set run.device=cuda --set model.type=llama --set model.preset=llama-3.1-8b
                --set model.activation_checkpointing=true --set data.format=synthetic --set data.train_path=
                --set data.valid_path= --set data.seq_len=2048 --set train.micro_batch_size=1 --set train.global_batch_size=1
                --set train.max_steps=4 --set train.eval_every=0 --set precision.dtype=bf16 --set chunk.enabled=true
-               --set chunk.size_elements=auto --set chunk.device_memory_bytes=$((24 << 30))
+               --set chunk.device_memory_bytes=$((24 << 30))
                --set chunk.host_budget_bytes=$((64 << 30)) --set optimizer.state_dtype=int8)
       $G "$PS" "${E[@]}" --plan > "$OUT/plan_state8b.txt" 2>&1
       run state8b 300 "${E[@]}" ;;

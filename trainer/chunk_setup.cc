@@ -92,6 +92,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   options.residency.static_budgets = c.chunk.placement == chunkmem::PlacementKind::kStatic;
   options.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   options.block_major_backward = VerticalAccumulation(c.train, world_size);
+  options.keep_values_at_exit = false;  // the engine's model goes with the runtime
   return options;
 }
 

@@ -71,13 +71,21 @@ TEST_CASE("bf16 moments (optimizer.state_dtype): m and v at 2 bytes each; the ti
   in.grads_in_compute_chunks = true;  // bf16 with gradients in the compute slots: 10 bytes per element
   const auto reuse = PlanMemory(in);
   CHECK(reuse.compute_chunk_bytes + reuse.host_only_bytes == 4 * 1024 * 10);
-  // The device margin takes optimizer state at its size: with 2 of the 4 chunks' fp32
-  // state (12 kB each) the margin holds 3 of bf16 state (8 kB each).
-  PlanInput wide = Small(2, 4096 + 24576, 1000000), narrow = wide;
+  // The device margin takes optimizer state at its size, after the working set (4 kB)
+  // and the device update's scratch (update_scratch.h, slices of the 1024-element
+  // chunk: 6 bytes per element with fp32 moments, 14 with bf16 ones): where 2 of the 4
+  // chunks' fp32 state fits (12 kB each), 3 of bf16 state do (8 kB each).
+  PlanInput wide = Small(2, 4096 + 24576 + 14 * 1024, 1000000), narrow = wide;
   wide.margin_use_ratio = narrow.margin_use_ratio = 1.0;
   narrow.state_element_bytes = 2;
-  CHECK(PlanMemory(wide).tiers.device_optimizer_chunks == 2);
-  CHECK(PlanMemory(narrow).tiers.device_optimizer_chunks == 3);
+  const auto w = PlanMemory(wide), n = PlanMemory(narrow);
+  CHECK(w.tiers.device_optimizer_chunks == 2);
+  CHECK(w.tiers.device_scratch_bytes == 6 * 1024);
+  CHECK(n.tiers.device_optimizer_chunks == 3);
+  CHECK(n.tiers.device_scratch_bytes == 14 * 1024);
+  // One byte less than the scratch needs beside them: a chunk fewer.
+  narrow.device_budget_bytes -= 1;
+  CHECK(PlanMemory(narrow).tiers.device_optimizer_chunks == 2);
 }
 
 TEST_CASE("int8 moments: codes and block scales; parameters block-aligned; the plan text says so", "[plan]") {

@@ -133,7 +133,7 @@ TEST_CASE("tied and unused parameters: gradients as plain autograd, states as do
   for (int i = 0; i < 4; ++i) CHECK(rt.state(i) == TensorState::kHold);
 }
 
-TEST_CASE("the model gets its values back when the runtime ends", "[runtime]") {
+TEST_CASE("the model gets its values back when the runtime ends, unless told not to", "[runtime]") {
   at::Tensor w = at::randn({5, 7}).requires_grad_();
   const at::Tensor original = w.detach().clone();
   {
@@ -146,6 +146,15 @@ TEST_CASE("the model gets its values back when the runtime ends", "[runtime]") {
     rt.PostForward(0);
   }
   CHECK(at::equal(w, original));
+  // keep_values_at_exit false (the trainer's): no copy of the model at exit.
+  at::Tensor v = at::randn({5, 7}).requires_grad_();
+  {
+    auto store = Store(1 << 20);
+    RuntimeOptions o = Options(64, at::kFloat, EvictionPolicyKind::kOpt, 1);
+    o.keep_values_at_exit = false;
+    ChunkRuntime rt({{"v", v, {0}}}, *store, o);
+  }
+  CHECK(v.numel() == 0);
 }
 
 TEST_CASE("gradients reuse the bf16 compute slots at the last backward use", "[runtime][reuse]") {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "chunkmem/chunk_store.h"
@@ -31,6 +32,8 @@ namespace {
 
 using chunkmem::ChunkKind;
 
+constexpr int64_t kWhole = chunkmem::kDeviceUpdateSliceNumel;  // larger than any chunk here
+
 struct Rig {
   std::vector<at::Tensor> initial;  // the parameters' starting values
   std::unique_ptr<chunkmem::CopyEngine> copies;  // before the store: outlives its copies
@@ -45,7 +48,7 @@ struct Rig {
   // the compute chunk only receives the updated parameters.
   Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget, bool pipeline = false, bool async = false,
       int speculation_slots = 0, int speculation_backoff_steps = 0, bool fp32_grads = false,
-      at::ScalarType state_dtype = at::kFloat) {
+      at::ScalarType state_dtype = at::kFloat, int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel) {
     at::manual_seed(1);
     initial = {at::randn({16, 24}), at::randn({24}), at::randn({24, 8}), at::randn({40})};
     std::vector<chunkmem::ManagedParam> managed;
@@ -91,6 +94,7 @@ struct Rig {
     o.pipeline_simulated = pipeline;
     o.speculation_slots = speculation_slots;
     o.speculation_backoff_steps = speculation_backoff_steps;
+    o.device_slice_numel = device_slice_numel;
     adam = std::make_unique<HybridAdam>(*runtime, o);
   }
 
@@ -167,10 +171,13 @@ bool Same(const at::Tensor& a, const at::Tensor& b) {
 // and rounds): master, compute parameters, moments.
 TEST_CASE("bf16 moments: device and host paths equal fp32 moments rounded after each step", "[hybrid_adam][state_dtype]") {
   constexpr int64_t kUnlimited = int64_t{1} << 40;
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    for (bool hybrid : {true, false}) {
-      INFO(c10::toString(dtype) << (hybrid ? ", device path" : ", host path"));
-      Rig bf16(dtype, hybrid, kUnlimited, false, false, 0, 0, false, at::kBFloat16);
+  // Device path with slices of 256 elements too: w1 (384) is cut in two batches.
+  for (auto [dtype, hybrid, slice] : {std::tuple{at::kFloat, true, kWhole}, std::tuple{at::kFloat, true, int64_t{256}},
+                                      std::tuple{at::kFloat, false, kWhole}, std::tuple{at::kBFloat16, true, kWhole},
+                                      std::tuple{at::kBFloat16, true, int64_t{256}}, std::tuple{at::kBFloat16, false, kWhole}}) {
+    {
+      INFO(c10::toString(dtype) << (hybrid ? ", device path, slice " : ", host path") << slice);
+      Rig bf16(dtype, hybrid, kUnlimited, false, false, 0, 0, false, at::kBFloat16, slice);
       Rig ref(dtype, hybrid, kUnlimited);
       const auto& m_payload = bf16.store->payload(bf16.runtime->chunk_id(ChunkKind::kAdamM, 0));
       CHECK(m_payload.scalar_type() == at::kBFloat16);
@@ -217,10 +224,12 @@ at::Tensor Int8Values(const Rig& rig, ChunkKind kind, int i, QuantCode code) {
 TEST_CASE("int8 moments: host and device paths equal fp32 moments quantised after each step",
           "[hybrid_adam][state_dtype]") {
   constexpr int64_t kUnlimited = int64_t{1} << 40;
-  for (auto [dtype, hybrid] : {std::pair{at::kFloat, false}, std::pair{at::kBFloat16, false},
-                               std::pair{at::kFloat, true}, std::pair{at::kBFloat16, true}}) {
-    INFO(c10::toString(dtype) << (hybrid ? ", device path" : ", host path"));
-    Rig int8(dtype, hybrid, kUnlimited, false, false, 0, 0, false, at::kByte);
+  for (auto [dtype, hybrid, slice] : {std::tuple{at::kFloat, false, kWhole}, std::tuple{at::kBFloat16, false, kWhole},
+                                      std::tuple{at::kFloat, true, kWhole}, std::tuple{at::kBFloat16, true, kWhole},
+                                      std::tuple{at::kFloat, true, int64_t{256}},
+                                      std::tuple{at::kBFloat16, true, int64_t{256}}}) {
+    INFO(c10::toString(dtype) << (hybrid ? ", device path, slice " : ", host path") << slice);
+    Rig int8(dtype, hybrid, kUnlimited, false, false, 0, 0, false, at::kByte, slice);
     Rig ref(dtype, hybrid, kUnlimited);
     LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
     for (uint64_t step = 1; step <= 4; ++step) {
@@ -245,6 +254,49 @@ TEST_CASE("int8 moments: host and device paths equal fp32 moments quantised afte
       }
       int8.runtime->EndIteration();
       ref.runtime->EndIteration();
+    }
+  }
+}
+
+// A device-updated chunk whose gradients and compute chunk are on the host (fp32 grad
+// chunks, as with accumulation, the compute chunk evicted): the update reads the
+// gradients and writes the new parameters across tiers, a slice at a time, and moves
+// nothing; the result is bitwise that of the same chunks on the device.
+TEST_CASE("device update with the compute chunk and the gradients on the host: same bits, nothing moves",
+          "[hybrid_adam][device_slices]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  for (int64_t slice : {kWhole, int64_t{256}}) {
+    INFO("slice " << slice);
+    Rig resident(at::kBFloat16, /*hybrid=*/true, kUnlimited, false, false, 0, 0, /*fp32_grads=*/true);
+    Rig away(at::kBFloat16, /*hybrid=*/true, kUnlimited, false, false, 0, 0, /*fp32_grads=*/true, at::kFloat, slice);
+    LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
+    for (uint64_t step = 1; step <= 3; ++step) {
+      INFO("step " << step);
+      const auto grads = Grads(resident, step);
+      resident.Backward(grads);
+      away.Backward(grads);
+      const int n = away.runtime->layout().num_chunks();
+      for (int c = 0; c < n; ++c) {
+        resident.runtime->optimizer_moves().ToDevice(c);
+        away.runtime->optimizer_moves().ToHost(c);
+        away.store->Move(away.runtime->chunk_id(ChunkKind::kGrad, c), chunkmem::Tier::kHost);  // as flushed
+      }
+      const chunkmem::StoreStats before = away.store->stats();
+      CHECK(resident.adam->Step(1e-2, 1.0, off_a).device_chunks == n);
+      CHECK(away.adam->Step(1e-2, 1.0, off_b).device_chunks == n);
+      CHECK(away.store->stats().h2d_copies == before.h2d_copies);  // no chunk moved
+      CHECK(away.store->stats().d2h_copies == before.d2h_copies);
+      for (int c = 0; c < n; ++c) {
+        CHECK(away.store->tier(away.runtime->chunk_id(ChunkKind::kCompute, c)) == chunkmem::Tier::kHost);
+        CHECK(away.store->tier(away.runtime->chunk_id(ChunkKind::kGrad, c)) == chunkmem::Tier::kHost);
+      }
+      for (int i = 0; i < 4; ++i) {
+        INFO("param " << i);
+        CHECK(Same(away.Master(i), resident.Master(i)));
+        CHECK(Same(away.runtime->View(ChunkKind::kCompute, i).clone(), resident.runtime->View(ChunkKind::kCompute, i).clone()));
+      }
+      resident.runtime->EndIteration();
+      away.runtime->EndIteration();
     }
   }
 }

@@ -312,7 +312,7 @@ TEST_CASE("every optimizer.state_dtype keeps to its device budget and its plan's
   for (const char* mode : {"fp32", "bf16", "int8"}) {
     INFO("optimizer.state_dtype " << mode);
     const Config c = Chunked(std::string("budget_") + mode,
-                             {"precision.dtype=bf16", "chunk.device_budget_bytes=640000", "train.max_steps=6",
+                             {"precision.dtype=bf16", "chunk.device_budget_bytes=760000", "train.max_steps=6",
                               std::string("optimizer.state_dtype=") + mode});
     const RunPlan plan = PlanRun(c, at::kCPU);
     REQUIRE(plan.plan.fits);
@@ -320,7 +320,7 @@ TEST_CASE("every optimizer.state_dtype keeps to its device budget and its plan's
     const TrainResult r = Train(c);
     CHECK(r.evictions > 0);
     CHECK(r.adam_device_chunks > 0);
-    CHECK(r.peak_device_chunk_bytes <= 640000);
+    CHECK(r.peak_device_chunk_bytes <= 760000);
     CHECK(r.peak_host_pool_used_bytes <= plan.plan.tiers.host_chunk_bytes);
     CHECK(r.host_pool_bytes <= plan.plan.tiers.host_chunk_bytes + plan.plan.tiers.host_chunk_bytes / 64 + 64);
     CHECK(r.model_data_bytes < last_model_bytes);

@@ -1,0 +1,30 @@
+// The device memory the optimizer's device update (optim/chunk_adam.h, UpdateOnDevice)
+// takes beside the chunks: it runs over a chunk in slices of at most
+// kDeviceUpdateSliceNumel elements, with fp32 scratch for the slice's gradients (when
+// they are not fp32 on the device), m and v (when they are not fp32), the 8-bit
+// (de)quantisers' indices, and the new compute-dtype parameters of a compute chunk that
+// is on the host. Slices are at most the chunk's capacity. The tier plan keeps this off
+// the device room before it gives optimizer state a place there, so a plan that fits
+// leaves the update its scratch.
+#pragma once
+
+#include <cstdint>
+
+namespace ps::chunkmem {
+
+// A multiple of the 8-bit state's block (chunkmem/state_layout.h, kStateBlockNumel).
+constexpr int64_t kDeviceUpdateSliceNumel = int64_t{1} << 23;
+
+// The scratch of a device update with slices of `slice_numel` elements, per slice
+// element: 4 for the gradients (fp32 ones may be on the host; others are converted), 8
+// for m and v unless they are fp32 (`state_element_bytes` 4), 4 for the 8-bit
+// (de)quantisers' indices (`state_element_bytes` 1), and the compute dtype's bytes for
+// the new parameters when the compute chunk is not the master (`compute_element_bytes`
+// 2).
+constexpr int64_t DeviceUpdateScratchBytes(int64_t slice_numel, int64_t state_element_bytes,
+                                           int64_t compute_element_bytes) {
+  return slice_numel * (4 + (state_element_bytes != 4 ? 8 : 0) + (state_element_bytes == 1 ? 4 : 0) +
+                        (compute_element_bytes != 4 ? compute_element_bytes : 0));
+}
+
+}  // namespace ps::chunkmem

@@ -1,0 +1,79 @@
+// DeviceAdam: Adam/AdamW of one chunk on the compute device (CUDA, or the simulated
+// tier in tests), with LibTorch's fused multi-tensor op, in batches of at most a slice
+// of elements (optim/device_slices.h) so its temporaries are bounded
+// (chunkmem/update_scratch.h counts them in the plan): per batch, the gradients are
+// converted to fp32 (unless they are fp32 on the device already), bf16 moments widened
+// and 8-bit ones dequantised into fp32 scratch, one fused call per decay group runs over
+// the batch's pieces, and the moments go back rounded (bf16) or quantised (8-bit): the
+// host kernels' arithmetic (optim/cpu_adam.h). Then the compute chunk is rewritten from
+// the master where it is separate (on the device directly; on the host through a
+// device-converted slice and one copy per slice). fp32 state with fp32 gradients on the
+// device needs no scratch: one batch per run of updated parameters, as one call.
+// Training thread only.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "optim/device_slices.h"
+#include "optim/int8_moments.h"
+#include "optim/optim_config.h"
+
+namespace ps::optim {
+
+// One chunk's payloads. m and v: fp32, bf16 or 8-bit (uint8: codes, then one fp32 scale
+// per block of capacity; chunkmem/state_layout.h).
+struct DeviceChunk {
+  at::Tensor master;   // fp32, on the device
+  at::Tensor grads;    // any float dtype, either tier
+  at::Tensor m, v;     // on the device
+  at::Tensor compute;  // either tier; undefined when the master is the compute chunk
+  // Whether the gradients and the compute chunk are on the device tier (the simulated
+  // tier's payloads are host memory: the tier, not the tensor's device, decides).
+  bool grads_on_device = true;
+  bool compute_on_device = true;
+  int64_t capacity_numel = 0;
+  int64_t used_numel = 0;  // the compute chunk is rewritten over [0, used_numel)
+};
+
+struct DeviceParam {
+  SliceParam slice;
+  bool decay = false;  // weight decay applies
+  at::Tensor step;     // the fused op's fp32 step counter, already advanced (updated parameters)
+};
+
+class DeviceAdam {
+ public:
+  DeviceAdam(const OptimizerConfig& config, int64_t slice_numel);
+
+  // Updates the parameters of `chunk` marked updated in `params` (layout order).
+  // `unscale`: the gradients' divisor as a 0-dim fp32 tensor on the device.
+  void Update(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, double lr, const at::Tensor& unscale);
+  // Frees the scratch after the step's last Update: it is device memory beside the
+  // chunks only while the optimizer runs (the traced budget's moments do not see it).
+  void ReleaseScratch();
+
+ private:
+  // A batch's fp32 view of a moment payload: the payload's range (fp32) or the scratch,
+  // widened or dequantised; and back.
+  at::Tensor Widen(const at::Tensor& payload, const DeviceChunk& chunk, const SliceBatch& b, QuantCode code,
+                   at::Tensor& scratch);
+  void Narrow(const at::Tensor& wide, const at::Tensor& payload, const DeviceChunk& chunk, const SliceBatch& b,
+              QuantCode code);
+  void RunBatch(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, const SliceBatch& b, double lr,
+                const at::Tensor& unscale);
+  void WriteCompute(const DeviceChunk& chunk);
+  const Int8DeviceCode& Code(QuantCode code, at::Device device);
+  at::Tensor& Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk);
+
+  OptimizerConfig config_;
+  int64_t slice_numel_;
+  std::optional<Int8DeviceCode> codes_[2];  // [signed, unsigned], on codes_device_
+  std::optional<at::Device> codes_device_;
+  at::Tensor scratch_[4];  // fp32 gradients, m, v; compute dtype parameters: until ReleaseScratch
+};
+
+}  // namespace ps::optim
