@@ -192,5 +192,7 @@ float HalfBitsToFloat(uint16_t bits) { return internal::ScalarHalfToFloat(bits);
 uint16_t FloatToHalfBits(float value) { return internal::ScalarFloatToHalf(value); }
 float Bf16BitsToFloat(uint16_t bits) { return internal::ScalarBf16ToFloat(bits); }
 uint16_t FloatToBf16Bits(float value) { return internal::ScalarFloatToBf16(value); }
+uint32_t SrHash(uint32_t index, uint32_t seed) { return internal::ScalarSrHash(index, seed); }
+uint16_t FloatToBf16Stochastic(float value, uint32_t hash) { return internal::ScalarFloatToBf16Stochastic(value, hash); }
 
 }  // namespace ps::optim

@@ -48,7 +48,8 @@ struct AdamHyper {
 };
 
 // One span of consecutive elements. `param_out` may be null (fp32 compute: the master
-// is the parameter); otherwise it is written in `out_type`. `grad` is read in
+// is the parameter); otherwise it is written in `out_type` (bf16 and stochastically
+// rounded when `master` is null: see sr_seed). `grad` is read in
 // `grad_type`; m and v are both in `state_type` (fp32, bf16 or int8). With int8, m and
 // v hold one code byte per element and m_scale / v_scale one fp32 scale per block of
 // kQuantBlockNumel elements, and the span starts at a block boundary. Pointers need no
@@ -65,7 +66,23 @@ struct AdamSpan {
   int64_t numel = 0;
   float* m_scale = nullptr;  // int8 state: [ceil(numel / kQuantBlockNumel)]
   float* v_scale = nullptr;
+  // Weights without an fp32 master (optimizer.master_weights none): `master` null,
+  // `param_out` bf16 holds the weights, read and written back with stochastic rounding
+  // (FloatToBf16Stochastic with SrHash(sr_index + i, sr_seed) for element i).
+  uint32_t sr_seed = 0;
+  int64_t sr_index = 0;  // the span's first element's index in its stream (its chunk)
 };
+
+// Stochastic rounding of master_weights none, the same bits in every variant and on the
+// device: a 32-bit hash of an element's index and a seed, Mix(Mix(index) ^ seed) with
+// Mix(x): twice x = ((x >> 16) ^ x) * 0x45d9f3b, then x ^ (x >> 16), all mod 2^32 (the
+// index mixed before the seed, so another seed is not a permutation of the indices'
+// values); and the rounding
+// of `value` with its top 16 bits r: bf16 bits (bits(value) + r) >> 16, so a value
+// between two bf16 values rounds up with probability (its distance from the lower) /
+// (their distance), up to 2^-16; bf16 values stay; NaN gives 0x7fc0.
+uint32_t SrHash(uint32_t index, uint32_t seed);
+uint16_t FloatToBf16Stochastic(float value, uint32_t hash);
 
 using AdamKernel = void (*)(const AdamSpan& span, const AdamHyper& hyper);
 // Sum of squares of `numel` gradient elements (as fp32 values) accumulated in double;

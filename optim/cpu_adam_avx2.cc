@@ -43,6 +43,28 @@ inline void Store8(void* base, ElemType type, int64_t i, __m256 x) {
   }
 }
 
+// ScalarSrMix, 8 lanes (mullo: the low 32 bits of the product, as the scalar's mod 2^32).
+inline __m256i Mix(__m256i x, __m256i c) {
+  x = _mm256_mullo_epi32(_mm256_xor_si256(_mm256_srli_epi32(x, 16), x), c);
+  x = _mm256_mullo_epi32(_mm256_xor_si256(_mm256_srli_epi32(x, 16), x), c);
+  return _mm256_xor_si256(_mm256_srli_epi32(x, 16), x);
+}
+
+// master_weights none: the weights of elements [index, index + 8) stochastically
+// rounded into bf16 (ScalarSrHash and ScalarFloatToBf16Stochastic, 8 lanes).
+inline void StoreBf16Stochastic8(void* base, int64_t i, __m256 x, uint32_t index, uint32_t seed) {
+  const __m256i c = _mm256_set1_epi32(0x45d9f3b);
+  const __m256i idx =
+      _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(index)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256i h = _mm256_xor_si256(Mix(idx, c), _mm256_set1_epi32(static_cast<int>(seed)));
+  h = Mix(h, c);
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(x), _mm256_srli_epi32(h, 16)), 16);
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc0)), nan));
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(base) + i), packed);
+}
+
 }  // namespace
 
 // DequantizeBlock, 8 lanes: each code's value gathered from the table, times the scale.
@@ -108,7 +130,9 @@ float QuantizeAvx2(const float* x, int64_t n, QuantCode code, uint8_t* codes) {
 
 // The vector loop with m and v in kState (a template argument: no per-element branch
 // in the fp32 path, which runs at copy bandwidth).
-template <ElemType kState>
+// kNoMaster (master_weights none): the weights are param_out's bf16 values, stored
+// stochastically rounded.
+template <ElemType kState, bool kNoMaster>
 static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
   const __m256 grad_scale = _mm256_set1_ps(h.grad_scale), decay = _mm256_set1_ps(h.decay_factor);
   const __m256 l2 = _mm256_set1_ps(h.l2), beta1 = _mm256_set1_ps(h.beta1), beta2 = _mm256_set1_ps(h.beta2);
@@ -118,7 +142,7 @@ static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
   const int64_t vec_end = s.numel - s.numel % 8;
   for (int64_t i = 0; i < vec_end; i += 8) {
     __m256 g = _mm256_mul_ps(Load8(s.grad, s.grad_type, i), grad_scale);
-    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(s.master + i), decay);
+    __m256 p = _mm256_mul_ps(kNoMaster ? Load8(s.param_out, ElemType::kBf16, i) : _mm256_loadu_ps(s.master + i), decay);
     g = _mm256_fmadd_ps(l2, p, g);
     const __m256 m = _mm256_fmadd_ps(beta1, Load8(s.m, kState, i), _mm256_mul_ps(omb1, g));
     const __m256 v = _mm256_fmadd_ps(beta2, Load8(s.v, kState, i), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
@@ -126,19 +150,25 @@ static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
     p = _mm256_fmadd_ps(neg_step, _mm256_div_ps(m, denom), p);
     Store8(s.m, kState, i, m);
     Store8(s.v, kState, i, v);
-    _mm256_storeu_ps(s.master + i, p);
-    if (s.param_out != nullptr) Store8(s.param_out, s.out_type, i, p);
+    if constexpr (kNoMaster) {
+      StoreBf16Stochastic8(s.param_out, i, p, static_cast<uint32_t>(s.sr_index + i), s.sr_seed);
+    } else {
+      _mm256_storeu_ps(s.master + i, p);
+      if (s.param_out != nullptr) Store8(s.param_out, s.out_type, i, p);
+    }
   }
   AdamElements(s, h, vec_end, s.numel);
 }
 
 void AdamAvx2(const AdamSpan& s, const AdamHyper& h) {
+  const bool none = s.master == nullptr;  // master_weights none
   if (s.state_type == ElemType::kInt8) {
-    AdamInt8Blocks(s, h, AdamLoop<ElemType::kFp32>, DequantizeAvx2, QuantizeAvx2);
+    AdamInt8Blocks(s, h, none ? AdamLoop<ElemType::kFp32, true> : AdamLoop<ElemType::kFp32, false>, DequantizeAvx2,
+                   QuantizeAvx2);
   } else if (s.state_type == ElemType::kBf16) {
-    AdamLoop<ElemType::kBf16>(s, h);
+    none ? AdamLoop<ElemType::kBf16, true>(s, h) : AdamLoop<ElemType::kBf16, false>(s, h);
   } else {
-    AdamLoop<ElemType::kFp32>(s, h);
+    none ? AdamLoop<ElemType::kFp32, true>(s, h) : AdamLoop<ElemType::kFp32, false>(s, h);
   }
 }
 

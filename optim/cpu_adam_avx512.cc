@@ -41,6 +41,26 @@ inline void Store16(void* base, ElemType type, int64_t i, __m512 x) {
   }
 }
 
+// ScalarSrMix, 16 lanes (mullo: the low 32 bits of the product, as the scalar's mod 2^32).
+inline __m512i Mix(__m512i x, __m512i c) {
+  x = _mm512_mullo_epi32(_mm512_xor_si512(_mm512_srli_epi32(x, 16), x), c);
+  x = _mm512_mullo_epi32(_mm512_xor_si512(_mm512_srli_epi32(x, 16), x), c);
+  return _mm512_xor_si512(_mm512_srli_epi32(x, 16), x);
+}
+
+// master_weights none: the weights of elements [index, index + 16) stochastically
+// rounded into bf16 (ScalarSrHash and ScalarFloatToBf16Stochastic, 16 lanes).
+inline void StoreBf16Stochastic16(void* base, int64_t i, __m512 x, uint32_t index, uint32_t seed) {
+  const __m512i c = _mm512_set1_epi32(0x45d9f3b);
+  const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(index)),
+                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  __m512i h = _mm512_xor_si512(Mix(idx, c), _mm512_set1_epi32(static_cast<int>(seed)));
+  h = Mix(h, c);
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(x), _mm512_srli_epi32(h, 16)), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i), _mm512_cvtepi32_epi16(r));
+}
+
 }  // namespace
 
 // DequantizeBlock, 16 lanes: each code's value gathered from the table, times the scale.
@@ -100,7 +120,9 @@ float QuantizeAvx512(const float* x, int64_t n, QuantCode code, uint8_t* codes) 
 
 // The vector loop with m and v in kState (a template argument: no per-element branch
 // in the fp32 path, which runs at copy bandwidth).
-template <ElemType kState>
+// kNoMaster (master_weights none): the weights are param_out's bf16 values, stored
+// stochastically rounded.
+template <ElemType kState, bool kNoMaster>
 static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
   const __m512 grad_scale = _mm512_set1_ps(h.grad_scale), decay = _mm512_set1_ps(h.decay_factor);
   const __m512 l2 = _mm512_set1_ps(h.l2), beta1 = _mm512_set1_ps(h.beta1), beta2 = _mm512_set1_ps(h.beta2);
@@ -110,7 +132,7 @@ static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
   const int64_t vec_end = s.numel - s.numel % 16;
   for (int64_t i = 0; i < vec_end; i += 16) {
     __m512 g = _mm512_mul_ps(Load16(s.grad, s.grad_type, i), grad_scale);
-    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(s.master + i), decay);
+    __m512 p = _mm512_mul_ps(kNoMaster ? Load16(s.param_out, ElemType::kBf16, i) : _mm512_loadu_ps(s.master + i), decay);
     g = _mm512_fmadd_ps(l2, p, g);
     const __m512 m = _mm512_fmadd_ps(beta1, Load16(s.m, kState, i), _mm512_mul_ps(omb1, g));
     const __m512 v = _mm512_fmadd_ps(beta2, Load16(s.v, kState, i), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
@@ -118,19 +140,25 @@ static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
     p = _mm512_fmadd_ps(neg_step, _mm512_div_ps(m, denom), p);
     Store16(s.m, kState, i, m);
     Store16(s.v, kState, i, v);
-    _mm512_storeu_ps(s.master + i, p);
-    if (s.param_out != nullptr) Store16(s.param_out, s.out_type, i, p);
+    if constexpr (kNoMaster) {
+      StoreBf16Stochastic16(s.param_out, i, p, static_cast<uint32_t>(s.sr_index + i), s.sr_seed);
+    } else {
+      _mm512_storeu_ps(s.master + i, p);
+      if (s.param_out != nullptr) Store16(s.param_out, s.out_type, i, p);
+    }
   }
   AdamElements(s, h, vec_end, s.numel);
 }
 
 void AdamAvx512(const AdamSpan& s, const AdamHyper& h) {
+  const bool none = s.master == nullptr;  // master_weights none
   if (s.state_type == ElemType::kInt8) {
-    AdamInt8Blocks(s, h, AdamLoop<ElemType::kFp32>, DequantizeAvx512, QuantizeAvx512);
+    AdamInt8Blocks(s, h, none ? AdamLoop<ElemType::kFp32, true> : AdamLoop<ElemType::kFp32, false>, DequantizeAvx512,
+                   QuantizeAvx512);
   } else if (s.state_type == ElemType::kBf16) {
-    AdamLoop<ElemType::kBf16>(s, h);
+    none ? AdamLoop<ElemType::kBf16, true>(s, h) : AdamLoop<ElemType::kBf16, false>(s, h);
   } else {
-    AdamLoop<ElemType::kFp32>(s, h);
+    none ? AdamLoop<ElemType::kFp32, true>(s, h) : AdamLoop<ElemType::kFp32, false>(s, h);
   }
 }
 

@@ -70,6 +70,21 @@ static inline uint16_t ScalarFloatToBf16(float f) {
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// SrHash and FloatToBf16Stochastic (cpu_adam.h), the spec the SIMD variants follow.
+static inline uint32_t ScalarSrMix(uint32_t x) {
+  x = ((x >> 16) ^ x) * 0x45d9f3bu;
+  x = ((x >> 16) ^ x) * 0x45d9f3bu;
+  return (x >> 16) ^ x;
+}
+
+static inline uint32_t ScalarSrHash(uint32_t index, uint32_t seed) { return ScalarSrMix(ScalarSrMix(index) ^ seed); }
+
+static inline uint16_t ScalarFloatToBf16Stochastic(float f, uint32_t hash) {
+  const uint32_t x = FloatBits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+  return static_cast<uint16_t>((x + (hash >> 16)) >> 16);  // no wrap: x <= 0xff800000 here
+}
+
 static inline float LoadScalar(const void* base, ElemType type, int64_t i) {
   switch (type) {
     case ElemType::kFp32: return static_cast<const float*>(base)[i];
@@ -102,13 +117,22 @@ static inline void AdamElement(float grad, float& p, float& m, float& v, const A
 }
 
 // m and v in s.state_type: widened on load, rounded on store (exact for fp32).
+// Without a master (master null) the weight is read from param_out (bf16) and stored
+// stochastically rounded.
 static inline void AdamElements(const AdamSpan& s, const AdamHyper& h, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
     float m = LoadScalar(s.m, s.state_type, i), v = LoadScalar(s.v, s.state_type, i);
-    AdamElement(LoadScalar(s.grad, s.grad_type, i), s.master[i], m, v, h);
+    if (s.master == nullptr) {
+      float p = LoadScalar(s.param_out, ElemType::kBf16, i);
+      AdamElement(LoadScalar(s.grad, s.grad_type, i), p, m, v, h);
+      const uint32_t hash = ScalarSrHash(static_cast<uint32_t>(s.sr_index + i), s.sr_seed);
+      static_cast<uint16_t*>(s.param_out)[i] = ScalarFloatToBf16Stochastic(p, hash);
+    } else {
+      AdamElement(LoadScalar(s.grad, s.grad_type, i), s.master[i], m, v, h);
+      if (s.param_out != nullptr) StoreScalar(s.param_out, s.out_type, i, s.master[i]);
+    }
     StoreScalar(s.m, s.state_type, i, m);
     StoreScalar(s.v, s.state_type, i, v);
-    if (s.param_out != nullptr) StoreScalar(s.param_out, s.out_type, i, s.master[i]);
   }
 }
 
@@ -117,7 +141,8 @@ static inline int64_t ElemBytes(ElemType t) { return t == ElemType::kFp32 ? 4 : 
 // Elements [begin, end) of `s` (begin: a kQuantBlockNumel boundary when the state is int8).
 static inline AdamSpan SubSpan(const AdamSpan& s, int64_t begin, int64_t end) {
   AdamSpan out = s;
-  out.master = s.master + begin;
+  out.master = s.master != nullptr ? s.master + begin : nullptr;
+  out.sr_index = s.sr_index + begin;
   out.m = static_cast<char*>(s.m) + begin * ElemBytes(s.state_type);
   out.v = static_cast<char*>(s.v) + begin * ElemBytes(s.state_type);
   out.grad = static_cast<const char*>(s.grad) + begin * ElemBytes(s.grad_type);

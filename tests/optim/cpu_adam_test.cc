@@ -317,6 +317,109 @@ TEST_CASE("int8 moments: variants bitwise equal; equal to the fp32 update quanti
   }
 }
 
+// optimizer.master_weights none (cpu_adam.h: master null): the weights are bf16 in
+// param_out, updated in fp32 and stored with stochastic rounding. In every state dtype
+// every variant equals the scalar reference bitwise for any thread split; with fp32
+// moments the stored weight is one of the two bf16 neighbours of the fp32 update of the
+// widened weight (that value itself when it is a bf16 value), and m and v equal that
+// update's.
+TEST_CASE("stochastic rounding without a master: variants bitwise, any threads; a bf16 neighbour of the fp32 update",
+          "[cpu_adam][state_dtype][sr]") {
+  const auto reference = KernelsFor(CpuIsa::kScalar);
+  for (CpuIsa isa : AvailableIsas()) {
+    const auto kernels = KernelsFor(isa);
+    for (int64_t n : {1, 17, 256, 100003}) {
+      for (ElemType st : {ElemType::kFp32, ElemType::kBf16, ElemType::kInt8}) {
+        CAPTURE(ToString(isa), n, static_cast<int>(st));
+        const Inputs in = MakeInputs(n, ElemType::kBf16, 1.0, 31);
+        const at::Tensor w16 = in.master.to(at::kBFloat16);
+        const Int8State q0 = Quantize(in);
+        const AdamHyper h = AdamHyper::Make(1e-3, 0.9, 0.95, 1e-8, 0.1, true, 5, 1.0);
+        // Runs kernels `k` over `threads` threads; returns the weights, m and v (m and v
+        // as stored: fp32, bf16, or the codes).
+        auto run = [&](const CpuAdamKernels& k, int threads) {
+          Inputs b = in;
+          b.m = in.m.clone();
+          b.v = in.v.clone();
+          at::Tensor w = w16.clone(), m16 = in.m.to(at::kBFloat16), v16 = in.v.to(at::kBFloat16);
+          Int8State q{q0.m_codes.clone(), q0.v_codes.clone(), q0.m_scale.clone(), q0.v_scale.clone()};
+          AdamSpan s = st == ElemType::kInt8 ? Int8Span(b, q, ElemType::kBf16, &w) : SpanOf(b, ElemType::kBf16, &w, ElemType::kBf16);
+          if (st == ElemType::kBf16) {
+            s.m = m16.data_ptr();
+            s.v = v16.data_ptr();
+            s.state_type = ElemType::kBf16;
+          }
+          s.master = nullptr;
+          s.sr_seed = 0x9e3779b9u;
+          s.sr_index = 1000;
+          ParallelAdam(k, {{s, h}}, threads);
+          return st == ElemType::kInt8   ? std::vector<at::Tensor>{w, q.m_codes, q.v_codes, q.m_scale, q.v_scale}
+                 : st == ElemType::kBf16 ? std::vector<at::Tensor>{w, m16, v16}
+                                         : std::vector<at::Tensor>{w, b.m, b.v};
+        };
+        const std::vector<at::Tensor> want = run(reference, 1);
+        for (int threads : {1, 3}) {
+          CAPTURE(threads);
+          const std::vector<at::Tensor> got = run(kernels, threads);
+          for (size_t t = 0; t < want.size(); ++t) REQUIRE(BitwiseEqual(got[t], want[t]));
+        }
+        if (st != ElemType::kFp32) continue;
+        Inputs f32 = in;  // the fp32 update of the widened weights
+        f32.master = w16.to(at::kFloat);
+        f32.m = in.m.clone();
+        f32.v = in.v.clone();
+        reference.adam(SpanOf(f32, ElemType::kBf16, nullptr, ElemType::kBf16), h);
+        REQUIRE(BitwiseEqual(want[1], f32.m));
+        REQUIRE(BitwiseEqual(want[2], f32.v));
+        const uint16_t* w = static_cast<const uint16_t*>(want[0].data_ptr());
+        const float* p = f32.master.data_ptr<float>();
+        int64_t up = 0, between = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          uint32_t bits;
+          std::memcpy(&bits, &p[i], 4);
+          const uint32_t down = bits >> 16;  // toward zero; the other neighbour is down + 1
+          INFO("element " << i);
+          REQUIRE((w[i] == down || (w[i] == down + 1 && (bits & 0xffffu) != 0)));
+          if ((bits & 0xffffu) != 0) {
+            ++between;
+            up += w[i] == down + 1;
+          }
+        }
+        if (between > 1000) {  // both neighbours occur: the rounding is not a truncation or nearest
+          CHECK(up > between / 10);
+          CHECK(up < between * 9 / 10);
+        }
+      }
+    }
+  }
+}
+
+// FloatToBf16Stochastic with SrHash: bf16 values and NaN as specified, and a value a
+// fraction f of the way to the next bf16 value rounds up in a share f of the indices.
+TEST_CASE("stochastic rounding: unbiased, exact on bf16 values, NaN to 0x7fc0", "[cpu_adam][sr]") {
+  const float ulp = 1.0f / 128;  // bf16 spacing in [1, 2)
+  for (double f : {0.01, 0.3, 0.5, 0.9}) {
+    const float x = 1.0f + static_cast<float>(f) * ulp;
+    int64_t up = 0;
+    const int64_t count = 200000;
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t b = FloatToBf16Stochastic(x, SrHash(static_cast<uint32_t>(i), 12345u));
+      REQUIRE((b == 0x3f80 || b == 0x3f81));
+      up += b == 0x3f81;
+    }
+    CAPTURE(f);
+    CHECK(std::abs(static_cast<double>(up) / count - f) < 0.005);
+  }
+  for (uint32_t i = 0; i < 1000; ++i) {
+    CHECK(FloatToBf16Stochastic(-2.5f, SrHash(i, 7u)) == FloatToBf16Bits(-2.5f));
+    CHECK(FloatToBf16Stochastic(std::nanf(""), SrHash(i, 7u)) == 0x7fc0);
+  }
+  CHECK(FloatToBf16Stochastic(1.0f + 0.5f * ulp, 0u) == 0x3f80);  // r = 0: truncation
+  CHECK(FloatToBf16Stochastic(1.0f + 0.5f * ulp, 0xffff0000u) == 0x3f81);
+  CHECK(SrHash(1, 2) != SrHash(2, 1));
+  CHECK(SrHash(5, 1) != SrHash(5, 2));
+}
+
 void CheckClose(const at::Tensor& ours, const at::Tensor& ref, double rtol, double atol, const char* what) {
   const at::Tensor err = (ours - ref).abs() - (ref.abs() * rtol + atol);
   const double worst = ours.numel() == 0 ? -1.0 : err.max().item<double>();
