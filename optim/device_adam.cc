@@ -40,8 +40,9 @@ const Int8DeviceCode& DeviceAdam::Code(QuantCode code, at::Device device) {
 }
 
 at::Tensor& DeviceAdam::Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk) {
-  // A slice, or less for a smaller chunk (the plan counts the same).
-  const int64_t numel = std::min(slice_numel_, AlignUp(chunk.capacity_numel, kQuantBlockNumel));
+  // A slice, or less for a smaller chunk (the plan counts the same; with 8-bit state
+  // capacities are whole blocks, so a batch's rounded length fits).
+  const int64_t numel = std::min(slice_numel_, std::max<int64_t>(chunk.capacity_numel, 1));
   const at::Device device = chunk.master.device();
   at::Tensor& s = scratch_[which];
   if (!s.defined() || s.device() != device || s.scalar_type() != dtype || s.numel() < numel) {
@@ -151,6 +152,8 @@ void DeviceAdam::Update(const DeviceChunk& chunk, const std::vector<DeviceParam>
   // Without scratch a batch is a whole run of updated parameters (its length bounded
   // only by the chunk's capacity).
   const int64_t align = Int8(chunk.m) ? kQuantBlockNumel : 1;
+  TORCH_CHECK(chunk.capacity_numel % align == 0, "DeviceAdam: 8-bit state needs a capacity of whole blocks, not ",
+              chunk.capacity_numel, " elements");
   const int64_t max_numel = direct ? AlignUp(std::max<int64_t>(chunk.capacity_numel, 1), align) : slice_numel_;
   for (const SliceBatch& b : SliceUpdate(slices, max_numel, align)) RunBatch(chunk, params, b, lr, unscale);
   if (chunk.compute.defined()) WriteCompute(chunk);

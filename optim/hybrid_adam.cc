@@ -300,13 +300,16 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
     // The fused op divides gradients by its grad_scale: pass 1 / (clip_coef / loss_scale).
     const at::Tensor unscale =
         at::full({}, 1.0 / grad_scale, at::TensorOptions().dtype(at::kFloat).device(runtime_.compute_device()));
+    struct ScratchRelease {  // the update's scratch goes back on every path
+      ChunkAdam& adam;
+      ~ScratchRelease() { adam.EndDeviceUpdates(); }
+    } release{chunk_adam_};
     for (int chunk : device_chunks_) {
       // The fused op reads the compute chunk on the device where it is the master (fp32)
       // or holds the gradients.
       if (runtime_.grads_in_compute_chunks() || runtime_.compute_dtype() == at::kFloat) pipeline_.PlaceOnDevice(chunk);
       chunk_adam_.UpdateOnDevice(chunk, lr, unscale);
     }
-    chunk_adam_.EndDeviceUpdates();
   }
   r.device_chunks = static_cast<int>(device_chunks_.size());
   r.device_ms = MsSince(t0);

@@ -265,10 +265,11 @@ TEST_CASE("int8 moments: host and device paths equal fp32 moments quantised afte
 TEST_CASE("device update with the compute chunk and the gradients on the host: same bits, nothing moves",
           "[hybrid_adam][device_slices]") {
   constexpr int64_t kUnlimited = int64_t{1} << 40;
-  for (int64_t slice : {kWhole, int64_t{256}}) {
-    INFO("slice " << slice);
-    Rig resident(at::kBFloat16, /*hybrid=*/true, kUnlimited, false, false, 0, 0, /*fp32_grads=*/true);
-    Rig away(at::kBFloat16, /*hybrid=*/true, kUnlimited, false, false, 0, 0, /*fp32_grads=*/true, at::kFloat, slice);
+  for (auto [state, slice] : {std::pair{at::kFloat, kWhole}, std::pair{at::kFloat, int64_t{256}},
+                              std::pair{at::kBFloat16, int64_t{256}}, std::pair{at::kByte, int64_t{256}}}) {
+    INFO("state " << c10::toString(state) << ", slice " << slice);
+    Rig resident(at::kBFloat16, /*hybrid=*/true, kUnlimited, false, false, 0, 0, /*fp32_grads=*/true, state);
+    Rig away(at::kBFloat16, /*hybrid=*/true, kUnlimited, false, false, 0, 0, /*fp32_grads=*/true, state, slice);
     LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
     for (uint64_t step = 1; step <= 3; ++step) {
       INFO("step " << step);
