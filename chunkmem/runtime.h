@@ -211,6 +211,12 @@ class ChunkRuntime {
   // A host buffer from the store, counted in its host tier for the rest of the run (the
   // optimizer's speculation backups; the plan reserves them: host_backup_chunks).
   at::Tensor BorrowHost(int64_t numel, at::ScalarType dtype) { return store_.Borrow(Tier::kHost, numel, dtype, false); }
+  // A device buffer from the store within the device tier's budget (the optimizer's
+  // device-update scratch, chunkmem/update_scratch.h): chunks not in use are evicted to
+  // make room, and it counts as chunk bytes until GiveBackDevice. A c10::Error when
+  // the chunks in use leave no room.
+  at::Tensor BorrowDevice(int64_t numel, at::ScalarType dtype);
+  void GiveBackDevice(at::Tensor& buffer) { store_.GiveBack(Tier::kDevice, buffer); }
   // Speculation (docs/optim.md, "The overlapped host step"): with final_micro_batch on,
   // `on_grads_final(chunk)` is called once an owned chunk's gradients of the step are
   // complete (the last micro-batch's: all in the compute slots, wherever the compute

@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "optim/block_quant.h"
 #include "optim/int8_moments.h"
 
@@ -32,8 +35,9 @@ void ChunkAdam::SetScales(int chunk, int64_t offset_numel, AdamSpan& span) const
   span.v_scale = scales(ChunkKind::kAdamV);
 }
 
-ChunkAdam::ChunkAdam(const chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config, int64_t device_slice_numel)
-    : runtime_(runtime), config_(config), device_adam_(config, device_slice_numel) {
+ChunkAdam::ChunkAdam(const chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config, int64_t device_slice_numel,
+                     DeviceScratchSource scratch)
+    : runtime_(runtime), config_(config), device_adam_(config, device_slice_numel, std::move(scratch)) {
   for (int i = 0; i < static_cast<int>(runtime.params().size()); ++i) decay_.push_back(runtime.param_dim(i) >= 2);
   steps_.assign(decay_.size(), 0);
   device_steps_.resize(decay_.size());
@@ -84,6 +88,14 @@ void ChunkAdam::UndoSteps(int chunk) {
   for (int i : runtime_.layout().chunks()[chunk].param_indices) {
     if (runtime_.has_grad(i)) --steps_[i];  // AddHostWork counted the update
   }
+}
+
+void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
+  int64_t capacity = 0;
+  for (int c : chunks) capacity = std::max(capacity, runtime_.layout().chunks()[c].capacity_numel);
+  if (capacity == 0) return;
+  const at::ScalarType compute = runtime_.compute_dtype();
+  device_adam_.Reserve(capacity, runtime_.state_dtype(), compute != at::kFloat, compute, runtime_.compute_device());
 }
 
 void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) {

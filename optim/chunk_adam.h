@@ -30,9 +30,10 @@ ElemType ElemTypeOf(at::ScalarType t);
 class ChunkAdam {
  public:
   // The runtime outlives this. `device_slice_numel`: the device update's batch bound
-  // (chunkmem/update_scratch.h; tests use small ones).
+  // (chunkmem/update_scratch.h; tests use small ones); `scratch`: where its scratch
+  // comes from (the runtime's device tier in a run).
   ChunkAdam(const chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config,
-            int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel);
+            int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel, DeviceScratchSource scratch = {});
 
   // Appends the CPU kernels' work for `chunk`'s parameters with a gradient (their counts
   // advance). The new compute-dtype parameters go into the compute chunk (host memory),
@@ -47,6 +48,9 @@ class ChunkAdam {
   // then the compute chunk rewritten from the master. `unscale`: 1 / grad_scale as a
   // 0-dim fp32 tensor on the device, as the fused op wants.
   void UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale);
+  // Before the step's first UpdateOnDevice of `chunks`: takes the device update's
+  // scratch (which may evict chunks); after the last one, frees it.
+  void BeginDeviceUpdates(const std::vector<int>& chunks);
   // After the step's last UpdateOnDevice: frees the device update's scratch.
   void EndDeviceUpdates() { device_adam_.ReleaseScratch(); }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "optim/block_quant.h"
 
@@ -25,7 +26,8 @@ at::Tensor Scales(const at::Tensor& payload, int64_t capacity, int64_t begin, in
 
 }  // namespace
 
-DeviceAdam::DeviceAdam(const OptimizerConfig& config, int64_t slice_numel) : config_(config), slice_numel_(slice_numel) {
+DeviceAdam::DeviceAdam(const OptimizerConfig& config, int64_t slice_numel, DeviceScratchSource source)
+    : config_(config), slice_numel_(slice_numel), source_(std::move(source)) {
   TORCH_CHECK(slice_numel_ > 0 && slice_numel_ % kQuantBlockNumel == 0,
               "DeviceAdam: the slice must be a positive multiple of ", kQuantBlockNumel, " elements");
 }
@@ -39,17 +41,32 @@ const Int8DeviceCode& DeviceAdam::Code(QuantCode code, at::Device device) {
   return *codes_[code == QuantCode::kSigned ? 0 : 1];
 }
 
-at::Tensor& DeviceAdam::Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk) {
-  // A slice, or less for a smaller chunk (the plan counts the same; with 8-bit state
-  // capacities are whole blocks, so a batch's rounded length fits).
-  const int64_t numel = std::min(slice_numel_, std::max<int64_t>(chunk.capacity_numel, 1));
-  const at::Device device = chunk.master.device();
+at::Tensor& DeviceAdam::Take(int which, at::ScalarType dtype, int64_t numel, at::Device device) {
   at::Tensor& s = scratch_[which];
   if (!s.defined() || s.device() != device || s.scalar_type() != dtype || s.numel() < numel) {
-    s = at::Tensor();  // released before the new one is taken
-    s = at::empty({numel}, at::TensorOptions().dtype(dtype).device(device));
+    Release(s);  // before the new one is taken
+    s = source_.borrow ? source_.borrow(numel, dtype) : at::empty({numel}, at::TensorOptions().dtype(dtype).device(device));
+    TORCH_INTERNAL_ASSERT(s.device() == device, "DeviceAdam: scratch on ", s.device(), ", wanted on ", device);
   }
   return s;
+}
+
+void DeviceAdam::Reserve(int64_t capacity_numel, at::ScalarType state_dtype, bool separate_compute,
+                         at::ScalarType compute_dtype, at::Device device) {
+  const int64_t numel = std::min(slice_numel_, std::max<int64_t>(capacity_numel, 1));
+  Take(kGrads, at::kFloat, numel, device);
+  if (state_dtype != at::kFloat) {
+    Take(kM, at::kFloat, numel, device);
+    Take(kV, at::kFloat, numel, device);
+  }
+  if (separate_compute) Take(kCompute, compute_dtype, numel, device);
+}
+
+at::Tensor& DeviceAdam::Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk) {
+  // A slice, or less for a smaller chunk (the plan counts the same; with 8-bit state
+  // capacities are whole blocks, so a batch's rounded length fits). Reserve took it
+  // already in a run: taking it here could evict this chunk's payloads under the update.
+  return Take(which, dtype, std::min(slice_numel_, std::max<int64_t>(chunk.capacity_numel, 1)), chunk.master.device());
 }
 
 at::Tensor DeviceAdam::Widen(const at::Tensor& payload, const DeviceChunk& chunk, const SliceBatch& b,
@@ -139,8 +156,13 @@ void DeviceAdam::WriteCompute(const DeviceChunk& chunk) {
   }
 }
 
+void DeviceAdam::Release(at::Tensor& buffer) {
+  if (buffer.defined() && source_.give_back) source_.give_back(buffer);
+  buffer = at::Tensor();
+}
+
 void DeviceAdam::ReleaseScratch() {
-  for (at::Tensor& s : scratch_) s = at::Tensor();
+  for (at::Tensor& s : scratch_) Release(s);
 }
 
 void DeviceAdam::Update(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, double lr,

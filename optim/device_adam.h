@@ -8,13 +8,15 @@
 // host kernels' arithmetic (optim/cpu_adam.h). Then the compute chunk is rewritten from
 // the master where it is separate (on the device directly; on the host through a
 // device-converted slice and one copy per slice). fp32 state with fp32 gradients on the
-// device needs no scratch: one batch per run of updated parameters, as one call.
+// device needs no gradient or moment scratch: one batch per run of updated parameters.
+// The scratch comes from a DeviceScratchSource (the chunk store's device tier in a run).
 // Training thread only.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -45,13 +47,25 @@ struct DeviceParam {
   at::Tensor step;     // the fused op's fp32 step counter, already advanced (updated parameters)
 };
 
+// Where the scratch comes from and goes back to (the runtime's device tier: counted and
+// made room for like a chunk); null functions: plain allocations.
+struct DeviceScratchSource {
+  std::function<at::Tensor(int64_t numel, at::ScalarType dtype)> borrow;
+  std::function<void(at::Tensor& buffer)> give_back;
+};
+
 class DeviceAdam {
  public:
-  DeviceAdam(const OptimizerConfig& config, int64_t slice_numel);
+  DeviceAdam(const OptimizerConfig& config, int64_t slice_numel, DeviceScratchSource source = {});
 
   // Updates the parameters of `chunk` marked updated in `params` (layout order).
   // `unscale`: the gradients' divisor as a 0-dim fp32 tensor on the device.
   void Update(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, double lr, const at::Tensor& unscale);
+  // Takes the scratch for chunks of up to `capacity_numel` elements before the step's
+  // first Update: taking it from the source may evict chunks (the runtime's device
+  // tier), which must not happen while an Update holds a chunk's payloads.
+  void Reserve(int64_t capacity_numel, at::ScalarType state_dtype, bool separate_compute, at::ScalarType compute_dtype,
+               at::Device device);
   // Frees the scratch after the step's last Update: it is device memory beside the
   // chunks only while the optimizer runs (the traced budget's moments do not see it).
   void ReleaseScratch();
@@ -67,10 +81,13 @@ class DeviceAdam {
                 const at::Tensor& unscale);
   void WriteCompute(const DeviceChunk& chunk);
   const Int8DeviceCode& Code(QuantCode code, at::Device device);
+  at::Tensor& Take(int which, at::ScalarType dtype, int64_t numel, at::Device device);
   at::Tensor& Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk);
+  void Release(at::Tensor& buffer);
 
   OptimizerConfig config_;
   int64_t slice_numel_;
+  DeviceScratchSource source_;
   std::optional<Int8DeviceCode> codes_[2];  // [signed, unsigned], on codes_device_
   std::optional<at::Device> codes_device_;
   at::Tensor scratch_[4];  // fp32 gradients, m, v; compute dtype parameters: until ReleaseScratch

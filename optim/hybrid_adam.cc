@@ -81,13 +81,19 @@ SpeculationOptions SpeculationSettings(chunkmem::ChunkRuntime& runtime, const Hy
   return s;
 }
 
+// The device update's scratch: the runtime's device tier (counted and made room for).
+DeviceScratchSource ScratchFrom(chunkmem::ChunkRuntime& runtime) {
+  return {[&runtime](int64_t numel, at::ScalarType dtype) { return runtime.BorrowDevice(numel, dtype); },
+          [&runtime](at::Tensor& buffer) { runtime.GiveBackDevice(buffer); }};
+}
+
 }  // namespace
 
 HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions& options)
     : runtime_(runtime),
       options_(options),
       kernels_(KernelsWithPins(options)),
-      chunk_adam_(runtime, options.optimizer, options.device_slice_numel),
+      chunk_adam_(runtime, options.optimizer, options.device_slice_numel, ScratchFrom(runtime)),
       on_device_(OptimizerOnDevice(runtime)),
       pipeline_(runtime.optimizer_moves(), PipelineSettings(runtime, options)),
       speculation_(SpeculationSettings(runtime, options, kernels_, on_device_)) {
@@ -304,6 +310,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
       ChunkAdam& adam;
       ~ScratchRelease() { adam.EndDeviceUpdates(); }
     } release{chunk_adam_};
+    chunk_adam_.BeginDeviceUpdates(device_chunks_);
     for (int chunk : device_chunks_) {
       // The fused op reads the compute chunk on the device where it is the master (fp32)
       // or holds the gradients.

@@ -302,6 +302,25 @@ TEST_CASE("device update with the compute chunk and the gradients on the host: s
   }
 }
 
+// The device update's scratch comes from the store's device tier: counted as device
+// bytes while the update runs (a 256-element slice of fp32 grads, m and v and bf16
+// parameters, 14 bytes per element with bf16 moments), given back after the step.
+TEST_CASE("device update scratch: borrowed from the device tier during the step, given back", "[hybrid_adam][device_slices]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  Rig rig(at::kBFloat16, /*hybrid=*/true, kUnlimited, false, false, 0, 0, /*fp32_grads=*/true, at::kBFloat16, 256);
+  LossScaler off{PrecisionConfig{}};
+  rig.Backward(Grads(rig, 1));
+  for (int c = 0; c < rig.runtime->layout().num_chunks(); ++c) {
+    rig.runtime->optimizer_moves().ToHost(c);  // the compute slice is taken too
+    rig.store->Move(rig.runtime->chunk_id(ChunkKind::kGrad, c), chunkmem::Tier::kHost);
+  }
+  const int64_t before = rig.store->stats().device_bytes;
+  rig.store->ResetPeaks();
+  REQUIRE(rig.adam->Step(1e-2, 1.0, off).device_chunks > 0);
+  CHECK(rig.store->stats().device_bytes == before);
+  CHECK(rig.store->stats().peak_device_bytes == before + 256 * (4 + 4 + 4 + 2));
+}
+
 TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back after its update; same bits",
           "[hybrid_adam][pipeline]") {
   constexpr int64_t kUnlimited = int64_t{1} << 40;
