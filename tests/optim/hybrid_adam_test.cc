@@ -321,6 +321,47 @@ TEST_CASE("device update scratch: borrowed from the device tier during the step,
   CHECK(rig.store->stats().peak_device_bytes == before + 256 * (4 + 4 + 4 + 2));
 }
 
+// The device update's scratch is borrowed before any chunk's update starts: borrowing it
+// may evict chunks (the device tier is full), which must not happen under an update that
+// holds a chunk's payloads. With the smallest budget that takes every chunk's state and
+// a buffer held beside the chunks, the borrow evicts; the result is bitwise that of an
+// unlimited budget.
+TEST_CASE("device update scratch evicts chunks before the updates, never under one: same bits",
+          "[hybrid_adam][device_slices]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  Rig ref(at::kBFloat16, /*hybrid=*/true, kUnlimited, false, false, 0, 0, /*fp32_grads=*/true, at::kBFloat16, 256);
+  LossScaler off_ref{PrecisionConfig{}};
+  const auto grads = Grads(ref, 1);
+  ref.Backward(grads);
+  ref.adam->Step(1e-2, 1.0, off_ref);
+  const int n = ref.runtime->layout().num_chunks();
+  int64_t budget = 8192;
+  while (Rig(at::kBFloat16, true, budget, false, false, 0, 0, true, at::kBFloat16, 256).adam->device_chunks().size() <
+         static_cast<size_t>(n)) {
+    budget += 256;
+  }
+  INFO("budget " << budget);
+  Rig tight(at::kBFloat16, /*hybrid=*/true, budget, false, false, 0, 0, /*fp32_grads=*/true, at::kBFloat16, 256);
+  tight.Backward(grads);
+  for (int c = 0; c < n; ++c) tight.runtime->optimizer_moves().ToDevice(c);
+  // While this is held 1,920 bytes are left: the scratch (256 x 14 bytes) fits once both
+  // compute chunks (448 x 2 bytes each) are evicted; the moments' part of it alone
+  // (256 x 8) would not fit either, so taking scratch inside an update would evict too.
+  const int64_t left = budget - tight.store->stats().device_bytes;
+  REQUIRE(left >= 1920);
+  at::Tensor held = tight.store->Borrow(chunkmem::Tier::kDevice, left - 1920, at::kByte, false);
+  const int64_t before = tight.runtime->stats().evictions;
+  LossScaler off{PrecisionConfig{}};
+  REQUIRE(tight.adam->Step(1e-2, 1.0, off).device_chunks == n);
+  CHECK(tight.runtime->stats().evictions > before);
+  tight.store->GiveBack(chunkmem::Tier::kDevice, held);
+  for (int i = 0; i < 4; ++i) {
+    INFO("param " << i);
+    CHECK(Same(tight.Master(i), ref.Master(i)));
+    CHECK(Same(tight.runtime->View(ChunkKind::kCompute, i).clone(), ref.runtime->View(ChunkKind::kCompute, i).clone()));
+  }
+}
+
 TEST_CASE("pipelined host path (the CUDA one): one chunk ahead to the host, back after its update; same bits",
           "[hybrid_adam][pipeline]") {
   constexpr int64_t kUnlimited = int64_t{1} << 40;
