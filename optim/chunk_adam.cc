@@ -90,6 +90,29 @@ void ChunkAdam::UndoSteps(int chunk) {
   }
 }
 
+void ChunkAdam::RestoreCompute(int chunk) {
+  const auto& store = runtime_.store();
+  const int compute_id = runtime_.chunk_id(ChunkKind::kCompute, chunk);
+  const int master_id = runtime_.chunk_id(ChunkKind::kMaster, chunk);
+  DeviceChunk d;
+  d.master = store.payload(master_id);
+  d.compute = store.payload(compute_id);
+  d.capacity_numel = runtime_.layout().chunks()[chunk].capacity_numel;
+  d.used_numel = runtime_.layout().chunks()[chunk].used_numel;
+  d.compute_on_device = store.tier(compute_id) == chunkmem::Tier::kDevice;
+  const bool master_on_device = store.tier(master_id) == chunkmem::Tier::kDevice;
+  if (master_on_device) {
+    device_adam_.WriteCompute(d);  // one conversion, or device-converted slices to the host
+  } else if (!d.compute_on_device) {
+    d.compute.narrow(0, 0, d.used_numel).copy_(d.master.narrow(0, 0, d.used_numel));
+  } else {  // host master, device compute: converted on the host a slice at a time
+    for (int64_t at = 0; at < d.used_numel; at += chunkmem::kDeviceUpdateSliceNumel) {
+      const int64_t n = std::min(chunkmem::kDeviceUpdateSliceNumel, d.used_numel - at);
+      d.compute.narrow(0, at, n).copy_(d.master.narrow(0, at, n).to(d.compute.scalar_type()));
+    }
+  }
+}
+
 void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
   int64_t capacity = 0;
   for (int c : chunks) capacity = std::max(capacity, runtime_.layout().chunks()[c].capacity_numel);

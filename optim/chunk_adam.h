@@ -48,6 +48,10 @@ class ChunkAdam {
   // then the compute chunk rewritten from the master. `unscale`: 1 / grad_scale as a
   // 0-dim fp32 tensor on the device, as the fused op wants.
   void UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale);
+  // After an overflow (fp16): `chunk`'s compute chunk rewritten from its fp32 master
+  // (the gradients in its slots dropped), wherever the two are, a slice at a time
+  // across tiers; call EndDeviceUpdates after the last one.
+  void RestoreCompute(int chunk);
   // Before the step's first UpdateOnDevice of `chunks`: takes the device update's
   // scratch (which may evict chunks); after the last one, frees it.
   void BeginDeviceUpdates(const std::vector<int>& chunks);

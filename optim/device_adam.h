@@ -61,6 +61,10 @@ class DeviceAdam {
   // Updates the parameters of `chunk` marked updated in `params` (layout order).
   // `unscale`: the gradients' divisor as a 0-dim fp32 tensor on the device.
   void Update(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, double lr, const at::Tensor& unscale);
+  // Rewrites the compute chunk [0, used_numel) from the master (on the device): in one
+  // conversion where the compute chunk is on the device too, else through a
+  // device-converted slice of scratch and one copy per slice (no fp32 host copy).
+  void WriteCompute(const DeviceChunk& chunk);
   // Takes the scratch for chunks of up to `capacity_numel` elements before the step's
   // first Update: taking it from the source may evict chunks (the runtime's device
   // tier), which must not happen while an Update holds a chunk's payloads.
@@ -79,7 +83,6 @@ class DeviceAdam {
               QuantCode code);
   void RunBatch(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, const SliceBatch& b, double lr,
                 const at::Tensor& unscale);
-  void WriteCompute(const DeviceChunk& chunk);
   const Int8DeviceCode& Code(QuantCode code, at::Device device);
   at::Tensor& Take(int which, at::ScalarType dtype, int64_t numel, at::Device device);
   at::Tensor& Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk);

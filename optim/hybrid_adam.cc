@@ -172,10 +172,12 @@ double HybridAdam::SumSquares() {
 
 void HybridAdam::RestoreComputeFromMaster() {
   if (!runtime_.grads_in_compute_chunks()) return;  // the compute slots still hold the parameters
-  const auto& store = runtime_.store();
+  struct ScratchRelease {  // a device master writing a host compute chunk takes scratch
+    ChunkAdam& adam;
+    ~ScratchRelease() { adam.EndDeviceUpdates(); }
+  } release{chunk_adam_};
   for (int c = 0; c < runtime_.layout().num_chunks(); ++c) {
-    if (!Updated(runtime_, c)) continue;
-    store.payload(runtime_.chunk_id(ChunkKind::kCompute, c)).copy_(store.payload(runtime_.chunk_id(ChunkKind::kMaster, c)));
+    if (Updated(runtime_, c)) chunk_adam_.RestoreCompute(c);
   }
 }
 

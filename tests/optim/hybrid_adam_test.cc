@@ -482,8 +482,10 @@ TEST_CASE("tier plan: a device budget without margin keeps every chunk on the ho
 }
 
 TEST_CASE("fp16 overflow: skipped, master/m/v untouched, compute params restored, scale lowered", "[hybrid_adam][fp16]") {
-  for (bool hybrid : {false, true}) {
-    INFO("hybrid " << hybrid);
+  // `away`: the compute chunks on the other tier than their masters when the overflow
+  // is restored (a device master writes a host compute chunk and the other way round).
+  for (auto [hybrid, away] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+    INFO("hybrid " << hybrid << ", compute chunks away from their masters " << away);
     Rig rig(at::kHalf, hybrid, int64_t{1} << 40);
     PrecisionConfig pc;
     pc.dtype = Dtype::kFp16;
@@ -508,6 +510,12 @@ TEST_CASE("fp16 overflow: skipped, master/m/v untouched, compute params restored
       auto grads = Grads(rig, 2);
       grads[2][3][1] = attempt == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
       rig.Backward(grads, scaler.scale());
+      if (away) {
+        for (int c = 0; c < rig.runtime->layout().num_chunks(); ++c) {
+          if (hybrid) rig.runtime->optimizer_moves().ToHost(c);  // masters on the device
+          else rig.runtime->optimizer_moves().ToDevice(c);       // masters on the host
+        }
+      }
       // The gradients overwrote the compute slots (14-bytes/param reuse) ...
       CHECK_FALSE(Same(rig.runtime->View(ChunkKind::kCompute, 0), compute[0]));
       r = rig.adam->Step(1e-2, 1.0, scaler);
