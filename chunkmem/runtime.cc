@@ -199,7 +199,9 @@ at::Tensor ChunkRuntime::BorrowDevice(int64_t numel, at::ScalarType dtype) {
   const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
   store_.ReleaseFinishedCopies();
   if (!residency_->FitsOnDevice(bytes, residency_->ChunkBudgetNow())) residency_->FreeDeviceBytes(bytes);
-  return store_.Borrow(Tier::kDevice, numel, dtype, /*zero=*/false);
+  at::Tensor buffer = store_.Borrow(Tier::kDevice, numel, dtype, /*zero=*/false);
+  residency_->NoteDeviceBytes();  // the peaks see it, as a gradient slot
+  return buffer;
 }
 
 int ChunkRuntime::chunk_id(ChunkKind kind, int chunk) const { return ids_.at(chunk)[static_cast<int>(kind)]; }

@@ -4,9 +4,10 @@
 // they are not fp32 on the device), m and v (when they are not fp32), the 8-bit
 // (de)quantisers' indices, and the new compute-dtype parameters of a compute chunk that
 // is on the host. Slices are at most the chunk's capacity. The scratch is borrowed from
-// the device tier (ChunkRuntime::BorrowDevice), and the tier plan keeps it off the
-// device room before it gives optimizer state a place there, so a plan that fits
-// leaves the update its scratch.
+// the device tier (ChunkRuntime::BorrowDevice; the 8-bit indices are LibTorch
+// temporaries beside it), and the tier plan keeps the most it can take off the device
+// room before it gives optimizer state a place there, so a plan that fits leaves the
+// update its scratch.
 #pragma once
 
 #include <cstdint>

@@ -106,19 +106,33 @@ void ChunkAdam::RestoreCompute(int chunk) {
   } else if (!d.compute_on_device) {
     d.compute.narrow(0, 0, d.used_numel).copy_(d.master.narrow(0, 0, d.used_numel));
   } else {  // host master, device compute: converted on the host a slice at a time
-    for (int64_t at = 0; at < d.used_numel; at += chunkmem::kDeviceUpdateSliceNumel) {
-      const int64_t n = std::min(chunkmem::kDeviceUpdateSliceNumel, d.used_numel - at);
+    const int64_t slice = device_adam_.slice_numel();
+    for (int64_t at = 0; at < d.used_numel; at += slice) {
+      const int64_t n = std::min(slice, d.used_numel - at);
       d.compute.narrow(0, at, n).copy_(d.master.narrow(0, at, n).to(d.compute.scalar_type()));
     }
   }
 }
 
 void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
+  const auto& store = runtime_.store();
   int64_t capacity = 0;
-  for (int c : chunks) capacity = std::max(capacity, runtime_.layout().chunks()[c].capacity_numel);
+  DeviceAdam::Needs needs;
+  needs.grads = false;
+  for (int c : chunks) {
+    capacity = std::max(capacity, runtime_.layout().chunks()[c].capacity_numel);
+    // Gradient chunks do not move during the step (the residency moves compute chunks).
+    const int grad_id = runtime_.chunk_id(ChunkKind::kGrad, c);
+    needs.grads = needs.grads || store.payload(grad_id).scalar_type() != at::kFloat ||
+                  store.tier(grad_id) != chunkmem::Tier::kDevice;
+  }
   if (capacity == 0) return;
-  const at::ScalarType compute = runtime_.compute_dtype();
-  device_adam_.Reserve(capacity, runtime_.state_dtype(), compute != at::kFloat, compute, runtime_.compute_device());
+  needs.moments = runtime_.state_dtype() != at::kFloat;
+  // The compute chunk is separate (not the fp32 master) and not placed on the device by
+  // the step (it is when it holds the gradients): it may be on the host.
+  needs.compute = runtime_.compute_dtype() != at::kFloat && !runtime_.grads_in_compute_chunks();
+  needs.compute_dtype = runtime_.compute_dtype();
+  device_adam_.Reserve(capacity, needs, runtime_.compute_device());
 }
 
 void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) {

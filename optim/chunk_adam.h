@@ -53,7 +53,7 @@ class ChunkAdam {
   // across tiers; call EndDeviceUpdates after the last one.
   void RestoreCompute(int chunk);
   // Before the step's first UpdateOnDevice of `chunks`: takes the device update's
-  // scratch (which may evict chunks); after the last one, frees it.
+  // scratch (which may evict chunks not in use).
   void BeginDeviceUpdates(const std::vector<int>& chunks);
   // After the step's last UpdateOnDevice: frees the device update's scratch.
   void EndDeviceUpdates() { device_adam_.ReleaseScratch(); }

@@ -51,15 +51,14 @@ at::Tensor& DeviceAdam::Take(int which, at::ScalarType dtype, int64_t numel, at:
   return s;
 }
 
-void DeviceAdam::Reserve(int64_t capacity_numel, at::ScalarType state_dtype, bool separate_compute,
-                         at::ScalarType compute_dtype, at::Device device) {
+void DeviceAdam::Reserve(int64_t capacity_numel, const Needs& needs, at::Device device) {
   const int64_t numel = std::min(slice_numel_, std::max<int64_t>(capacity_numel, 1));
-  Take(kGrads, at::kFloat, numel, device);
-  if (state_dtype != at::kFloat) {
+  if (needs.grads) Take(kGrads, at::kFloat, numel, device);
+  if (needs.moments) {
     Take(kM, at::kFloat, numel, device);
     Take(kV, at::kFloat, numel, device);
   }
-  if (separate_compute) Take(kCompute, compute_dtype, numel, device);
+  if (needs.compute) Take(kCompute, needs.compute_dtype, numel, device);
 }
 
 at::Tensor& DeviceAdam::Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk) {

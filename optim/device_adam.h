@@ -9,7 +9,8 @@
 // the master where it is separate (on the device directly; on the host through a
 // device-converted slice and one copy per slice). fp32 state with fp32 gradients on the
 // device needs no gradient or moment scratch: one batch per run of updated parameters.
-// The scratch comes from a DeviceScratchSource (the chunk store's device tier in a run).
+// The scratch comes from a DeviceScratchSource (the chunk store's device tier in a run),
+// taken by Reserve before the step's updates.
 // Training thread only.
 #pragma once
 
@@ -67,11 +68,20 @@ class DeviceAdam {
   void WriteCompute(const DeviceChunk& chunk);
   // Takes the scratch for chunks of up to `capacity_numel` elements before the step's
   // first Update: taking it from the source may evict chunks (the runtime's device
-  // tier), which must not happen while an Update holds a chunk's payloads.
-  void Reserve(int64_t capacity_numel, at::ScalarType state_dtype, bool separate_compute, at::ScalarType compute_dtype,
-               at::Device device);
-  // Frees the scratch after the step's last Update: it is device memory beside the
-  // chunks only while the optimizer runs (the traced budget's moments do not see it).
+  // tier), which must not happen while an Update holds a chunk's payloads. Which parts:
+  // the gradient slice when some chunk's gradients are not fp32 on the device, m and v
+  // when the state is not fp32, the compute slice when a compute chunk may be on the
+  // host (the caller decides; after this call, eviction may have put it there).
+  struct Needs {
+    bool grads = true;
+    bool moments = true;
+    bool compute = true;
+    at::ScalarType compute_dtype = at::kBFloat16;
+  };
+  void Reserve(int64_t capacity_numel, const Needs& needs, at::Device device);
+  int64_t slice_numel() const { return slice_numel_; }
+  // Gives the scratch back after the step's last Update (it counts in the source's
+  // tier only while the optimizer runs).
   void ReleaseScratch();
 
  private:

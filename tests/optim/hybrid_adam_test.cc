@@ -344,9 +344,10 @@ TEST_CASE("device update scratch evicts chunks before the updates, never under o
   Rig tight(at::kBFloat16, /*hybrid=*/true, budget, false, false, 0, 0, /*fp32_grads=*/true, at::kBFloat16, 256);
   tight.Backward(grads);
   for (int c = 0; c < n; ++c) tight.runtime->optimizer_moves().ToDevice(c);
-  // While this is held 1,920 bytes are left: the scratch (256 x 14 bytes) fits once both
-  // compute chunks (448 x 2 bytes each) are evicted; the moments' part of it alone
-  // (256 x 8) would not fit either, so taking scratch inside an update would evict too.
+  // While this is held 1,920 bytes are left: the scratch (m and v 256 x 8 bytes, the
+  // compute slice 256 x 2; the gradients are fp32 on the device) fits only once a
+  // compute chunk (448 x 2 bytes) is evicted, and m and v alone would not fit either, so
+  // taking the scratch inside an update would evict under it.
   const int64_t left = budget - tight.store->stats().device_bytes;
   REQUIRE(left >= 1920);
   at::Tensor held = tight.store->Borrow(chunkmem::Tier::kDevice, left - 1920, at::kByte, false);
