@@ -234,8 +234,10 @@ void Residency::FinishWarmupIfDone() {
     non_model_peak_.resize(moments, 0);
     for (int t = 0; t < moments; ++t) {
       const int64_t budget = settings_.device_memory_bytes - non_model_peak_[t];
-      // The pinned optimizer state and the chunks this moment uses must be there.
-      int64_t needed = planned_.device_optimizer_bytes;
+      // The pinned optimizer state and the chunks this moment uses must be there; the
+      // last moment's budget holds through the optimizer step, which takes the device
+      // update's scratch.
+      int64_t needed = planned_.device_optimizer_bytes + (t == moments - 1 ? planned_.device_scratch_bytes : 0);
       for (int c : trace_.ChunksAt(t)) needed += chunk_bytes(c);
       int64_t b = settings_.static_budgets ? std::min(budget, std::max(WarmupShareBytes(), needed)) : budget;
       if (b < needed) {

@@ -59,10 +59,13 @@ struct ResidencySettings {
 };
 
 // From the run's TierPlan (tier_plan.h): the device bytes allowed during a traced
-// warm-up (pinned optimizer state included), and the optimizer state on the device for good.
+// warm-up (pinned optimizer state included), the optimizer state on the device for good,
+// and the optimizer's device-update scratch, taken at the step, after the last moment of
+// an iteration (chunkmem/update_scratch.h).
 struct PlannedDeviceBytes {
   int64_t warmup_device_bytes = 0;
   int64_t device_optimizer_bytes = 0;
+  int64_t device_scratch_bytes = 0;
 };
 
 struct ResidencyStats {

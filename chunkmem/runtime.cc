@@ -119,6 +119,7 @@ void ChunkRuntime::MakeResidency() {
   PlannedDeviceBytes planned;
   planned.warmup_device_bytes = tiers_.warmup_device_bytes;
   planned.device_optimizer_bytes = tiers_.device_optimizer_bytes;
+  planned.device_scratch_bytes = tiers_.device_scratch_bytes;
   std::vector<int> ids;
   std::vector<bool> held;
   for (int c = 0; c < layout_.num_chunks(); ++c) {

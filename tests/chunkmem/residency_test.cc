@@ -256,6 +256,27 @@ TEST_CASE("traced budget: a moment whose chunks in use exceed what activations l
   });
 }
 
+// The optimizer step runs at the last moment's budget and takes the device update's
+// scratch there: a last moment whose activations leave less than its chunks plus the
+// scratch gets that much, an overrun.
+TEST_CASE("traced budget: the last moment keeps room for the optimizer's scratch", "[residency][budget]") {
+  const Script script = {{0}, {1}};
+  Fixture f(4, 4);
+  ResidencySettings s = Settings(EvictionPolicyKind::kOpt, 0);
+  s.device_memory_bytes = 4 * kChunkBytes;
+  auto r = f.Make(s, {/*warmup_device_bytes=*/4 * kChunkBytes, 0, /*device_scratch_bytes=*/kChunkBytes});
+  ScriptedProbe probe;
+  r->set_probe(&probe);
+  // Activations leave 2 chunks at both moments: enough for one chunk in use, and at the
+  // last moment for the scratch too; 3 chunks' worth at the last moment: raised.
+  RunIteration(*r, script, [&](int t) { probe.peak = t == 0 ? 2 * kChunkBytes : 3 * kChunkBytes; });
+  CHECK(r->stats().budget_overruns == 1);
+  RunIteration(*r, script, [&](int t) {
+    probe.peak = t == 0 ? 2 * kChunkBytes : 3 * kChunkBytes;
+    CHECK(r->ChunkBudgetNow() == 2 * kChunkBytes);  // moment 0: what activations leave; 1: chunk + scratch
+  });
+}
+
 TEST_CASE("a restored warm-up is used from the first iteration", "[residency][resume]") {
   const Script script = {{0}, {1, 3}, {2}, {0}, {3}};
   Fixture f(4, 2);
