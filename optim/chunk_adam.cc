@@ -90,18 +90,30 @@ void ChunkAdam::UndoSteps(int chunk) {
   }
 }
 
-void ChunkAdam::RestoreCompute(int chunk) {
+DeviceChunk ChunkAdam::DeviceChunkOf(int chunk) const {
   const auto& store = runtime_.store();
-  const int compute_id = runtime_.chunk_id(ChunkKind::kCompute, chunk);
-  const int master_id = runtime_.chunk_id(ChunkKind::kMaster, chunk);
+  const auto& spec = runtime_.layout().chunks()[chunk];
+  auto payload = [&](ChunkKind kind) { return store.payload(runtime_.chunk_id(kind, chunk)); };
   DeviceChunk d;
-  d.master = store.payload(master_id);
-  d.compute = store.payload(compute_id);
-  d.capacity_numel = runtime_.layout().chunks()[chunk].capacity_numel;
-  d.used_numel = runtime_.layout().chunks()[chunk].used_numel;
-  d.compute_on_device = store.tier(compute_id) == chunkmem::Tier::kDevice;
-  const bool master_on_device = store.tier(master_id) == chunkmem::Tier::kDevice;
-  if (master_on_device) {
+  d.master = payload(ChunkKind::kMaster);
+  d.grads = payload(ChunkKind::kGrad);
+  d.m = payload(ChunkKind::kAdamM);
+  d.v = payload(ChunkKind::kAdamV);
+  if (runtime_.compute_dtype() != at::kFloat) d.compute = payload(ChunkKind::kCompute);
+  d.grads_on_device = OnDeviceTier(ChunkKind::kGrad, chunk);
+  d.compute_on_device = OnDeviceTier(ChunkKind::kCompute, chunk);
+  d.capacity_numel = spec.capacity_numel;
+  d.used_numel = spec.used_numel;
+  return d;
+}
+
+bool ChunkAdam::OnDeviceTier(ChunkKind kind, int chunk) const {
+  return runtime_.store().tier(runtime_.chunk_id(kind, chunk)) == chunkmem::Tier::kDevice;
+}
+
+void ChunkAdam::RestoreCompute(int chunk) {
+  const DeviceChunk d = DeviceChunkOf(chunk);
+  if (OnDeviceTier(ChunkKind::kMaster, chunk)) {
     device_adam_.WriteCompute(d);  // one conversion, or device-converted slices to the host
   } else if (!d.compute_on_device) {
     d.compute.narrow(0, 0, d.used_numel).copy_(d.master.narrow(0, 0, d.used_numel));
@@ -136,20 +148,8 @@ void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
 }
 
 void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) {
-  const auto& store = runtime_.store();
   const auto& spec = runtime_.layout().chunks()[chunk];
-  auto payload = [&](ChunkKind kind) { return store.payload(runtime_.chunk_id(kind, chunk)); };
-  DeviceChunk d;
-  d.master = payload(ChunkKind::kMaster);
-  d.grads = payload(ChunkKind::kGrad);
-  d.m = payload(ChunkKind::kAdamM);
-  d.v = payload(ChunkKind::kAdamV);
-  if (runtime_.compute_dtype() != at::kFloat) d.compute = payload(ChunkKind::kCompute);
-  auto on_device = [&](ChunkKind kind) { return store.tier(runtime_.chunk_id(kind, chunk)) == chunkmem::Tier::kDevice; };
-  d.grads_on_device = on_device(ChunkKind::kGrad);
-  d.compute_on_device = on_device(ChunkKind::kCompute);
-  d.capacity_numel = spec.capacity_numel;
-  d.used_numel = spec.used_numel;
+  const DeviceChunk d = DeviceChunkOf(chunk);
   const at::Device device = d.master.device();
   std::vector<DeviceParam> params;
   std::vector<at::Tensor> advanced;

@@ -62,6 +62,9 @@ class ChunkAdam {
   void set_steps(int index, int64_t steps);
 
  private:
+  // `chunk`'s payloads for the device update, with the tiers of its gradients and compute chunk.
+  DeviceChunk DeviceChunkOf(int chunk) const;
+  bool OnDeviceTier(chunkmem::ChunkKind kind, int chunk) const;
   // int8 state: the m and v block scales of the parameter at `offset_numel` in `chunk`.
   void SetScales(int chunk, int64_t offset_numel, AdamSpan& span) const;
   const chunkmem::ChunkRuntime& runtime_;

@@ -18,12 +18,6 @@ int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 bool Int8(const at::Tensor& payload) { return payload.scalar_type() == at::kByte; }
 
-// 8-bit payload: codes of elements [begin, begin + numel) and their blocks' scales.
-at::Tensor Codes(const at::Tensor& payload, int64_t begin, int64_t numel) { return payload.narrow(0, begin, numel); }
-at::Tensor Scales(const at::Tensor& payload, int64_t capacity, int64_t begin, int64_t numel) {
-  return payload.narrow(0, capacity + 4 * (begin / kQuantBlockNumel), 4 * (numel / kQuantBlockNumel)).view(at::kFloat);
-}
-
 }  // namespace
 
 DeviceAdam::DeviceAdam(const OptimizerConfig& config, int64_t slice_numel, DeviceScratchSource source)
@@ -75,8 +69,8 @@ at::Tensor DeviceAdam::Widen(const at::Tensor& payload, const DeviceChunk& chunk
   if (!Int8(payload)) return scratch.narrow(0, 0, n).copy_(payload.narrow(0, b.begin_numel, n));
   const int64_t whole = AlignUp(n, kQuantBlockNumel);  // within capacity: it is a multiple of the block
   at::Tensor wide = scratch.narrow(0, 0, whole);
-  DequantizeInt8Blocks(Codes(payload, b.begin_numel, whole), Scales(payload, chunk.capacity_numel, b.begin_numel, whole),
-                       Code(code, payload.device()), wide);
+  const Int8Moment range = Int8MomentOf(payload, chunk.capacity_numel, b.begin_numel, whole);
+  DequantizeInt8Blocks(range.codes, range.scales, Code(code, payload.device()), wide);
   // Elements outside the pieces (alignment gaps) are 0, so quantising back sees each
   // parameter's blocks as the host does (a parameter's last block ends at its end).
   int64_t at = b.begin_numel;
@@ -97,8 +91,8 @@ void DeviceAdam::Narrow(const at::Tensor& wide, const at::Tensor& payload, const
     return;
   }
   const int64_t whole = wide.numel();
-  QuantizeInt8Blocks(wide, Code(code, payload.device()), Codes(payload, b.begin_numel, whole),
-                     Scales(payload, chunk.capacity_numel, b.begin_numel, whole));
+  const Int8Moment range = Int8MomentOf(payload, chunk.capacity_numel, b.begin_numel, whole);
+  QuantizeInt8Blocks(wide, Code(code, payload.device()), range.codes, range.scales);
 }
 
 void DeviceAdam::RunBatch(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, const SliceBatch& b,

@@ -81,6 +81,12 @@ SpeculationOptions SpeculationSettings(chunkmem::ChunkRuntime& runtime, const Hy
   return s;
 }
 
+// Gives the device update's scratch back when it leaves scope, on every path.
+struct ScratchRelease {
+  ChunkAdam& adam;
+  ~ScratchRelease() { adam.EndDeviceUpdates(); }
+};
+
 // The device update's scratch: the runtime's device tier (counted and made room for).
 DeviceScratchSource ScratchFrom(chunkmem::ChunkRuntime& runtime) {
   return {[&runtime](int64_t numel, at::ScalarType dtype) { return runtime.BorrowDevice(numel, dtype); },
@@ -172,10 +178,7 @@ double HybridAdam::SumSquares() {
 
 void HybridAdam::RestoreComputeFromMaster() {
   if (!runtime_.grads_in_compute_chunks()) return;  // the compute slots still hold the parameters
-  struct ScratchRelease {  // a device master writing a host compute chunk takes scratch
-    ChunkAdam& adam;
-    ~ScratchRelease() { adam.EndDeviceUpdates(); }
-  } release{chunk_adam_};
+  ScratchRelease release{chunk_adam_};  // a device master writing a host compute chunk takes scratch
   for (int c = 0; c < runtime_.layout().num_chunks(); ++c) {
     if (Updated(runtime_, c)) chunk_adam_.RestoreCompute(c);
   }
@@ -308,10 +311,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
     // The fused op divides gradients by its grad_scale: pass 1 / (clip_coef / loss_scale).
     const at::Tensor unscale =
         at::full({}, 1.0 / grad_scale, at::TensorOptions().dtype(at::kFloat).device(runtime_.compute_device()));
-    struct ScratchRelease {  // the update's scratch goes back on every path
-      ChunkAdam& adam;
-      ~ScratchRelease() { adam.EndDeviceUpdates(); }
-    } release{chunk_adam_};
+    ScratchRelease release{chunk_adam_};
     chunk_adam_.BeginDeviceUpdates(device_chunks_);
     for (int chunk : device_chunks_) {
       // The fused op reads the compute chunk on the device where it is the master (fp32)
