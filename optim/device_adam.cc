@@ -18,6 +18,12 @@ int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 bool Int8(const at::Tensor& payload) { return payload.scalar_type() == at::kByte; }
 
+// Whether a tensor on `actual` is on `wanted`: a device named without an index ("cuda",
+// the runtime's compute device) is whichever index its tensors got.
+bool OnDevice(at::Device actual, at::Device wanted) {
+  return actual.type() == wanted.type() && (!wanted.has_index() || actual.index() == wanted.index());
+}
+
 }  // namespace
 
 DeviceAdam::DeviceAdam(const OptimizerConfig& config, int64_t slice_numel, DeviceScratchSource source)
@@ -27,7 +33,7 @@ DeviceAdam::DeviceAdam(const OptimizerConfig& config, int64_t slice_numel, Devic
 }
 
 const Int8DeviceCode& DeviceAdam::Code(QuantCode code, at::Device device) {
-  if (!codes_device_ || *codes_device_ != device) {
+  if (!codes_device_ || !OnDevice(*codes_device_, device)) {
     codes_[0] = MakeInt8DeviceCode(QuantCode::kSigned, device);
     codes_[1] = MakeInt8DeviceCode(QuantCode::kUnsigned, device);
     codes_device_ = device;
@@ -37,10 +43,10 @@ const Int8DeviceCode& DeviceAdam::Code(QuantCode code, at::Device device) {
 
 at::Tensor& DeviceAdam::Take(int which, at::ScalarType dtype, int64_t numel, at::Device device) {
   at::Tensor& s = scratch_[which];
-  if (!s.defined() || s.device() != device || s.scalar_type() != dtype || s.numel() < numel) {
+  if (!s.defined() || !OnDevice(s.device(), device) || s.scalar_type() != dtype || s.numel() < numel) {
     Release(s);  // before the new one is taken
     s = source_.borrow ? source_.borrow(numel, dtype) : at::empty({numel}, at::TensorOptions().dtype(dtype).device(device));
-    TORCH_INTERNAL_ASSERT(s.device() == device, "DeviceAdam: scratch on ", s.device(), ", wanted on ", device);
+    TORCH_INTERNAL_ASSERT(OnDevice(s.device(), device), "DeviceAdam: scratch on ", s.device(), ", wanted on ", device);
   }
   return s;
 }
