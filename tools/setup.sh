@@ -2,7 +2,8 @@
 # Installs what ps_train needs on Debian 12 (bookworm), idempotently:
 #   apt:  Bazel 4.2.3 (bazel-bootstrap) + platforms, g++, yaml-cpp, spdlog/fmt, cxxopts,
 #         Catch2, nlohmann-json, libssl-dev (SHA-256 of checkpoints), libicu-dev (tokenizer
-#         regex), libprotobuf-dev + protobuf-compiler (TensorBoard event files) (see ../shared/TOOLCHAIN.md for why these versions)
+#         regex), libprotobuf-dev + protobuf-compiler (TensorBoard event files), liburing-dev
+#         (the NVMe tier) (see ../shared/TOOLCHAIN.md for why these versions)
 #   PyPI: torch==2.11.0 (--no-deps), whose wheel carries a complete LibTorch (headers +
 #         libtorch_cpu/libc10, and the CUDA libraries for --config=cuda).
 # Already-installed pieces are skipped, so a second run takes about a second.
@@ -12,7 +13,7 @@ set -euo pipefail
 TORCH_VERSION=2.11.0
 APT_PACKAGES=(bazel-bootstrap bazel-platforms g++ python3 libyaml-cpp-dev libspdlog-dev
               libfmt-dev libcxxopts-dev catch2 nlohmann-json3-dev libssl-dev libicu-dev
-              libprotobuf-dev protobuf-compiler libgloo-dev)
+              libprotobuf-dev protobuf-compiler libgloo-dev liburing-dev)
 
 log() { echo "[setup] $*"; }
 

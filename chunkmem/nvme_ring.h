@@ -1,0 +1,98 @@
+// NvmeRing: the host buffers through which the NVMe tier's chunks are read and written
+// (docs/chunkmem.md, "NVMe tier"): S slots, each one chunk's optimizer state at a time;
+// in a step it reads ahead in the order the host Adam consumes the chunks and writes
+// back behind. A slot is free (possibly holding a clean copy of a chunk: its bytes equal
+// the file's), reading, ready, in use or writing:
+//   free -> reading (read submitted) -> ready (read complete) -> in use (Acquire)
+//   in use -> writing (Release, written) -> free with a clean copy (write complete)
+//   in use -> free with a clean copy (Release, not written)
+// Invariants: a chunk is in at most one slot; a chunk's read is never submitted while
+// its write is in flight; a slot in use is never reused. Every call first reaps
+// finished I/O and refills idle slots holding no chunk of the window (the next S - 1
+// chunks of the order, from the next to be acquired; past the step's last chunk, the
+// next step's first ones) with reads of the window's chunks.
+// Acquire of a chunk outside the order (checkpoints, start-up, the exit) works too: it
+// takes a free slot (or waits for one) and reads the chunk if no slot has it.
+// Training thread only. No torch dependency: bytes and offsets.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "chunkmem/nvme_file.h"
+
+namespace ps::chunkmem {
+
+// A chunk's optimizer state in the tier's file: bytes [offset, offset + bytes), both
+// 4 KiB multiples; bytes 0: the chunk is not on the tier.
+struct NvmeExtent {
+  int64_t offset_bytes = 0;
+  int64_t bytes = 0;
+};
+
+struct NvmeRingStats {
+  int64_t read_bytes = 0;     // submitted, cumulative
+  int64_t written_bytes = 0;
+  int64_t clean_hits = 0;     // Acquires served by a clean copy, no read
+  double wait_ms = 0;         // the caller blocked in Acquire or for a free slot, cumulative
+};
+
+class NvmeRing {
+ public:
+  // `slots`: S >= 2 buffers, 4 KiB-aligned, each at least the largest extent; they and
+  // `file` outlive the ring.
+  NvmeRing(NvmeFile& file, std::vector<NvmeExtent> extents, std::vector<void*> slots);
+  ~NvmeRing();  // waits for every write (errors are not thrown from here: call Flush)
+  NvmeRing(const NvmeRing&) = delete;
+  NvmeRing& operator=(const NvmeRing&) = delete;
+
+  // The order of the next step's chunks (each on the tier, once); reads start for free slots.
+  void BeginStep(const std::vector<int>& order);
+  // Chunk `chunk`'s bytes in a slot, for the caller until Release: waits for its read.
+  // At most S - 1 chunks in use at once.
+  void* Acquire(int chunk);
+  // Gives the slot back: `written` submits its write (the file gets the slot's bytes).
+  void Release(int chunk, bool written);
+  // Reaps finished I/O and refills: reads that slots freed since the last call can take
+  // (the caller's chance to keep the disk busy between steps: a reused slot is refilled
+  // only in a call).
+  void Poll();
+  // Waits for every write submitted (and reads in flight); throws the first I/O error.
+  void Flush();
+
+  int num_slots() const { return static_cast<int>(slots_.size()); }
+  const NvmeExtent& extent(int chunk) const { return extents_.at(chunk); }
+  // The slot holding `chunk` (any state), or -1.
+  int SlotOf(int chunk) const;
+  NvmeRingStats stats() const { return stats_; }
+
+ private:
+  enum class State { kFree, kReading, kReady, kInUse, kWriting };
+  struct Slot {
+    void* buffer = nullptr;
+    State state = State::kFree;
+    int chunk = -1;  // free: the chunk of its clean copy, or -1
+    NvmeFile::Ticket ticket = 0;
+  };
+
+  void Reap();    // finished reads -> ready, finished writes -> free (clean copies)
+  void Refill();  // reusable slots read the window's chunks
+  // Where `chunk` is among the next num_slots() - 1 chunks of the order (from the next
+  // one to be acquired; past the end, the next step's first ones): 0 next, -1 not there.
+  int WindowPosition(int chunk) const;
+  // A slot for a read of `chunk`: free or ready and holding no chunk of the window; for
+  // an Acquire (`must`), else the next write to finish, else a read ahead (the window's
+  // farthest); -1 when there is none (not `must`). Never a slot in use.
+  int ReusableSlot(bool must);
+  void SubmitRead(int slot, int chunk);
+  void WaitSlot(Slot& slot);  // its I/O complete (state moves on); throws its error
+
+  NvmeFile& file_;
+  std::vector<NvmeExtent> extents_;
+  std::vector<Slot> slots_;
+  std::vector<int> order_;
+  size_t next_pos_ = 0;  // the position in order_ of the next chunk to be acquired
+  NvmeRingStats stats_;
+};
+
+}  // namespace ps::chunkmem
