@@ -196,7 +196,7 @@ void ChunkStore::Account(Tier tier, int64_t bytes) {
 
 void ChunkStore::Allocate(int id, Tier tier, bool zero) {
   Entry& e = chunks_.at(id);
-  TORCH_INTERNAL_ASSERT(e.tier == Tier::kNone, "chunk ", id, " already has a payload");
+  TORCH_INTERNAL_ASSERT(e.tier == Tier::kNone && !e.nvme, "chunk ", id, " already has a payload (or is on the NVMe tier)");
   CheckBudget(id, tier);
   ProbePause pause(probe_);
   e.payload = allocator(tier).Allocate(e.capacity_numel, e.dtype);
@@ -273,7 +273,30 @@ std::shared_ptr<CopyTicket> ChunkStore::TakePendingCopy(int id) {
 
 const at::Tensor& ChunkStore::payload(int id) const {
   Ready(id);
-  return chunks_.at(id).payload;
+  const Entry& e = chunks_.at(id);
+  TORCH_CHECK(!e.nvme || e.payload.defined(), "chunk ", id,
+              " is on the NVMe tier and not in the ring now: it is read only while mounted (NvmeState)");
+  return e.payload;
+}
+
+void ChunkStore::MarkNvme(int id) {
+  Entry& e = chunks_.at(id);
+  TORCH_INTERNAL_ASSERT(e.tier == Tier::kNone, "chunk ", id, " has a payload: it cannot go to the NVMe tier");
+  e.nvme = true;
+}
+
+void ChunkStore::Mount(int id, at::Tensor view) {
+  Entry& e = chunks_.at(id);
+  TORCH_INTERNAL_ASSERT(e.nvme && !e.payload.defined(), "chunk ", id, " is not an unmounted NVMe-tier chunk");
+  TORCH_INTERNAL_ASSERT(view.numel() == e.capacity_numel && view.scalar_type() == e.dtype && view.is_cpu(),
+                        "chunk ", id, ": a mount must be a host view of its numel and dtype");
+  e.payload = std::move(view);
+}
+
+void ChunkStore::Unmount(int id) {
+  Entry& e = chunks_.at(id);
+  TORCH_INTERNAL_ASSERT(e.nvme, "chunk ", id, " is not on the NVMe tier");
+  e.payload = at::Tensor();
 }
 
 void ChunkStore::Free(int id) {

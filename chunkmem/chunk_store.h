@@ -130,6 +130,16 @@ class ChunkStore {
   // makes its memory free too, without blocking (CopyTicket::ReleaseIfDone).
   void ReleaseFinishedCopies();
 
+  // The NVMe tier (docs/chunkmem.md, "NVMe tier"): chunk `id` (without payload) keeps
+  // its bytes in the tier's file (chunkmem/nvme_state.h); it has a payload only while
+  // mounted: a view of a ring slot (host memory, same numel and dtype), not counted
+  // against a budget (the ring's slots are, borrowed once). Its tier stays kNone; its
+  // payload() while not mounted throws.
+  void MarkNvme(int id);
+  bool on_nvme(int id) const { return chunks_.at(id).nvme; }
+  void Mount(int id, at::Tensor view);
+  void Unmount(int id);
+
   // A scratch payload on `tier` (zero-filled if `zero`), counted against the tier's
   // budget like a chunk until GiveBack; throws if the budget cannot take it (check
   // CanHold first). Not model data and not a chunk id.
@@ -166,6 +176,7 @@ class ChunkStore {
     at::Tensor payload;
     mutable std::shared_ptr<CopyTicket> pending;  // copy into payload still in flight
     at::Tensor home;  // its slot in the host pool, kept while it is on the device (keeps_home_slots)
+    bool nvme = false;  // MarkNvme: a payload only while mounted
   };
   void Ready(int id) const;                       // waits for a pending copy
   std::shared_ptr<CopyTicket> CopyCounted(at::Tensor dst, at::Tensor src, bool to_device);

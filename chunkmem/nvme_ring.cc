@@ -124,7 +124,7 @@ void NvmeRing::Refill() {
   }
 }
 
-void* NvmeRing::Acquire(int chunk) {
+void* NvmeRing::Acquire(int chunk, bool read) {
   if (extents_.at(chunk).bytes == 0) throw std::invalid_argument("NvmeRing: chunk " + std::to_string(chunk) + " is not on the tier");
   Reap();
   int slot = SlotOf(chunk);
@@ -139,7 +139,12 @@ void* NvmeRing::Acquire(int chunk) {
                              " chunks may be acquired at once)");
     }
     slot = ReusableSlot(/*must=*/true);
-    SubmitRead(slot, chunk);
+    if (read) {
+      SubmitRead(slot, chunk);
+    } else {
+      slots_[slot].chunk = chunk;
+      slots_[slot].state = State::kReady;  // the caller's bytes
+    }
   } else if (slots_[slot].state == State::kFree) {
     ++stats_.clean_hits;
   } else if (slots_[slot].state == State::kWriting) {

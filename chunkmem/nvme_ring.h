@@ -49,8 +49,9 @@ class NvmeRing {
   // The order of the next step's chunks (each on the tier, once); reads start for free slots.
   void BeginStep(const std::vector<int>& order);
   // Chunk `chunk`'s bytes in a slot, for the caller until Release: waits for its read.
-  // At most S - 1 chunks in use at once.
-  void* Acquire(int chunk);
+  // `read` false: a slot for the caller to fill (every byte; no read when no slot has
+  // the chunk). At most S - 1 chunks in use at once.
+  void* Acquire(int chunk, bool read = true);
   // Gives the slot back: `written` submits its write (the file gets the slot's bytes).
   void Release(int chunk, bool written);
   // Reaps finished I/O and refills: reads that slots freed since the last call can take

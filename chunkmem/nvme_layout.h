@@ -1,0 +1,40 @@
+// Where a chunk's optimizer state lies in the NVMe tier's file (docs/chunkmem.md, "NVMe
+// tier"): its parts, fp32 master (none when the compute chunk is the master, fp32
+// compute), Adam m and v (their payload bytes: chunkmem/state_layout.h), one after the
+// other, each starting at a 4 KiB boundary (O_DIRECT). Pure arithmetic, shared by the
+// tier plan (bytes) and NvmeState (offsets).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace ps::chunkmem {
+
+inline constexpr int64_t kNvmePartAlignBytes = 4096;
+
+inline int64_t NvmeAlignUp(int64_t bytes) {
+  return (bytes + kNvmePartAlignBytes - 1) / kNvmePartAlignBytes * kNvmePartAlignBytes;
+}
+
+enum NvmePart { kNvmeMaster = 0, kNvmeM = 1, kNvmeV = 2 };
+
+struct NvmeParts {
+  std::array<int64_t, 3> offset_bytes{};  // within the chunk's extent, [NvmePart]
+  std::array<int64_t, 3> bytes{};         // the payloads' bytes (master 0: none)
+  int64_t extent_bytes = 0;               // the chunk's bytes in the file (4 KiB multiple)
+};
+
+// `master_bytes` 0 when the master is the compute chunk; `moment_bytes`: one of m, v.
+inline NvmeParts NvmePartsOf(int64_t master_bytes, int64_t moment_bytes) {
+  NvmeParts p;
+  p.bytes = {master_bytes, moment_bytes, moment_bytes};
+  int64_t at = 0;
+  for (int i = 0; i < 3; ++i) {
+    p.offset_bytes[i] = at;
+    at += NvmeAlignUp(p.bytes[i]);
+  }
+  p.extent_bytes = at;
+  return p;
+}
+
+}  // namespace ps::chunkmem
