@@ -65,6 +65,9 @@ TierPlanInput TierPlanInputOf(const PlanInput& in) {
   p.rank = in.rank;
   p.zero = in.zero;
   p.prefetch_groups = in.prefetch_groups;
+  p.nvme = in.nvme;
+  p.nvme_host_budget_bytes = in.nvme_host_budget_bytes;
+  p.nvme_ring_slots = in.nvme_ring_slots;
   return p;
 }
 
@@ -85,7 +88,9 @@ int64_t LargestParamNumel(const MemoryPlan& plan, const PlanInput& in, int64_t c
   const double kg = static_cast<double>(in.compute_element_bytes) + t * grad_per_element;
   const double o = t * plan.optimizer_bytes_per_element;
   double n = H / (kg * u);
-  if (o * n * u > A) n = (H + A) / ((kg + o) * u);
+  // The NVMe tier takes what the host does not keep (its ring taken as this model's).
+  if (o * n * u > A && !in.nvme) n = (H + A) / ((kg + o) * u);
+  if (in.nvme) n = std::max(0.0, H - static_cast<double>(plan.tiers.nvme_ring_bytes)) / (kg * u);
   return static_cast<int64_t>(std::max(0.0, n));
 }
 
@@ -181,7 +186,15 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
          Bytes(static_cast<double>(p.min_device_bytes)) + " (largest block working set)\n";
   out += "optimizer state   " + std::to_string(pl.device_optimizer_chunks) + " of " +
          std::to_string(pl.owned_chunks) + " chunks on the device from start-up (" +
-         Bytes(static_cast<double>(pl.device_optimizer_bytes)) + ", updated there), the rest on the host\n";
+         Bytes(static_cast<double>(pl.device_optimizer_bytes)) + ", updated there), the rest on the host" +
+         (pl.nvme_chunks > 0 ? " (" + std::to_string(pl.nvme_chunks) + " of them in the NVMe tier)\n" : "\n");
+  if (pl.nvme_chunks > 0) {
+    out += "nvme              the optimizer state of " + std::to_string(pl.nvme_chunks) + " chunks in chunk.nvme_dir (" +
+           Bytes(static_cast<double>(pl.nvme_bytes)) + "), through a ring of " + std::to_string(in.nvme_ring_slots) +
+           " slots in host memory (" + Bytes(static_cast<double>(pl.nvme_ring_bytes)) + ")\n";
+  } else if (in.nvme) {
+    out += "nvme              not needed: host memory keeps every host-updated chunk's state\n";
+  }
   if (pl.warmup_device_bytes > 0) {
     out += "warm-up           " + Bytes(static_cast<double>(pl.warmup_device_bytes)) +
            " of chunks on the device (optimizer state + the warm-up share), more only for chunks in use\n";

@@ -60,6 +60,10 @@ struct PlanInput {
   int64_t rank = 0;
   bool zero = false;             // ZeRO at world_size 1 too (TierPlanInput::zero)
   bool prefetch_groups = false;  // ZeRO: the next block's groups gathered ahead (TierPlanInput)
+  // The NVMe tier (TierPlanInput): on, host bytes for state kept in RAM (< 0: derived), ring slots.
+  bool nvme = false;
+  int64_t nvme_host_budget_bytes = -1;
+  int64_t nvme_ring_slots = 4;
 };
 
 struct MemoryPlan {

@@ -37,4 +37,10 @@ inline NvmeParts NvmePartsOf(int64_t master_bytes, int64_t moment_bytes) {
   return p;
 }
 
+// Host bytes of a ring of `slots` slots for extents of at most `largest_extent_bytes`,
+// each slot one alignment unit more to start on a 4 KiB boundary (NvmeState).
+inline int64_t NvmeRingBytes(int64_t slots, int64_t largest_extent_bytes) {
+  return slots * (largest_extent_bytes + kNvmePartAlignBytes);
+}
+
 }  // namespace ps::chunkmem

@@ -33,7 +33,7 @@ NvmeState::NvmeState(ChunkStore& store, std::vector<NvmeChunkIds> chunks, const 
   std::vector<void*> buffers;
   for (int s = 0; s < settings.ring_slots; ++s) {
     TORCH_CHECK(store_.CanHold(Tier::kHost, largest + kNvmeAlignBytes), "the NVMe tier's ring (",
-                RingBytes(settings.ring_slots, largest), " bytes) does not fit the host budget");
+                NvmeRingBytes(settings.ring_slots, largest), " bytes) does not fit the host budget");
     borrowed_.push_back(store_.Borrow(Tier::kHost, largest + kNvmeAlignBytes, at::kByte, /*zero=*/false));
     const auto address = reinterpret_cast<uintptr_t>(borrowed_.back().data_ptr());
     const int64_t skip = static_cast<int64_t>((kNvmeAlignBytes - address % kNvmeAlignBytes) % kNvmeAlignBytes);

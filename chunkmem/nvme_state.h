@@ -34,12 +34,6 @@ struct NvmeSettings {
 
 class NvmeState {
  public:
-  // The host bytes of a ring of `slots` slots for extents of at most `largest_extent_bytes`
-  // (each slot one alignment unit more, to start on a 4 KiB boundary).
-  static int64_t RingBytes(int slots, int64_t largest_extent_bytes) {
-    return slots * (largest_extent_bytes + kNvmeAlignBytes);
-  }
-
   // `chunks[c]`: chunk c's state entries (registered, without payload; marked MarkNvme
   // here). Creates the file (throws naming the directory and bytes when it cannot) and
   // borrows the ring from the host tier (throws when the budget cannot take it).

@@ -1,5 +1,6 @@
 #include "chunkmem/tier_plan.h"
 
+#include "chunkmem/nvme_layout.h"
 #include "chunkmem/state_layout.h"
 #include "chunkmem/update_scratch.h"
 
@@ -22,6 +23,11 @@ int64_t Add(int64_t a, int64_t b) {
   int64_t out = 0;
   TORCH_CHECK(!__builtin_add_overflow(a, b, &out), "tier plan: ", a, " + ", b, " bytes overflows int64");
   return out;
+}
+
+// One of m, v: StatePayloadBytes, counted with overflow checks.
+int64_t MomentBytes(int64_t capacity, const TierPlanInput& in) {
+  return in.state_element_bytes == 1 ? Add(capacity, StateScaleBytes(capacity)) : Mul(capacity, in.state_element_bytes);
 }
 
 // "123456789 bytes (117.74 MiB)": exact, and readable.
@@ -161,7 +167,41 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
   // Backups counted in fp32 chunks of the largest chunk, rounded up.
   const int64_t backup_chunks = (Mul(p.speculation_slots, in.backup_bytes_per_element) + 3) / 4;
   p.host_scratch_bytes = Add(Mul(in.host_scratch_chunks, z.largest_grad), Mul(backup_chunks, z.largest_fp32));
-  p.host_chunk_bytes = Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes);
+}
+
+// The NVMe tier: of the host-updated chunks, those whose state host memory does not keep
+// (in layout order while it fits) go to the file; then the host's totals.
+void PlaceNvme(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSizes& z, TierPlan& p) {
+  const int n = static_cast<int>(z.optimizer.size());
+  auto host_updated = [&](int c) { return c % in.world_size == in.rank && z.optimizer[c] > 0 && !p.optimizer_on_device[c]; };
+  p.optimizer_on_nvme.assign(n, false);
+  if (in.nvme) {
+    int64_t largest = 0;
+    for (int c = 0; c < n; ++c) {
+      if (host_updated(c)) largest = std::max(largest, NvmeChunkBytes(layout.chunks()[c].capacity_numel, in));
+    }
+    const int64_t ring = NvmeRingBytes(in.nvme_ring_slots, largest);
+    int64_t keep = in.nvme_host_budget_bytes;
+    if (keep < 0) {
+      const int64_t others = Add(Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_scratch_bytes), in.host_param_bytes), ring);
+      keep = std::max<int64_t>(0, in.host_budget_bytes - others);
+    }
+    for (int c = 0; c < n; ++c) {
+      if (!host_updated(c)) continue;
+      if (z.optimizer[c] <= keep) {
+        keep -= z.optimizer[c];
+        continue;
+      }
+      keep = 0;  // layout order: once one does not fit, the rest go too (the ring reads them in order)
+      p.optimizer_on_nvme[c] = true;
+      ++p.nvme_chunks;
+      p.nvme_bytes = Add(p.nvme_bytes, NvmeChunkBytes(layout.chunks()[c].capacity_numel, in));
+      p.host_optimizer_bytes -= z.optimizer[c];
+    }
+    if (p.nvme_chunks > 0) p.nvme_ring_bytes = ring;
+  }
+  p.host_chunk_bytes = Add(Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes),
+                           p.nvme_ring_bytes);
   p.host_bytes = Add(p.host_chunk_bytes, in.host_param_bytes);
 }
 
@@ -176,8 +216,12 @@ std::string WhyNot(const TierPlanInput& in, int64_t room, const TierPlan& p) {
   std::string parts = "compute chunks " + Bytes(p.compute_bytes);
   if (p.grad_bytes > 0) parts += ", fp32 grad chunks " + Bytes(p.grad_bytes);
   if (p.host_scratch_bytes > 0) parts += ", gradient landing buffers " + Bytes(p.host_scratch_bytes);
-  parts += ", optimizer state of " + std::to_string(p.owned_chunks - p.device_optimizer_chunks) + " of " +
-           std::to_string(p.owned_chunks) + " chunks " + Bytes(p.host_optimizer_bytes);
+  parts += ", optimizer state of " + std::to_string(p.owned_chunks - p.device_optimizer_chunks - p.nvme_chunks) +
+           " of " + std::to_string(p.owned_chunks) + " chunks " + Bytes(p.host_optimizer_bytes);
+  if (p.nvme_chunks > 0) {
+    parts += ", the NVMe tier's ring " + Bytes(p.nvme_ring_bytes) + " (the state of " + std::to_string(p.nvme_chunks) +
+             " chunks in the file, " + Bytes(p.nvme_bytes) + ")";
+  }
   if (in.host_param_bytes > 0) parts += ", parameters outside the chunks " + Bytes(in.host_param_bytes);
   return "the host budget of " + Bytes(in.host_budget_bytes) + " is " + Bytes(p.host_bytes - in.host_budget_bytes) +
          " short: the host holds " + Bytes(p.host_bytes) + " from start-up (" + parts +
@@ -188,10 +232,11 @@ std::string WhyNot(const TierPlanInput& in, int64_t room, const TierPlan& p) {
 }  // namespace
 
 int64_t OptimizerChunkBytes(int64_t capacity, const TierPlanInput& in) {
-  // StatePayloadBytes, counted with overflow checks.
-  const int64_t moment = in.state_element_bytes == 1 ? Add(capacity, StateScaleBytes(capacity))
-                                                    : Mul(capacity, in.state_element_bytes);
-  return Add(Mul(2, moment), in.compute_element_bytes != 4 ? Mul(capacity, 4) /*separate master*/ : 0);
+  return Add(Mul(2, MomentBytes(capacity, in)), in.compute_element_bytes != 4 ? Mul(capacity, 4) /*separate master*/ : 0);
+}
+
+int64_t NvmeChunkBytes(int64_t capacity, const TierPlanInput& in) {
+  return NvmePartsOf(in.compute_element_bytes != 4 ? Mul(capacity, 4) : 0, MomentBytes(capacity, in)).extent_bytes;
 }
 
 TierPlan PlanTiers(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,
@@ -208,6 +253,7 @@ TierPlan PlanTiers(const ChunkLayout& layout, const std::vector<std::vector<int>
   const int64_t room = std::min(in.device_budget_bytes,
                                 in.device_chunk_room_bytes >= 0 ? in.device_chunk_room_bytes : in.device_budget_bytes);
   PlaceOptimizerState(in, sizes, room, p);
+  PlaceNvme(layout, in, sizes, p);
   p.why_not = WhyNot(in, room, p);
   return p;
 }

@@ -82,6 +82,16 @@ struct TierPlanInput {
   // ZeRO with prefetch (chunk.prefetch_depth > 0): while a block computes, the groups of
   // the next one are gathered, so the working set is the groups of two adjacent blocks.
   bool prefetch_groups = false;
+  // The NVMe tier (chunk.nvme_dir; docs/chunkmem.md, "NVMe tier"): the optimizer state of
+  // host-updated chunks that host memory does not keep goes to a file, streamed through
+  // a ring of `nvme_ring_slots` host buffers of the largest such chunk's state (4 KiB-
+  // aligned parts: chunkmem/nvme_layout.h). Host memory keeps state in layout order
+  // while it fits `nvme_host_budget_bytes`; < 0: what the host budget leaves after the
+  // compute and grad chunks, the host buffers, the parameters outside the chunks and the
+  // ring.
+  bool nvme = false;
+  int64_t nvme_host_budget_bytes = -1;
+  int64_t nvme_ring_slots = 4;
 };
 
 struct TierPlan {
@@ -99,7 +109,13 @@ struct TierPlan {
   int frozen_chunks = 0;                  // of which frozen: compute kind only (no grad or optimizer state)
   int64_t compute_bytes = 0;              // all compute chunks
   int64_t grad_bytes = 0;                 // all fp32 grad chunks (host)
-  int64_t host_optimizer_bytes = 0;       // optimizer state of the other chunks (host)
+  int64_t host_optimizer_bytes = 0;       // optimizer state of the other chunks in host memory
+  // The NVMe tier: [chunk] its state in the file; the file's bytes; the ring's host
+  // bytes (in host_chunk_bytes: borrowed from the host tier). All 0 without chunks there.
+  std::vector<bool> optimizer_on_nvme;
+  int nvme_chunks = 0;
+  int64_t nvme_bytes = 0;
+  int64_t nvme_ring_bytes = 0;
   int64_t host_scratch_bytes = 0;         // the gradient path's host buffers and the speculation slots, at most
   // Speculation slots reserved on the host: min(slots asked for, owned chunks whose
   // optimizer state is on the host). The optimizer borrows exactly these.
@@ -122,6 +138,8 @@ struct TierPlan {
 // Optimizer-state bytes of a trainable chunk of `capacity_numel`: m and v
 // (StatePayloadBytes each), plus the fp32 master when it is not the compute chunk.
 int64_t OptimizerChunkBytes(int64_t capacity_numel, const TierPlanInput& input);
+// The same state's bytes in the NVMe tier's file (each part 4 KiB-aligned).
+int64_t NvmeChunkBytes(int64_t capacity_numel, const TierPlanInput& input);
 
 // `used_by_blocks[i]`: the blocks that use parameter i of the layout (several for a
 // shared parameter, whose chunk stays in use through backward).

@@ -140,6 +140,47 @@ TEST_CASE("optimizer state goes to the device margin from start-up, in layout or
   CHECK(again.host_bytes == all.host_bytes);
 }
 
+TEST_CASE("NVMe tier: host memory keeps state in layout order while it fits, the rest goes to the file", "[plan][tiers][nvme]") {
+  // bf16 as above: chunk 0's state on the device; chunks 1-3 host-updated, 12288 bytes of
+  // state each (master 4096, m 4096, v 4096: already 4 KiB parts, so 12288 in the file).
+  // Ring: 4 slots x (12288 + 4096) = 65536. Compute 8192, grads 16384.
+  PlanInput in = Small(2, 30000, 1000000);
+  in.margin_use_ratio = 0.8;
+  in.nvme = true;
+  in.nvme_host_budget_bytes = 12288;  // stated: chunk 1 in RAM
+  auto plan = PlanMemory(in);
+  CHECK(plan.tiers.optimizer_on_device == std::vector<bool>{true, false, false, false});
+  CHECK(plan.tiers.optimizer_on_nvme == std::vector<bool>{false, false, true, true});
+  CHECK(plan.tiers.nvme_bytes == 2 * 12288);
+  CHECK(plan.tiers.nvme_ring_bytes == 65536);
+  CHECK(plan.host_bytes == 8192 + 16384 + 12288 + 65536);
+  CHECK_THAT(FormatPlan(plan, in), Catch::Contains("the optimizer state of 2 chunks in chunk.nvme_dir") &&
+                                       Catch::Contains("(2 of them in the NVMe tier)"));
+  // Derived from the host budget: exactly two chunks' state fits beside everything else.
+  in.nvme_host_budget_bytes = -1;
+  in.host_budget_bytes = 8192 + 16384 + 65536 + 2 * 12288;
+  plan = PlanMemory(in);
+  CHECK(plan.tiers.optimizer_on_nvme == std::vector<bool>{false, false, false, true});
+  CHECK(plan.host_bytes == in.host_budget_bytes);
+  CHECK(plan.fits);
+  in.host_budget_bytes -= 1;  // one byte less: chunk 2 goes too
+  plan = PlanMemory(in);
+  CHECK(plan.tiers.optimizer_on_nvme == std::vector<bool>{false, false, true, true});
+  CHECK(plan.fits);
+  // A host that keeps all of it: no file, no ring, the plan of a run without the tier.
+  in.host_budget_bytes = 1000000;
+  plan = PlanMemory(in);
+  CHECK(plan.tiers.nvme_chunks == 0);
+  CHECK(plan.tiers.nvme_ring_bytes == 0);
+  CHECK(plan.host_bytes == 8192 + 16384 + 3 * 12288);
+  CHECK_THAT(FormatPlan(plan, in), Catch::Contains("not needed"));
+  // Too little host even for the compute and grad chunks and the ring: refused, naming it.
+  in.host_budget_bytes = 8192 + 16384 + 65536 - 1;
+  plan = PlanMemory(in);
+  CHECK_FALSE(plan.fits);
+  CHECK_THAT(plan.why_not, Catch::Contains("the NVMe tier's ring 65536 bytes") && Catch::Contains("1 bytes (0.00 MiB) short"));
+}
+
 TEST_CASE("speculation slots are reserved only for chunks updated on the host", "[plan][tiers]") {
   // bf16: a slot is master, m, v and a compute copy of the largest chunk (1024): 14 bytes
   // per element, counted in fp32 chunks of 4096 bytes, rounded up.

@@ -52,7 +52,7 @@ TEST_CASE("NvmeState: state mounted on ring slots, exact after the slots were re
     // Extents (4 KiB-aligned parts): chunk 0 4,000 + 2 x 2,000 B; chunk 2, the largest,
     // 20,000 + 2 x 10,000 B; chunk 3 (no master) 2 x 6,000 B.
     CHECK(nvme.file_bytes() == (4096 + 4096 + 4096) + (20480 + 12288 + 12288) + (8192 + 8192));
-    CHECK(nvme.ring_bytes() == NvmeState::RingBytes(2, 45056));
+    CHECK(nvme.ring_bytes() == NvmeRingBytes(2, 45056));
     CHECK(store.BytesUsed(Tier::kHost) == nvme.ring_bytes());  // counted once, as scratch
     CHECK(nvme.on_nvme(0));
     CHECK_FALSE(nvme.on_nvme(1));
