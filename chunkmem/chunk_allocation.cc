@@ -28,7 +28,12 @@ at::Tensor SlotView(const ChunkStore& store, const ChunkAllocation& r, int id, i
   return store.payload(id).narrow(0, pl.offset_numel, pl.numel).view(r.shapes[index]);
 }
 
-// Chunk `c`'s payloads; `zeroing` gets what must be zeroed.
+bool OnNvme(const ChunkAllocation& r, int c) { return !r.optimizer_on_nvme.empty() && r.optimizer_on_nvme[c]; }
+
+bool SeparateMaster(const ChunkAllocation& r) { return r.compute_dtype != at::kFloat; }
+
+// Chunk `c`'s payloads; `zeroing` gets what must be zeroed. Optimizer state on the NVMe
+// tier gets an entry without payload.
 ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::vector<Zeroing>& zeroing) {
   ChunkIds ids;
   ids.fill(-1);
@@ -45,15 +50,17 @@ ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::ve
     zeroing.push_back({store.payload(id), holds_values ? c : -1});
     return id;
   };
-  const bool separate_master = r.compute_dtype != at::kFloat;
+  auto add_state = [&](at::ScalarType dtype, bool holds_values, int64_t numel) {
+    return OnNvme(r, c) ? store.Add(numel, dtype) : add(dtype, optimizer_tier, holds_values, numel);
+  };
   const int64_t capacity = chunk.capacity_numel, state = StatePayloadNumel(capacity, r.state_dtype);
   ids[compute] = add(r.compute_dtype, Tier::kHost, true, capacity);
   if (chunk.frozen) return ids;  // the compute kind alone: no gradient, master or moments
   ids[static_cast<int>(ChunkKind::kGrad)] =
       r.grads_in_compute_chunks ? ids[compute] : add(at::kFloat, Tier::kHost, false, capacity);
-  ids[static_cast<int>(ChunkKind::kMaster)] = separate_master ? add(at::kFloat, optimizer_tier, true, capacity) : ids[compute];
-  ids[static_cast<int>(ChunkKind::kAdamM)] = add(r.state_dtype, optimizer_tier, false, state);  // zeroed: all moments 0
-  ids[static_cast<int>(ChunkKind::kAdamV)] = add(r.state_dtype, optimizer_tier, false, state);
+  ids[static_cast<int>(ChunkKind::kMaster)] = SeparateMaster(r) ? add_state(at::kFloat, true, capacity) : ids[compute];
+  ids[static_cast<int>(ChunkKind::kAdamM)] = add_state(r.state_dtype, false, state);  // zeroed: all moments 0
+  ids[static_cast<int>(ChunkKind::kAdamV)] = add_state(r.state_dtype, false, state);
   return ids;
 }
 
@@ -114,6 +121,7 @@ std::vector<ChunkIds> AllocateChunks(ChunkStore& store, const ChunkAllocation& r
   for (int c = 0; c < r.layout.num_chunks(); ++c) {
     ids.push_back(AddPayloads(store, r, c, zeroing));
     const ChunkIds& cid = ids.back();
+    if (OnNvme(r, c) && separate_master) continue;  // WriteNvmeChunks: values and `filled`
     for (int index : r.layout.chunks()[c].param_indices) {
       if (!r.owned[c]) break;
       const int master_id = cid[static_cast<int>(ChunkKind::kMaster)];  // -1: frozen
@@ -138,6 +146,39 @@ std::vector<ChunkIds> AllocateChunks(ChunkStore& store, const ChunkAllocation& r
   if (values.initial) WriteInitialValues(fill, values, separate_master);
   seconds->initial_values_s = SecondsSince(values_start);
   return ids;
+}
+
+void WriteNvmeChunks(ChunkStore& store, const ChunkAllocation& r, const std::vector<ChunkIds>& ids,
+                     const ChunkValues& values, NvmeState& nvme, const std::function<void(int chunk)>& filled,
+                     StartupSeconds* seconds) {
+  at::NoGradGuard no_grad;
+  const auto start = Clock::now();
+  for (int c = 0; c < r.layout.num_chunks(); ++c) {
+    if (!OnNvme(r, c)) continue;
+    NvmeMount mount(nvme, c, /*read=*/false);  // every byte written below; the file gets them on release
+    mount.set_written();
+    store.payload(ids[c][static_cast<int>(ChunkKind::kAdamM)]).zero_();
+    store.payload(ids[c][static_cast<int>(ChunkKind::kAdamV)]).zero_();
+    if (!SeparateMaster(r)) continue;  // the master is the compute chunk: AllocateChunks wrote it
+    const int master_id = ids[c][static_cast<int>(ChunkKind::kMaster)];
+    const int compute_id = ids[c][static_cast<int>(ChunkKind::kCompute)];
+    store.payload(master_id).zero_();  // the gaps between parameters, and what is not written
+    const std::vector<int>& params = r.layout.chunks()[c].param_indices;
+    at::parallel_for(0, static_cast<int64_t>(params.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        const int index = params[k];
+        const at::Tensor master = SlotView(store, r, master_id, index);  // fp32, host, contiguous
+        if (values.initial) {
+          if (!values.initial(index, master)) master.zero_();
+        } else {
+          master.copy_(values.current(index));
+        }
+        SlotView(store, r, compute_id, index).copy_(master);
+      }
+    });
+    filled(c);
+  }
+  seconds->initial_values_s += SecondsSince(start);
 }
 
 }  // namespace ps::chunkmem

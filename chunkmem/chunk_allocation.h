@@ -19,6 +19,7 @@
 
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/layout.h"
+#include "chunkmem/nvme_state.h"
 #include "chunkmem/state_layout.h"
 
 namespace ps::chunkmem {
@@ -50,6 +51,10 @@ struct ChunkAllocation {
   const std::vector<bool>& optimizer_on_device;  // [chunk] (the tier plan's)
   const std::vector<bool>& owned;                // [chunk]
   at::ScalarType state_dtype = at::kFloat;       // Adam m and v: kFloat, kBFloat16 or kByte
+  // [chunk] (the tier plan's; empty: none): its master (when separate), m and v are
+  // entries without payload, marked and mounted by the NVMe tier (NvmeState), and its
+  // values are written by WriteNvmeChunks.
+  const std::vector<bool>& optimizer_on_nvme;
 };
 
 // A parameter's values: `current(index)` (any device, its shape) copied into its slots,
@@ -65,7 +70,17 @@ struct ChunkValues {
 // `initial`), then `filled(chunk)`, where the caller may release the parameters' own
 // storage: host memory then peaks near the chunks' bytes plus one chunk's parameters.
 // Optimizer state placed on the device goes there directly. Returns [chunk] -> ids.
+// A chunk whose separate master is on the NVMe tier gets no values and no `filled`
+// here: WriteNvmeChunks does both.
 std::vector<ChunkIds> AllocateChunks(ChunkStore& store, const ChunkAllocation& request, const ChunkValues& values,
                                      const std::function<void(int chunk)>& filled, StartupSeconds* seconds);
+
+// After AllocateChunks, with `nvme` made over its NVMe entries: each NVMe chunk mounted
+// (no read), m and v zeroed, the separate master written with its parameters' values
+// (gaps zeroed) and their rounded copy put in the compute slots, written to the file;
+// then `filled(chunk)` for those AllocateChunks left. Adds its time to initial_values_s.
+void WriteNvmeChunks(ChunkStore& store, const ChunkAllocation& request, const std::vector<ChunkIds>& ids,
+                     const ChunkValues& values, NvmeState& nvme, const std::function<void(int chunk)>& filled,
+                     StartupSeconds* seconds);
 
 }  // namespace ps::chunkmem

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace ps::chunkmem {
 
@@ -48,6 +49,13 @@ struct ChunkConfig {
   double host_mem_ratio = 0.8;      // usable fraction of host memory (overall_cpu_mem_ratio)
   double warmup_device_chunk_ratio = 0.1;  // device fraction for chunks during warm-up
   double margin_use_ratio = 0.8;    // fraction of the device margin for optimizer state, from start-up
+  // The NVMe tier (docs/chunkmem.md, "NVMe tier"): a directory on a local disk where the
+  // optimizer state of host-updated chunks that host memory does not keep lives; empty = off.
+  std::string nvme_dir;
+  // Host bytes for optimizer state kept in memory when nvme_dir is set; -1 = what the
+  // host budget leaves after everything else (0: all host-updated state on the tier).
+  int64_t nvme_host_budget_bytes = -1;
+  int64_t nvme_ring_slots = 4;      // host buffers the tier's chunks stream through
 };
 
 }  // namespace ps::chunkmem

@@ -42,10 +42,14 @@ void HostPipeline::Run(const std::vector<int>& chunks, const AddUpdate& add, con
   const size_t n = chunks.size();
   std::vector<bool> remote(n, false);
   bool any_remote = false;
+  std::vector<int> nvme_order;  // the NVMe tier's chunks, in update order
   for (size_t k = 0; k < n; ++k) {
     remote[k] = AccessFor(chunks[k]) != HostAccess::kInPlace;
     any_remote = any_remote || remote[k];
+    if (settings_.nvme != nullptr && settings_.nvme->on_nvme(chunks[k])) nvme_order.push_back(chunks[k]);
   }
+  if (!nvme_order.empty()) settings_.nvme->BeginStep(nvme_order);
+  const bool per_chunk = any_remote || !nvme_order.empty();  // each update runs before the next chunk's
   // The buffers go back on every path, an exception's included (a copy still reading
   // one keeps its memory alive through its ticket).
   struct Staging {
@@ -61,17 +65,20 @@ void HostPipeline::Run(const std::vector<int>& chunks, const AddUpdate& add, con
   for (size_t k = 0; k < n; ++k) move[k] = remote[k] && !stage;
   for (size_t k = 0; k < n; ++k) {
     const int chunk = chunks[k];
+    const bool nvme = settings_.nvme != nullptr && settings_.nvme->on_nvme(chunk);
+    if (nvme) settings_.nvme->Acquire(chunk);  // its state mounted (read ahead)
     if (remote[k] && stage) {
       RunStaged(chunk, staging.buffer[k % 2], staged_copies[k % 2], add, run);
-      continue;
+    } else {
+      if (move[k]) moves_.ToHost(chunk);
+      if (k + 1 < n && move[k + 1]) moves_.ToHost(chunks[k + 1]);  // on its way during this update
+      add(chunk, nullptr);
+      if (per_chunk) {  // pipelined: update this chunk while the next one's copy (or read) runs
+        run();
+        if (move[k]) moves_.ReturnToDeviceIfRoom(chunk);  // overlaps the next chunk's update
+      }
     }
-    if (move[k]) moves_.ToHost(chunk);
-    if (k + 1 < n && move[k + 1]) moves_.ToHost(chunks[k + 1]);  // on its way during this update
-    add(chunk, nullptr);
-    if (any_remote) {  // pipelined: update this chunk while the next one's copy runs
-      run();
-      if (move[k]) moves_.ReturnToDeviceIfRoom(chunk);  // overlaps the next chunk's update
-    }
+    if (nvme) settings_.nvme->Release(chunk, /*written=*/true);  // written behind the next update
   }
   run();  // all at once when nothing had to move
   for (Tickets& copies : staged_copies) Wait(copies);  // the next forward reads the device chunks

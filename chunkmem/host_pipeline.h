@@ -15,6 +15,8 @@
 //   staging buffer (two, alternating, borrowed for the step; when the host tier cannot
 //   lend both, chunks are moved instead) and the written ranges are copied in, one copy
 //   per run of adjacent ranges, overlapping the next chunk's update.
+// A chunk whose optimizer state is on the NVMe tier is mounted (NvmeState::Acquire: its
+// read went ahead in this order) before its update and written back after it.
 // Without such chunks every update is queued and run once, at the end.
 // Ahead of the step (speculation, during backward): Hold brings a chunk's compute
 // chunk to the host on the copy engine and pins it while another thread updates it;
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "chunkmem/copy_engine.h"
+#include "chunkmem/nvme_state.h"
 #include "chunkmem/optimizer_moves.h"
 
 namespace ps::chunkmem {
@@ -43,6 +46,9 @@ struct HostPipelineSettings {
   bool compute_write_only = false;
   at::ScalarType compute_dtype = at::kFloat;
   int64_t staging_numel = 0;  // a staging buffer's elements: the largest chunk's capacity
+  // The NVMe tier (not owned; null: none): a chunk whose state is there is mounted for
+  // its update and written back after it, the reads going ahead in the update order.
+  NvmeState* nvme = nullptr;
 };
 
 // Elements [offset_numel, offset_numel + numel) of a chunk.

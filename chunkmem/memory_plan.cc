@@ -144,6 +144,38 @@ MemoryPlan PlanMemory(const PlanInput& in) {
   return plan;
 }
 
+namespace {
+
+// The device, optimizer-state, NVMe, warm-up and host lines of the plan.
+std::string FormatTiers(const MemoryPlan& p, const PlanInput& in) {
+  std::string out;
+  const TierPlan& pl = p.tiers;
+  out += "device            " + Bytes(static_cast<double>(p.device_bytes)) + " of budget " +
+         Bytes(static_cast<double>(in.device_budget_bytes)) + "; needs at least " +
+         Bytes(static_cast<double>(p.min_device_bytes)) + " (largest block working set)\n";
+  out += "optimizer state   " + std::to_string(pl.device_optimizer_chunks) + " of " +
+         std::to_string(pl.owned_chunks) + " chunks on the device from start-up (" +
+         Bytes(static_cast<double>(pl.device_optimizer_bytes)) + ", updated there), the rest on the host" +
+         (pl.nvme_chunks > 0 ? " (" + std::to_string(pl.nvme_chunks) + " of them in the NVMe tier)\n" : "\n");
+  if (pl.nvme_chunks > 0) {
+    out += "nvme              the optimizer state of " + std::to_string(pl.nvme_chunks) + " chunks in chunk.nvme_dir (" +
+           Bytes(static_cast<double>(pl.nvme_bytes)) + "), through a ring of " + std::to_string(in.nvme_ring_slots) +
+           " slots in host memory (" + Bytes(static_cast<double>(pl.nvme_ring_bytes)) + ")\n";
+  } else if (in.nvme) {
+    out += "nvme              not needed: host memory keeps every host-updated chunk's state\n";
+  }
+  if (pl.warmup_device_bytes > 0) {
+    out += "warm-up           " + Bytes(static_cast<double>(pl.warmup_device_bytes)) +
+           " of chunks on the device (optimizer state + the warm-up share), more only for chunks in use\n";
+  }
+  out += "host              " + Bytes(static_cast<double>(p.host_bytes)) + " of budget " +
+         Bytes(static_cast<double>(in.host_budget_bytes)) +
+         " (at start-up, its most: every compute chunk is there)\n";
+  return out;
+}
+
+}  // namespace
+
 std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
   char buf[512];
   std::string out;
@@ -180,33 +212,14 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
   if (in.non_model_bytes > 0) {
     out += "activations       ~" + Bytes(static_cast<double>(in.non_model_bytes)) + " (" + in.non_model_note + ")\n";
   }
-  const TierPlan& pl = p.tiers;
-  out += "device            " + Bytes(static_cast<double>(p.device_bytes)) + " of budget " +
-         Bytes(static_cast<double>(in.device_budget_bytes)) + "; needs at least " +
-         Bytes(static_cast<double>(p.min_device_bytes)) + " (largest block working set)\n";
-  out += "optimizer state   " + std::to_string(pl.device_optimizer_chunks) + " of " +
-         std::to_string(pl.owned_chunks) + " chunks on the device from start-up (" +
-         Bytes(static_cast<double>(pl.device_optimizer_bytes)) + ", updated there), the rest on the host" +
-         (pl.nvme_chunks > 0 ? " (" + std::to_string(pl.nvme_chunks) + " of them in the NVMe tier)\n" : "\n");
-  if (pl.nvme_chunks > 0) {
-    out += "nvme              the optimizer state of " + std::to_string(pl.nvme_chunks) + " chunks in chunk.nvme_dir (" +
-           Bytes(static_cast<double>(pl.nvme_bytes)) + "), through a ring of " + std::to_string(in.nvme_ring_slots) +
-           " slots in host memory (" + Bytes(static_cast<double>(pl.nvme_ring_bytes)) + ")\n";
-  } else if (in.nvme) {
-    out += "nvme              not needed: host memory keeps every host-updated chunk's state\n";
-  }
-  if (pl.warmup_device_bytes > 0) {
-    out += "warm-up           " + Bytes(static_cast<double>(pl.warmup_device_bytes)) +
-           " of chunks on the device (optimizer state + the warm-up share), more only for chunks in use\n";
-  }
-  out += "host              " + Bytes(static_cast<double>(p.host_bytes)) + " of budget " +
-         Bytes(static_cast<double>(in.host_budget_bytes)) +
-         " (at start-up, its most: every compute chunk is there)\n";
+  out += FormatTiers(p, in);
   std::snprintf(buf, sizeof(buf), "largest model     %.3f B parameters in these budgets (same bytes/parameter)\n",
                 p.largest_param_numel / 1e9);
   out += buf;
   out += p.fits ? "fits              yes\n" : "fits              NO: " + p.why_not + "\n";
   return out;
 }
+
+
 
 }  // namespace ps::chunkmem

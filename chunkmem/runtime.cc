@@ -46,11 +46,13 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   std::vector<bool> owned_chunks;
   for (int c = 0; c < layout_.num_chunks(); ++c) owned_chunks.push_back(owned(c));
   const ChunkAllocation request{layout_,         shapes_, options.compute_dtype, options.grads_in_compute_chunks,
-                                tiers_.optimizer_on_device, owned_chunks, options.state_dtype};
+                                tiers_.optimizer_on_device, owned_chunks, options.state_dtype,
+                                tiers_.optimizer_on_nvme};
   ChunkValues values;
   values.current = [this](int index) { return params_[index].tensor; };
   values.initial = options_.initial_values;
   ids_ = AllocateChunks(store_, request, values, [this](int chunk) { BindChunk(chunk); }, &startup_seconds_);
+  if (tiers_.nvme_chunks > 0) MakeNvme(request, values);
   options_.initial_values = nullptr;  // what it holds (the model, names) is not needed again
   MakeResidency();
   MakeGradSink();
@@ -101,6 +103,28 @@ void ChunkRuntime::PlanChunks() {
     TORCH_CHECK(owned(c) || !tiers_.optimizer_on_device[c], "chunkmem: the tier plan puts the optimizer state of "
                 "chunk ", c, " on the device, but rank ", rank_, " does not own it (plan it for this rank)");
   }
+  if (tiers_.optimizer_on_nvme.empty()) return;
+  TORCH_CHECK(static_cast<int>(tiers_.optimizer_on_nvme.size()) == layout_.num_chunks(), "chunkmem: the tier plan's "
+              "NVMe entries cover ", tiers_.optimizer_on_nvme.size(), " chunks, the layout has ", layout_.num_chunks());
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    TORCH_CHECK(!tiers_.optimizer_on_nvme[c] || (owned(c) && !tiers_.optimizer_on_device[c] && !layout_.chunks()[c].frozen),
+                "chunkmem: the tier plan puts chunk ", c, "'s optimizer state on the NVMe tier, but it is not an owned, "
+                "host-updated, trainable chunk");
+  }
+}
+
+void ChunkRuntime::MakeNvme(const ChunkAllocation& request, const ChunkValues& values) {
+  TORCH_CHECK(!options_.nvme.dir.empty(), "chunkmem: the tier plan puts optimizer state on the NVMe tier, but no "
+              "directory is given (chunk.nvme_dir)");
+  const bool separate_master = options_.compute_dtype != at::kFloat;
+  std::vector<NvmeChunkIds> ids(layout_.num_chunks(), NvmeChunkIds{-1, -1, -1});
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    if (!tiers_.optimizer_on_nvme[c]) continue;
+    ids[c] = {separate_master ? chunk_id(ChunkKind::kMaster, c) : -1, chunk_id(ChunkKind::kAdamM, c),
+              chunk_id(ChunkKind::kAdamV, c)};
+  }
+  nvme_ = std::make_unique<NvmeState>(store_, std::move(ids), options_.nvme);
+  WriteNvmeChunks(store_, request, ids_, values, *nvme_, [this](int chunk) { BindChunk(chunk); }, &startup_seconds_);
 }
 
 void ChunkRuntime::BindChunk(int chunk) {
@@ -187,6 +211,11 @@ ChunkRuntime::~ChunkRuntime() {
       if (!options_.keep_values_at_exit) {
         params_[i].tensor.set_data(at::empty({0}, params_[i].tensor.options()));
         continue;
+      }
+      const int chunk = layout_.placements()[i].chunk_id;
+      std::unique_ptr<NvmeMount> mount;  // a master on the NVMe tier is read through the ring
+      if (!frozen(index) && optimizer_on_nvme(chunk) && options_.compute_dtype != at::kFloat) {
+        mount = std::make_unique<NvmeMount>(*nvme_, chunk);
       }
       params_[i].tensor.set_data(frozen(index) ? View(ChunkKind::kCompute, index).to(at::kFloat)
                                                : View(ChunkKind::kMaster, index).clone());

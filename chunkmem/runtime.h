@@ -41,6 +41,7 @@
 #include "chunkmem/eviction.h"
 #include "chunkmem/layout.h"
 #include "chunkmem/memory_probe.h"
+#include "chunkmem/nvme_state.h"
 #include "chunkmem/optimizer_moves.h"
 #include "chunkmem/tier_plan.h"
 #include "chunkmem/residency.h"
@@ -109,6 +110,9 @@ struct RuntimeOptions {
   // With prefetch_depth > 0, after warm-up, the groups of the next moment are gathered
   // while the current block computes (the trace, the same on every rank, says which).
   comm::Communicator* comm = nullptr;
+  // The NVMe tier (docs/chunkmem.md, "NVMe tier"): used when the tier plan puts a
+  // chunk's optimizer state there (tiers.optimizer_on_nvme); its directory and ring.
+  NvmeSettings nvme;
 };
 
 
@@ -159,6 +163,11 @@ class ChunkRuntime {
   // Whether chunk `chunk`'s optimizer state is on the device for good (the tier plan
   // given in RuntimeOptions).
   bool optimizer_on_device(int chunk) const { return tiers_.optimizer_on_device.at(chunk); }
+  // The NVMe tier, when the tier plan puts some chunk's optimizer state there (null
+  // otherwise): such a chunk's master (when separate), m and v are store payloads only
+  // while it is mounted (NvmeState::Acquire / NvmeMount).
+  NvmeState* nvme() const { return nvme_.get(); }
+  bool optimizer_on_nvme(int chunk) const { return nvme_ != nullptr && nvme_->on_nvme(chunk); }
   // fp32 grad-chunk-sized host buffers the gradient path may hold at once (the tier
   // plan reserves them: TierPlanInput::host_scratch_chunks).
   static int64_t HostGradScratchChunks(bool grads_in_compute_chunks) {
@@ -253,6 +262,8 @@ class ChunkRuntime {
   void PlanChunks();                     // the layout, and the given tier plan checked against it (constructor)
   void BindChunk(int chunk);             // its parameters to kHold, their storage released, hooks on
   void MakeResidency();                  // after the payloads exist (constructor)
+  // The NVMe tier over the plan's chunks and their values written (constructor).
+  void MakeNvme(const ChunkAllocation& request, const ChunkValues& values);
   void MakeGradSink();
   std::string UsersOf(int chunk) const;  // a parameter of `chunk` in use, for errors
   const at::Tensor& ComputePayload(int chunk) const;  // owned: the store's; else the gathered view
@@ -275,6 +286,7 @@ class ChunkRuntime {
   std::unique_ptr<Residency> residency_;           // compute chunks' tiers (made in the constructor)
   std::unique_ptr<ResidencyMoves> moves_;          // the optimizer's, over residency_
   std::unique_ptr<GradSink> grads_;                // fp32 gradients into grad chunks (made in the constructor)
+  std::unique_ptr<NvmeState> nvme_;                // with NVMe chunks in the tier plan (made in the constructor)
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // see lifetime()
   // ZeRO.
   int world_ = 1, rank_ = 0;

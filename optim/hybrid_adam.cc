@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 
 namespace ps::optim {
@@ -57,6 +58,7 @@ chunkmem::HostPipelineSettings PipelineSettings(const chunkmem::ChunkRuntime& ru
   s.compute_write_only = runtime.compute_dtype() != at::kFloat && !runtime.grads_in_compute_chunks();
   s.compute_dtype = runtime.compute_dtype();
   s.staging_numel = LargestChunkNumel(runtime);
+  s.nvme = runtime.nvme();
   return s;
 }
 
@@ -180,7 +182,10 @@ void HybridAdam::RestoreComputeFromMaster() {
   if (!runtime_.grads_in_compute_chunks()) return;  // the compute slots still hold the parameters
   ScratchRelease release{chunk_adam_};  // a device master writing a host compute chunk takes scratch
   for (int c = 0; c < runtime_.layout().num_chunks(); ++c) {
-    if (Updated(runtime_, c)) chunk_adam_.RestoreCompute(c);
+    if (!Updated(runtime_, c)) continue;
+    std::optional<chunkmem::NvmeMount> mount;  // a master on the NVMe tier is read through the ring
+    if (runtime_.optimizer_on_nvme(c)) mount.emplace(*runtime_.nvme(), c);
+    chunk_adam_.RestoreCompute(c);
   }
 }
 
@@ -227,6 +232,7 @@ std::vector<at::Tensor> HybridAdam::UpdatedPayloads(int chunk, bool staged) cons
 
 bool HybridAdam::Speculate(int chunk) {
   if (on_device_[chunk] || !Updated(runtime_, chunk) || !speculation_.CanTake(chunk)) return false;
+  if (runtime_.optimizer_on_nvme(chunk)) return false;  // its state is read in the step, in order
   // The compute chunk (gradients in bf16/fp16 runs, the master in fp32 ones) comes to
   // the host first when the kernels cannot read it where it is, unless it only
   // receives the new parameters: then they are staged in the slot and copied in by

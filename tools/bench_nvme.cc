@@ -86,56 +86,12 @@ void UpdateChunk(const ps::optim::CpuAdamKernels& kernels, char* state, int64_t 
   ps::optim::ParallelAdam(kernels, {w}, threads);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  cxxopts::Options options("bench_nvme", "The NVMe tier against the disk's sequential bandwidth");
-  options.add_options()
-      ("dir", "directory on the disk to measure (a file is created there and unlinked)", cxxopts::value<std::string>()->default_value("."))
-      ("chunks", "chunks on the tier", cxxopts::value<int>()->default_value("8"))
-      ("chunk-elements", "elements per chunk (fp32 master, m, v: 12 bytes each)", cxxopts::value<int64_t>()->default_value("16777216"))
-      ("slots", "ring slots", cxxopts::value<int>()->default_value("4"))
-      ("steps", "optimizer steps through the ring", cxxopts::value<int>()->default_value("3"))
-      ("threads", "CPU Adam threads", cxxopts::value<int>()->default_value("2"))
-      ("pieces", "pieces in flight", cxxopts::value<int>()->default_value("32"))
-      ("piece-kib", "piece size in KiB", cxxopts::value<int64_t>()->default_value("1024"))
-      ("h,help", "help");
-  const auto args = options.parse(argc, argv);
-  if (args.count("help")) {
-    std::printf("%s\n", options.help().c_str());
-    return 0;
-  }
-  const int chunks = args["chunks"].as<int>(), slots = args["slots"].as<int>(), threads = args["threads"].as<int>();
-  const int64_t numel = args["chunk-elements"].as<int64_t>();
-  const int64_t part = (numel * 4 + kNvmeAlignBytes - 1) / kNvmeAlignBytes * kNvmeAlignBytes;
+// Optimizer steps through a ring of `slots` slots over `chunks` chunks of fp32 master, m
+// and v (parts of `part` bytes): each chunk read ahead, updated, written behind. The
+// seconds of each step, from its first read to its last write on the disk.
+std::vector<double> RingSteps(NvmeFile& file, const ps::optim::CpuAdamKernels& kernels, int chunks, int slots,
+                              int64_t numel, int64_t part, int threads, int steps, const float* grad, uint16_t* out) {
   const int64_t extent_bytes = 3 * part;
-  NvmeFile file(args["dir"].as<std::string>(), chunks * extent_bytes, args["pieces"].as<int>(),
-                args["piece-kib"].as<int64_t>() * 1024);
-  std::printf("dir %s, backend %s, file %.2f GiB (%d chunks of %lld elements), %d slots, %d threads\n",
-              file.dir().c_str(), file.backend().c_str(), file.size_bytes() / 1073741824.0, chunks,
-              static_cast<long long>(numel), slots, threads);
-
-  // 1. Sequential bandwidth: the whole file written (initial state: zeros), then read.
-  Buffer seq_read = Aligned(64 << 20, 0), seq_write = Aligned(64 << 20, 0);
-  const double write_bps = Sequential(file, Mode::kWrite, seq_read.get(), seq_write.get(), 64 << 20);
-  const double read_bps = Sequential(file, Mode::kRead, seq_read.get(), seq_write.get(), 64 << 20);
-  const double mixed_bps = Sequential(file, Mode::kMixed, seq_read.get(), seq_write.get(), 64 << 20);
-  std::printf("sequential O_DIRECT: write %.0f MB/s, read %.0f MB/s, both at once %.0f MB/s\n", write_bps / 1e6,
-              read_bps / 1e6, mixed_bps / 1e6);
-
-  const auto kernels = ps::optim::KernelsFor(ps::optim::BestCpuIsa());
-  std::vector<float> grad(numel, 1e-3f);
-  std::vector<uint16_t> out(numel);
-
-  // 2. The compute alone: the same updates with one chunk's state in RAM, chunks times.
-  Buffer ram = Aligned(extent_bytes, 0);
-  UpdateChunk(kernels, ram.get(), part, numel, grad.data(), out.data(), threads, 1);  // warm-up
-  auto t0 = Clock::now();
-  for (int c = 0; c < chunks; ++c) UpdateChunk(kernels, ram.get(), part, numel, grad.data(), out.data(), threads, 2);
-  const double compute_s = SecondsSince(t0);
-  std::printf("Adam alone (%s): %.3f s per step\n", ps::optim::ToString(kernels.isa), compute_s);
-
-  // 3. Steps through the ring.
   std::vector<NvmeExtent> extents;
   std::vector<int> order;
   for (int c = 0; c < chunks; ++c) {
@@ -150,32 +106,120 @@ int main(int argc, char** argv) {
   }
   NvmeRing ring(file, extents, slot_ptrs);
   std::vector<double> step_s;
-  const int64_t step_bytes = 2 * chunks * extent_bytes;
-  for (int step = 1; step <= args["steps"].as<int>(); ++step) {
+  for (int step = 1; step <= steps; ++step) {
     ring.Flush();  // the previous step's writes are done (a training step's forward and backward)
-    t0 = Clock::now();
+    const auto t0 = Clock::now();
     ring.BeginStep(order);
     for (int c : order) {
       char* state = static_cast<char*>(ring.Acquire(c));
-      UpdateChunk(kernels, state, part, numel, grad.data(), out.data(), threads, step);
+      UpdateChunk(kernels, state, part, numel, grad, out, threads, step);
       ring.Release(c, /*written=*/true);
     }
     ring.Flush();  // the step's bytes are on the disk
     step_s.push_back(SecondsSince(t0));
-    std::printf("step %d: %.3f s, %.0f MB/s read + write\n", step, step_s.back(), step_bytes / step_s.back() / 1e6);
+    std::printf("step %d: %.3f s, %.0f MB/s read + write\n", step, step_s.back(), 2.0 * chunks * extent_bytes / step_s.back() / 1e6);
   }
+  return step_s;
+}
+
+struct BenchArgs {
+  std::string dir;
+  int chunks = 8, slots = 4, steps = 3, threads = 2, pieces = 32;
+  int64_t numel = 0, piece_bytes = 0;
+};
+
+// The command line; false after printing the help.
+bool Parse(int argc, char** argv, BenchArgs& a) {
+  cxxopts::Options options("bench_nvme", "The NVMe tier against the disk's sequential bandwidth");
+  options.add_options()
+      ("dir", "directory on the disk to measure (a file is created there and unlinked)", cxxopts::value<std::string>()->default_value("."))
+      ("chunks", "chunks on the tier", cxxopts::value<int>()->default_value("8"))
+      ("chunk-elements", "elements per chunk (fp32 master, m, v: 12 bytes each)", cxxopts::value<int64_t>()->default_value("16777216"))
+      ("slots", "ring slots", cxxopts::value<int>()->default_value("4"))
+      ("steps", "optimizer steps through the ring", cxxopts::value<int>()->default_value("3"))
+      ("threads", "CPU Adam threads", cxxopts::value<int>()->default_value("2"))
+      ("pieces", "pieces in flight", cxxopts::value<int>()->default_value("32"))
+      ("piece-kib", "piece size in KiB", cxxopts::value<int64_t>()->default_value("1024"))
+      ("h,help", "help");
+  const auto args = options.parse(argc, argv);
+  if (args.count("help")) {
+    std::printf("%s\n", options.help().c_str());
+    return false;
+  }
+  a.dir = args["dir"].as<std::string>();
+  a.chunks = args["chunks"].as<int>();
+  a.slots = args["slots"].as<int>();
+  a.steps = args["steps"].as<int>();
+  a.threads = args["threads"].as<int>();
+  a.pieces = args["pieces"].as<int>();
+  a.numel = args["chunk-elements"].as<int64_t>();
+  a.piece_bytes = args["piece-kib"].as<int64_t>() * 1024;
+  return true;
+}
+
+struct Bandwidths {
+  double write_bps = 0, read_bps = 0, mixed_bps = 0;
+};
+
+// 1. Sequential bandwidth: the whole file written (initial state: zeros), then read, then both.
+Bandwidths MeasureSequential(NvmeFile& file) {
+  Buffer seq_read = Aligned(64 << 20, 0), seq_write = Aligned(64 << 20, 0);
+  Bandwidths b;
+  b.write_bps = Sequential(file, Mode::kWrite, seq_read.get(), seq_write.get(), 64 << 20);
+  b.read_bps = Sequential(file, Mode::kRead, seq_read.get(), seq_write.get(), 64 << 20);
+  b.mixed_bps = Sequential(file, Mode::kMixed, seq_read.get(), seq_write.get(), 64 << 20);
+  std::printf("sequential O_DIRECT: write %.0f MB/s, read %.0f MB/s, both at once %.0f MB/s\n", b.write_bps / 1e6,
+              b.read_bps / 1e6, b.mixed_bps / 1e6);
+  return b;
+}
+
+// The ratios of the best step to the disk's references, printed, then the JSON line.
+void Report(const NvmeFile& file, const Bandwidths& bw, double compute_s, const std::vector<double>& step_s,
+            int64_t state_bytes) {
+  const int64_t step_bytes = 2 * state_bytes;
   const double best = *std::min_element(step_s.begin(), step_s.end());
-  const double disk_s = chunks * extent_bytes / read_bps + chunks * extent_bytes / write_bps;
+  const double disk_s = state_bytes / bw.read_bps + state_bytes / bw.write_bps;
   const double ratio_separate = disk_s / best;
-  const double ratio_mixed = step_bytes / best / mixed_bps;
+  const double ratio_mixed = step_bytes / best / bw.mixed_bps;
   const double ratio = std::min(ratio_separate, ratio_mixed);
   std::printf("best step %.3f s (%.0f MB/s); at the separate read and write bandwidths its bytes take %.3f s "
               "(ratio %.2f), at the both-at-once bandwidth %.3f s (ratio %.2f); the lower: %.2f (goal >= 0.8)\n",
-              best, step_bytes / best / 1e6, disk_s, ratio_separate, step_bytes / mixed_bps, ratio_mixed, ratio);
+              best, step_bytes / best / 1e6, disk_s, ratio_separate, step_bytes / bw.mixed_bps, ratio_mixed, ratio);
   std::printf("{\"dir\": \"%s\", \"backend\": \"%s\", \"file_bytes\": %lld, \"write_bps\": %.0f, \"read_bps\": %.0f, "
               "\"mixed_bps\": %.0f, \"adam_only_s\": %.4f, \"best_step_s\": %.4f, \"step_bytes\": %lld, "
               "\"ratio_separate\": %.3f, \"ratio_mixed\": %.3f, \"ratio\": %.3f}\n",
-              file.dir().c_str(), file.backend().c_str(), static_cast<long long>(file.size_bytes()), write_bps, read_bps,
-              mixed_bps, compute_s, best, static_cast<long long>(step_bytes), ratio_separate, ratio_mixed, ratio);
+              file.dir().c_str(), file.backend().c_str(), static_cast<long long>(file.size_bytes()), bw.write_bps,
+              bw.read_bps, bw.mixed_bps, compute_s, best, static_cast<long long>(step_bytes), ratio_separate,
+              ratio_mixed, ratio);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchArgs a;
+  if (!Parse(argc, argv, a)) return 0;
+  const int64_t part = (a.numel * 4 + kNvmeAlignBytes - 1) / kNvmeAlignBytes * kNvmeAlignBytes;
+  const int64_t extent_bytes = 3 * part;
+  NvmeFile file(a.dir, a.chunks * extent_bytes, a.pieces, a.piece_bytes);
+  std::printf("dir %s, backend %s, file %.2f GiB (%d chunks of %lld elements), %d slots, %d threads\n",
+              file.dir().c_str(), file.backend().c_str(), file.size_bytes() / 1073741824.0, a.chunks,
+              static_cast<long long>(a.numel), a.slots, a.threads);
+  const Bandwidths bw = MeasureSequential(file);
+
+  const auto kernels = ps::optim::KernelsFor(ps::optim::BestCpuIsa());
+  std::vector<float> grad(a.numel, 1e-3f);
+  std::vector<uint16_t> out(a.numel);
+  // 2. The compute alone: the same updates with one chunk's state in RAM, chunks times.
+  Buffer ram = Aligned(extent_bytes, 0);
+  UpdateChunk(kernels, ram.get(), part, a.numel, grad.data(), out.data(), a.threads, 1);  // warm-up
+  const auto t0 = Clock::now();
+  for (int c = 0; c < a.chunks; ++c) UpdateChunk(kernels, ram.get(), part, a.numel, grad.data(), out.data(), a.threads, 2);
+  const double compute_s = SecondsSince(t0);
+  std::printf("Adam alone (%s): %.3f s per step\n", ps::optim::ToString(kernels.isa), compute_s);
+
+  // 3. Steps through the ring.
+  const std::vector<double> step_s =
+      RingSteps(file, kernels, a.chunks, a.slots, a.numel, part, a.threads, a.steps, grad.data(), out.data());
+  Report(file, bw, compute_s, step_s, a.chunks * extent_bytes);
   return 0;
 }

@@ -47,6 +47,13 @@ void LogSetup(const ChunkSetup& s, const Config& c) {
                optim::ToString(c.optimizer.type), s.adam->device_chunks().size(), s.runtime->layout().num_chunks(),
                optim::ToString(s.adam->cpu_isa()),
                s.scaler->enabled() ? fmt::format("{:g}", s.scaler->scale()) : std::string("none"));
+  if (const chunkmem::NvmeState* nvme = s.runtime->nvme()) {
+    int on_tier = 0;
+    for (int chunk = 0; chunk < s.runtime->layout().num_chunks(); ++chunk) on_tier += nvme->on_nvme(chunk) ? 1 : 0;
+    spdlog::info("NVMe tier: the optimizer state of {} chunks in {} ({:.2f} GiB, {}), through {} host slots ({:.1f} MiB)",
+                 on_tier, c.chunk.nvme_dir, nvme->file_bytes() / 1073741824.0, nvme->backend(), c.chunk.nvme_ring_slots,
+                 nvme->ring_bytes() / 1048576.0);
+  }
 }
 
 }  // namespace
@@ -198,6 +205,12 @@ void ChunkEngine::AddStepMetrics(JsonLine& line, const StepOutcome& /*outcome*/)
       .Add("adam_rolled_back", static_cast<int64_t>(last_report_.rolled_back_chunks))
       .Add("adam_device_ms", last_report_.device_ms)
       .Add("chunk_move_ms", rs.move_ms - move_ms_at_step_start_);
+  if (const chunkmem::NvmeState* nvme = chunks_.runtime->nvme()) {  // cumulative
+    const chunkmem::NvmeFileStats fs = nvme->file_stats();
+    line.Add("nvme_read_bytes", fs.read_bytes)
+        .Add("nvme_written_bytes", fs.written_bytes)
+        .Add("nvme_wait_ms", nvme->ring_stats().wait_ms);
+  }
   if (comm_ != nullptr) {
     line.Add("group_gathers", rs.group_gathers)
         .Add("group_prefetches", rs.group_prefetches)

@@ -8,6 +8,7 @@
 #include <c10/util/accumulate.h>
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -35,6 +36,32 @@ at::Tensor SumOverRanks(comm::Communicator* comm, at::Tensor t, at::Device devic
   comm->AllReduce(t, comm::ReduceOp::kSum)->Wait();
   return t.cpu();
 }
+
+// Keeps the chunk whose optimizer state is read or written mounted when that state is
+// on the NVMe tier (docs/chunkmem.md, "NVMe tier"): one chunk at a time, switched when
+// the parameters reach another chunk; `written` writes each back to the tier's file.
+class NvmeCursor {
+ public:
+  NvmeCursor(const chunkmem::ChunkRuntime& rt, bool written) : rt_(rt), written_(written) {}
+  // Mounts `chunk` if its state is on the tier; true when it is (the views are then the
+  // ring slot's, valid until the next call: a caller that keeps them clones them).
+  bool Mount(int chunk) {
+    if (!rt_.optimizer_on_nvme(chunk)) return false;
+    if (chunk != chunk_) {
+      mount_.reset();
+      mount_.emplace(*rt_.nvme(), chunk);
+      if (written_) mount_->set_written();
+      chunk_ = chunk;
+    }
+    return true;
+  }
+
+ private:
+  const chunkmem::ChunkRuntime& rt_;
+  bool written_;
+  std::optional<chunkmem::NvmeMount> mount_;
+  int chunk_ = -1;
+};
 
 nlohmann::json WarmupToJson(const chunkmem::WarmupState& w) {
   return {{"iterations", w.iterations},
@@ -116,8 +143,10 @@ models::TensorMap ChunkEngine::GatherGroups(bool frozen) const {
     if (all_frozen && !frozen) continue;  // the same decision on every rank: the layout's
     const int own = g * p + comm_->rank();
     const ChunkKind kind = layout.chunks()[own].frozen ? ChunkKind::kCompute : ChunkKind::kMaster;
+    NvmeCursor nvme(rt, /*written=*/false);
+    if (kind == ChunkKind::kMaster) nvme.Mount(own);
     const at::Tensor mine =
-        rt.store().payload(rt.chunk_id(kind, own)).to(CollectiveDevice(*comm_, device_), at::kFloat);
+        rt.store().payload(rt.chunk_id(kind, own)).to(CollectiveDevice(*comm_, device_), at::kFloat, false, true);
     at::Tensor group = at::empty({p * n}, mine.options());
     comm_->AllGather(group, mine)->Wait();
     group = group.cpu();
@@ -182,17 +211,22 @@ EngineState ChunkEngine::Save() const {
   // ZeRO: this rank's share (the parameters of the chunks it owns), which it writes into
   // its own checkpoint files; the step counts of every parameter (state.json's).
   at::Tensor steps = at::zeros({num_params}, at::kLong);
+  NvmeCursor nvme(rt, /*written=*/false);
   for (int i = 0; i < num_params; ++i) {
     // LoRA's base: its fingerprint (below), not its values.
-    if (!rt.owned(rt.layout().placements()[i].chunk_id) || rt.frozen(i)) continue;
+    const int chunk = rt.layout().placements()[i].chunk_id;
+    if (!rt.owned(chunk) || rt.frozen(i)) continue;
     const std::string& name = rt.params()[i].name;
-    out.params[name] = rt.View(ChunkKind::kMaster, i);
+    // State on the NVMe tier: copies of the mounted views (the ring slot is reused).
+    const bool copy = nvme.Mount(chunk);
+    auto keep = [copy](const at::Tensor& t) { return copy ? t.clone() : t; };
+    out.params[name] = keep(rt.View(ChunkKind::kMaster, i));
     if (rt.state_dtype() == at::kByte) {  // 8-bit moments: codes and block scales, packed (a copy)
       out.exp_avg[name] = optim::PackInt8(Int8MomentOf(rt, ChunkKind::kAdamM, i));
       out.exp_avg_sq[name] = optim::PackInt8(Int8MomentOf(rt, ChunkKind::kAdamV, i));
     } else {
-      out.exp_avg[name] = rt.View(ChunkKind::kAdamM, i);
-      out.exp_avg_sq[name] = rt.View(ChunkKind::kAdamV, i);
+      out.exp_avg[name] = keep(rt.View(ChunkKind::kAdamM, i));
+      out.exp_avg_sq[name] = keep(rt.View(ChunkKind::kAdamV, i));
     }
     steps[i] = chunks_.adam->param_steps(i);
   }
@@ -241,8 +275,10 @@ void ChunkEngine::Load(const EngineState& state) {
   CheckNoUnknownParams(state, names);
   const bool separate_master = rt.compute_dtype() != at::kFloat;
   LoadFrozen(state);
+  NvmeCursor nvme(rt, /*written=*/true);
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
     if (!rt.owned(rt.layout().placements()[i].chunk_id) || rt.frozen(i)) continue;  // ZeRO: its owner loads it
+    nvme.Mount(rt.layout().placements()[i].chunk_id);  // state on the NVMe tier: written back after
     const at::Tensor master = rt.View(ChunkKind::kMaster, i);
     const std::string& name = rt.params()[i].name;
     chunks_.adam->set_param_steps(

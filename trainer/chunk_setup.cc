@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "chunkmem/memory_plan.h"
+#include "chunkmem/nvme_file.h"
 #include "optim/cpu_topology.h"
 #include "trainer/config_loader.h"
 #include "trainer/model_factory.h"
@@ -93,6 +94,8 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   options.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
   options.block_major_backward = VerticalAccumulation(c.train, world_size);
   options.keep_values_at_exit = false;  // the engine's model goes with the runtime
+  options.nvme.dir = c.chunk.nvme_dir;
+  options.nvme.ring_slots = static_cast<int>(c.chunk.nvme_ring_slots);
   return options;
 }
 
@@ -105,6 +108,14 @@ namespace {
 RunPlan FittingPlan(const Config& c, at::Device device, int world, int rank) {
   RunPlan run_plan = PlanRun(c, device, world, rank);
   if (!run_plan.plan.fits) throw ConfigError("this run does not fit its memory budgets: " + run_plan.plan.why_not);
+  if (run_plan.plan.tiers.nvme_chunks > 0) {  // before anything is allocated: the directory can hold the file
+    const std::string refusal = chunkmem::CheckNvmeDir(c.chunk.nvme_dir, run_plan.plan.tiers.nvme_bytes);
+    if (!refusal.empty()) {
+      throw ConfigError("chunk.nvme_dir: " + refusal + " (the plan puts the optimizer state of " +
+                        std::to_string(run_plan.plan.tiers.nvme_chunks) + " chunks there: " +
+                        std::to_string(run_plan.plan.tiers.nvme_bytes) + " bytes)");
+    }
+  }
   // A stated device memory below the card's is a hard limit: the caching allocator is
   // capped there, so going beyond it is an out-of-memory error, as on a card that small.
   if (device.is_cuda() && c.chunk.device_memory_bytes > 0 &&
@@ -332,6 +343,9 @@ void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& 
   input.backup_bytes_per_element = 4 + 2 * std::max<int64_t>(2, input.state_element_bytes) +
                                    (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
+  input.nvme = !c.chunk.nvme_dir.empty();
+  input.nvme_host_budget_bytes = c.chunk.nvme_host_budget_bytes;
+  input.nvme_ring_slots = c.chunk.nvme_ring_slots;
 }
 
 }  // namespace

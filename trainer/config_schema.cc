@@ -552,6 +552,18 @@ std::vector<FieldSpec> BuildConfigSchema() {
             FloatRange(0.0, 1.0, true)),
       Float("chunk.margin_use_ratio", PS_ACCESS(chunk.margin_use_ratio),
             "fraction of the device margin (chunk room minus the largest block's working set) given to optimizer state from start-up", FloatRange(0.0, 1.0)),
+      Text("chunk.nvme_dir", PS_ACCESS(chunk.nvme_dir),
+           "a directory on a local disk (SSD) for the NVMe tier: the optimizer state (fp32 master, m, v) of "
+           "host-updated chunks that host memory does not keep, streamed through a ring of host buffers in each "
+           "step (O_DIRECT, io_uring; docs/chunkmem.md); its file is working memory, deleted with the process, "
+           "never a checkpoint; empty = off"),
+      Int("chunk.nvme_host_budget_bytes", PS_ACCESS(chunk.nvme_host_budget_bytes),
+          "with chunk.nvme_dir: host bytes for optimizer state kept in memory (layout order; the rest goes to the "
+          "NVMe tier); -1 = what chunk.host_budget_bytes leaves after everything else; 0 = all of it on the tier",
+          IntRange(-1, kMaxBytes)),
+      Int("chunk.nvme_ring_slots", PS_ACCESS(chunk.nvme_ring_slots),
+          "with chunk.nvme_dir: host buffers of one chunk's optimizer state each, through which the tier reads "
+          "ahead and writes behind", IntRange(2, 64)),
       // distributed
       Enum<comm::Launcher>("distributed.launcher", PS_ACCESS(distributed.launcher),
                            "auto: torchrun env (RANK, WORLD_SIZE), else Slurm env (SLURM_PROCID, SLURM_NTASKS > 1), else one process",

@@ -148,10 +148,27 @@ class Validator {
     }
   }
 
+  // chunk.nvme_dir: a chunk-runtime tier for state the host Adam updates; speculation
+  // updates chunks in backward, before the tier's reads in the step's order.
+  void ValidateNvme() const {
+    const auto& c = config_;
+    if (c.chunk.nvme_dir.empty()) return;
+    if (!c.chunk.enabled) {
+      throw ConfigError(At("chunk.nvme_dir") + ": chunk.nvme_dir needs chunk.enabled: true (the NVMe tier holds "
+                        "chunks' optimizer state)");
+    }
+    if (c.optimizer.speculation_slots > 0) {
+      throw ConfigError(At("chunk.nvme_dir") + ": chunk.nvme_dir and optimizer.speculation_slots " +
+                        std::to_string(c.optimizer.speculation_slots) + " cannot be combined (the NVMe tier reads "
+                        "each chunk's state in the step, in order; set optimizer.speculation_slots: 0)");
+    }
+  }
+
   void Validate() const {
     ValidateModelType();
     ValidateLora();
     ValidateOptimizerState();
+    ValidateNvme();
     ValidateAccumulationSchedule();
     const auto& c = config_;
     if (const auto bad = data::ChatKeyProblem(c.data, c.model_type == models::ModelType::kBert))

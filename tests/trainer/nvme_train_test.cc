@@ -1,0 +1,150 @@
+// The NVMe tier in training (chunk.nvme_dir; docs/chunkmem.md, "NVMe tier") on the
+// simulated device and this machine's disk: with every host-updated chunk's optimizer
+// state on the tier (chunk.nvme_host_budget_bytes 0), a run gives the losses, gradient
+// norms and checkpoint tensors of the same run without it, bitwise (fp32 compute: m and
+// v on the tier; bf16 evicting with some state on the device: master, m and v; int8
+// moments); a run killed and resumed from a checkpoint goes on with the same losses;
+// unusable directories and speculation are refused before training, naming the key.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "trainer/checkpoint.h"
+#include "trainer/config_loader.h"
+#include "trainer/train_loop.h"
+#include "tests/temp_dir.h"
+
+#include "tests/catch.h"
+
+namespace ps::trainer {
+namespace {
+
+using testing::TempDir;
+
+std::string NvmeDir(const std::string& name) {
+  const std::string dir = TempDir() + "/nvme_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// 3 blocks of n_embd 64 in chunks of 20,000 elements, dropout on, 12 steps.
+Config Tiny(const std::string& name, std::vector<std::string> extra) {
+  const std::string dir = TempDir() + "/" + name;
+  std::vector<std::string> overrides = {"data.train_path=" + testing::WriteRepeatedText("nvme_corpus.txt", 300),
+                                        "run.output_dir=" + dir, "run.threads=1", "chunk.enabled=true",
+                                        "chunk.size_elements=20000"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return LoadConfigText(
+      "model: {n_layer: 3, n_head: 2, n_embd: 64, n_positions: 32, vocab_size: 256, dropout: 0.1}\n"
+      "data: {format: text, seq_len: 32, shuffle: true}\n"
+      "train: {micro_batch_size: 4, global_batch_size: 4, max_steps: 12, grad_clip: 1.0}\n"
+      "optimizer: {lr: 3.0e-3, weight_decay: 0.1}\n"
+      "logging: {level: warn, log_every: 1}\n"
+      "checkpoint: {at_end: true}\n",
+      "test.yaml", overrides, ProcessEnv());
+}
+
+// The values of `key` in every step line of a run's metrics.jsonl, as text.
+std::vector<std::string> MetricValues(const Config& c, const std::string& key) {
+  std::ifstream in(c.run.output_dir + "/metrics.jsonl");
+  std::vector<std::string> values;
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\"" + key + "\": ");
+    if (at == std::string::npos || line.find("\"step\"") == std::string::npos) continue;
+    const size_t from = at + key.size() + 4;
+    values.push_back(line.substr(from, line.find_first_of(",}", from) - from));
+  }
+  return values;
+}
+
+void CheckSameTensors(const models::TensorMap& a, const models::TensorMap& b, const std::string& what) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, t] : a) {
+    INFO(what << " " << name);
+    REQUIRE(b.count(name) == 1);
+    CHECK(at::equal(t, b.at(name)));  // bitwise: the same bytes back from the file
+  }
+}
+
+// `extra` run without the tier and with every host-updated chunk's state on it.
+void CheckSameRun(const std::string& name, const std::vector<std::string>& extra) {
+  const Config ram = Tiny(name + "_ram", extra);
+  std::vector<std::string> with = extra;
+  with.push_back("chunk.nvme_dir=" + NvmeDir(name));
+  with.push_back("chunk.nvme_host_budget_bytes=0");
+  const Config nvme = Tiny(name + "_nvme", with);
+  const TrainResult a = Train(ram);
+  const TrainResult b = Train(nvme);
+  REQUIRE(a.losses.size() == 12);
+  REQUIRE(b.losses.size() == 12);
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    INFO(name << ": step " << i + 1);
+    CHECK(b.losses[i] == a.losses[i]);
+  }
+  CHECK(MetricValues(nvme, "grad_norm") == MetricValues(ram, "grad_norm"));
+  // The tier was used: every step read and wrote state (cumulative, growing).
+  const std::vector<std::string> written = MetricValues(nvme, "nvme_written_bytes");
+  REQUIRE(written.size() == 12);
+  CHECK(std::stoll(written.front()) > 0);
+  CHECK(std::stoll(written.back()) > std::stoll(written.front()));
+  CHECK(std::stoll(MetricValues(nvme, "nvme_read_bytes").back()) > 0);
+  CHECK(MetricValues(ram, "nvme_written_bytes").empty());
+  const CheckpointContents ca = ReadCheckpoint(ListCheckpoints(ram.run.output_dir + "/checkpoints").back());
+  const CheckpointContents cb = ReadCheckpoint(ListCheckpoints(nvme.run.output_dir + "/checkpoints").back());
+  CheckSameTensors(ca.engine.params, cb.engine.params, "params");
+  CheckSameTensors(ca.engine.exp_avg, cb.engine.exp_avg, "exp_avg");
+  CheckSameTensors(ca.engine.exp_avg_sq, cb.engine.exp_avg_sq, "exp_avg_sq");
+}
+
+}  // namespace
+
+TEST_CASE("NVMe tier, fp32 compute, every chunk's m and v in the file: the same run bitwise", "[nvme][train]") {
+  CheckSameRun("fp32", {"optimizer.hybrid_adam=false"});
+}
+
+TEST_CASE("NVMe tier, bf16 evicting, some state on the device, master m v in the file: the same run bitwise",
+          "[nvme][train][bf16]") {
+  CheckSameRun("bf16", {"precision.dtype=bf16", "chunk.device_budget_bytes=160000"});
+}
+
+TEST_CASE("NVMe tier, int8 moments: the same run bitwise", "[nvme][train][int8]") {
+  CheckSameRun("int8", {"precision.dtype=bf16", "optimizer.state_dtype=int8", "optimizer.hybrid_adam=false"});
+}
+
+TEST_CASE("NVMe tier: killed and resumed from a checkpoint, the same losses bitwise", "[nvme][train][resume]") {
+  const std::vector<std::string> extra = {"precision.dtype=bf16", "optimizer.hybrid_adam=false",
+                                          "chunk.nvme_host_budget_bytes=0", "chunk.nvme_dir=" + NvmeDir("resume")};
+  const TrainResult whole = Train(Tiny("nvme_resume_whole", extra));
+  std::vector<std::string> cut = extra;
+  cut.push_back("checkpoint.every_steps=4");
+  const Config c = Tiny("nvme_resume_cut", cut);
+  TrainOptions kill;
+  kill.abort_after_step = 6;
+  REQUIRE(Train(c, kill).losses.size() == 6);
+  const TrainResult resumed = Train(c);  // a new process's tier: its state from step 4's checkpoint
+  REQUIRE(resumed.start_step == 4);
+  REQUIRE(resumed.losses.size() == 8);
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    INFO("step " << 5 + i);
+    CHECK(resumed.losses[i] == whole.losses[4 + i]);
+  }
+}
+
+TEST_CASE("NVMe tier: refusals before training name the key", "[nvme][config]") {
+  const std::string missing = TempDir() + "/no_such_dir";
+  const Config c = Tiny("nvme_missing", {"optimizer.hybrid_adam=false", "chunk.nvme_host_budget_bytes=0",
+                                         "chunk.nvme_dir=" + missing});
+  CHECK_THROWS_WITH(Train(c), Catch::Contains("chunk.nvme_dir: directory '" + missing + "' cannot be used") &&
+                                  Catch::Contains("bytes)"));
+  CHECK(ListCheckpoints(c.run.output_dir + "/checkpoints").empty());
+  CHECK_THROWS_WITH(Tiny("nvme_spec", {"chunk.nvme_dir=" + NvmeDir("spec"), "optimizer.speculation_slots=2"}),
+                    Catch::Contains("chunk.nvme_dir and optimizer.speculation_slots 2 cannot be combined"));
+  CHECK_THROWS_WITH(Tiny("nvme_plain", {"chunk.enabled=false", "chunk.nvme_dir=" + NvmeDir("plain")}),
+                    Catch::Contains("chunk.nvme_dir needs chunk.enabled: true"));
+}
+
+}  // namespace ps::trainer
