@@ -67,6 +67,13 @@ void HostPipeline::Run(const std::vector<int>& chunks, const AddUpdate& add, con
     const int chunk = chunks[k];
     const bool nvme = settings_.nvme != nullptr && settings_.nvme->on_nvme(chunk);
     if (nvme) settings_.nvme->Acquire(chunk);  // its state mounted (read ahead)
+    struct AbandonOnThrow {  // an update that fails half-way leaves the file's state, not the slot's
+      NvmeState* nvme;
+      int chunk;
+      ~AbandonOnThrow() {
+        if (nvme != nullptr) nvme->Abandon(chunk);
+      }
+    } hold{nvme ? settings_.nvme : nullptr, chunk};
     if (remote[k] && stage) {
       RunStaged(chunk, staging.buffer[k % 2], staged_copies[k % 2], add, run);
     } else {
@@ -78,6 +85,7 @@ void HostPipeline::Run(const std::vector<int>& chunks, const AddUpdate& add, con
         if (move[k]) moves_.ReturnToDeviceIfRoom(chunk);  // overlaps the next chunk's update
       }
     }
+    hold.nvme = nullptr;
     if (nvme) settings_.nvme->Release(chunk, /*written=*/true);  // written behind the next update
   }
   run();  // all at once when nothing had to move

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -75,7 +77,7 @@ NvmeFile::NvmeFile(const std::string& dir, int64_t bytes, int pieces_in_flight, 
     : dir_(dir),
       size_bytes_(AlignUp(std::max<int64_t>(bytes, 1))),
       pieces_in_flight_(std::max(pieces_in_flight, 1)),
-      piece_bytes_(AlignUp(std::max<int64_t>(piece_bytes, 1))) {
+      piece_bytes_(AlignUp(std::clamp<int64_t>(piece_bytes, 1, int64_t{1} << 30))) {  // io_uring lengths are 32-bit
   const std::string refusal = CheckNvmeDir(dir, size_bytes_);
   if (!refusal.empty()) throw std::runtime_error("NVMe tier: " + refusal);
   const std::string path = FreshName(dir, "nvme");
@@ -147,9 +149,10 @@ void NvmeFile::Wait(Ticket ticket) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = requests_.find(ticket);
   if (it == requests_.end()) throw std::invalid_argument("NvmeFile: unknown or already waited ticket");
-  done_cv_.wait(lock, [&] { return it->second.pieces_left == 0; });
-  const std::string error = std::move(it->second.error);
-  requests_.erase(it);
+  Request* request = &it->second;  // stays valid across a rehash (an iterator would not)
+  done_cv_.wait(lock, [&] { return request->pieces_left == 0; });
+  const std::string error = std::move(request->error);
+  requests_.erase(ticket);
   if (!error.empty()) throw std::runtime_error(error);
 }
 
@@ -238,29 +241,39 @@ void NvmeFile::Work() {
       ++in_flight_;
     }
     lock.unlock();
-    int rc = io_uring_submit(&uring_->ring);
-    io_uring_cqe* cqe = nullptr;
-    if (rc >= 0) rc = io_uring_wait_cqe(&uring_->ring, &cqe);
+    SubmitAndWait();
     lock.lock();
-    if (rc < 0 && rc != -EINTR) {  // the ring itself failed: every piece in flight fails with it
-      for (int slot = 0; slot < pieces_in_flight_; ++slot) {
-        if (std::find(uring_->free_slots.begin(), uring_->free_slots.end(), slot) != uring_->free_slots.end()) continue;
-        Finish(uring_->slots[slot], rc);
-        uring_->free_slots.push_back(slot);
-      }
-      in_flight_ = 0;
-      continue;
-    }
     unsigned head = 0, seen = 0;
+    io_uring_cqe* cqe = nullptr;
     io_uring_for_each_cqe(&uring_->ring, head, cqe) {
-      const int slot = static_cast<int>(io_uring_cqe_get_data64(cqe));
+      ++seen;
+      const uint64_t data = io_uring_cqe_get_data64(cqe);
+      if (data >= static_cast<uint64_t>(pieces_in_flight_)) continue;  // liburing's own timeout entry
+      const int slot = static_cast<int>(data);
       Finish(uring_->slots[slot], cqe->res);
       uring_->free_slots.push_back(slot);
       --in_flight_;
-      ++seen;
     }
     io_uring_cq_advance(&uring_->ring, seen);
   }
+}
+
+void NvmeFile::SubmitAndWait() {
+  // The entries queued are submitted (a failed submit leaves them queued for the next
+  // one), then up to 1 ms is spent waiting for a completion, so pieces queued meanwhile
+  // are submitted soon. Transient errors are retried; the pieces in flight stay in flight
+  // (their buffers are the disk's until their completions arrive). Any other error of
+  // the ring itself is a bug: the process stops rather than let I/O land in freed memory.
+  int rc = io_uring_submit(&uring_->ring);
+  if (rc >= 0 || rc == -EAGAIN || rc == -EBUSY || rc == -EINTR) {
+    __kernel_timespec timeout{0, 1000000};
+    io_uring_cqe* cqe = nullptr;
+    rc = io_uring_wait_cqe_timeout(&uring_->ring, &cqe, &timeout);
+  }
+  if (rc >= 0 || rc == -ETIME || rc == -EAGAIN || rc == -EBUSY || rc == -EINTR) return;
+  std::fprintf(stderr, "NVMe tier: the io_uring of the tier's file in '%s' failed: %s\n", dir_.c_str(),
+               Errno(-rc).c_str());
+  std::abort();
 }
 
 }  // namespace ps::chunkmem

@@ -79,6 +79,7 @@ class NvmeFile {
 
   Ticket Submit(bool write, int64_t offset, void* buffer, int64_t bytes);
   void Work();                                   // the worker thread
+  void SubmitAndWait();                          // io_uring: submit, then wait up to 1 ms
   void Finish(const Piece& piece, int64_t result);  // under mu_: a piece's completion
   void RunBlocking(const Piece& piece);          // the pread/pwrite backend
 

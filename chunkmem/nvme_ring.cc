@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -36,6 +37,7 @@ void NvmeRing::BeginStep(const std::vector<int>& order) {
   order_ = order;
   next_pos_ = 0;
   Reap();
+  ThrowPending();
   Refill();
 }
 
@@ -72,11 +74,28 @@ void NvmeRing::WaitSlot(Slot& slot) {
 
 void NvmeRing::Reap() {
   for (Slot& slot : slots_) {
-    if ((slot.state == State::kReading || slot.state == State::kWriting) && file_.Done(slot.ticket)) WaitSlot(slot);
+    if ((slot.state != State::kReading && slot.state != State::kWriting) || !file_.Done(slot.ticket)) continue;
+    try {
+      WaitSlot(slot);
+    } catch (...) {  // kept for the next call that may throw (Release does not)
+      if (!error_) error_ = std::current_exception();
+    }
   }
 }
 
+void NvmeRing::ThrowPending() {
+  if (!error_) return;
+  std::exception_ptr e = error_;
+  error_ = nullptr;
+  std::rethrow_exception(e);
+}
+
 void NvmeRing::SubmitRead(int slot_index, int chunk) {
+  for (int i = 0; i < num_slots(); ++i) {  // invariants: one slot per chunk, no read behind its own write
+    if (i != slot_index && slots_[i].chunk == chunk) {
+      throw std::logic_error("NvmeRing: chunk " + std::to_string(chunk) + " read into a second slot");
+    }
+  }
   Slot& slot = slots_[slot_index];
   const NvmeExtent& e = extents_.at(chunk);
   slot.chunk = chunk;
@@ -127,6 +146,7 @@ void NvmeRing::Refill() {
 void* NvmeRing::Acquire(int chunk, bool read) {
   if (extents_.at(chunk).bytes == 0) throw std::invalid_argument("NvmeRing: chunk " + std::to_string(chunk) + " is not on the tier");
   Reap();
+  ThrowPending();
   int slot = SlotOf(chunk);
   if (slot >= 0 && slots_[slot].state == State::kInUse) {
     throw std::logic_error("NvmeRing: chunk " + std::to_string(chunk) + " is acquired twice");
@@ -179,13 +199,27 @@ void NvmeRing::Release(int chunk, bool written) {
 
 void NvmeRing::Poll() {
   Reap();
+  ThrowPending();
   Refill();
 }
 
 void NvmeRing::Flush() {
   for (Slot& slot : slots_) {
-    if (slot.state == State::kReading || slot.state == State::kWriting) WaitSlot(slot);
+    if (slot.state != State::kReading && slot.state != State::kWriting) continue;
+    try {
+      WaitSlot(slot);
+    } catch (...) {  // every slot is waited for before the first error is thrown
+      if (!error_) error_ = std::current_exception();
+    }
   }
+  ThrowPending();
+}
+
+void NvmeRing::Abandon(int chunk) {
+  const int slot = SlotOf(chunk);
+  if (slot < 0 || slots_[slot].state != State::kInUse) return;
+  slots_[slot].state = State::kFree;
+  slots_[slot].chunk = -1;  // its bytes may be half-updated: never served as a clean copy
 }
 
 }  // namespace ps::chunkmem

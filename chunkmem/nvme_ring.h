@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "chunkmem/nvme_file.h"
@@ -53,7 +54,12 @@ class NvmeRing {
   // the chunk). At most S - 1 chunks in use at once.
   void* Acquire(int chunk, bool read = true);
   // Gives the slot back: `written` submits its write (the file gets the slot's bytes).
+  // Does not throw I/O errors: an error it reaps is thrown by the next BeginStep,
+  // Acquire, Poll or Flush (so a scope guard may release).
   void Release(int chunk, bool written);
+  // Gives the slot of an acquired chunk back without writing it and without keeping it
+  // as a clean copy (an update that failed half-way); no-op when not acquired.
+  void Abandon(int chunk);
   // Reaps finished I/O and refills: reads that slots freed since the last call can take
   // (the caller's chance to keep the disk busy between steps: a reused slot is refilled
   // only in a call).
@@ -76,7 +82,8 @@ class NvmeRing {
     NvmeFile::Ticket ticket = 0;
   };
 
-  void Reap();    // finished reads -> ready, finished writes -> free (clean copies)
+  void Reap();          // finished reads -> ready, finished writes -> free (clean copies); keeps errors
+  void ThrowPending();  // the first error Reap kept
   void Refill();  // reusable slots read the window's chunks
   // Where `chunk` is among the next num_slots() - 1 chunks of the order (from the next
   // one to be acquired; past the end, the next step's first ones): 0 next, -1 not there.
@@ -93,6 +100,7 @@ class NvmeRing {
   std::vector<Slot> slots_;
   std::vector<int> order_;
   size_t next_pos_ = 0;  // the position in order_ of the next chunk to be acquired
+  std::exception_ptr error_;  // an I/O error reaped where it could not be thrown
   NvmeRingStats stats_;
 };
 

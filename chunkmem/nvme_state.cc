@@ -24,29 +24,39 @@ NvmeState::NvmeState(ChunkStore& store, std::vector<NvmeChunkIds> chunks, const 
     extents_.push_back({at, parts_.back().extent_bytes});
     at += parts_.back().extent_bytes;
     largest = std::max(largest, parts_.back().extent_bytes);
+  }
+  TORCH_CHECK(largest > 0, "NvmeState: no chunk on the NVMe tier");
+  const int64_t ring = NvmeRingBytes(settings.ring_slots, largest);
+  TORCH_CHECK(store_.BytesUsed(Tier::kHost) + ring <= store_.Budget(Tier::kHost), "the NVMe tier's ring (", ring,
+              " bytes) does not fit the host budget");
+  file_ = std::make_unique<NvmeFile>(settings.dir, at, settings.pieces_in_flight, settings.piece_bytes);
+  try {
+    for (int s = 0; s < settings.ring_slots; ++s) {
+      TORCH_CHECK(store_.CanHold(Tier::kHost, largest + kNvmeAlignBytes), "the NVMe tier's ring (", ring,
+                  " bytes) does not fit the host budget");
+      borrowed_.push_back(store_.Borrow(Tier::kHost, largest + kNvmeAlignBytes, at::kByte, /*zero=*/false));
+      const auto address = reinterpret_cast<uintptr_t>(borrowed_.back().data_ptr());
+      const int64_t skip = static_cast<int64_t>((kNvmeAlignBytes - address % kNvmeAlignBytes) % kNvmeAlignBytes);
+      slots_.push_back(borrowed_.back().narrow(0, skip, largest));
+    }
+  } catch (...) {  // the constructor fails: what it borrowed goes back
+    for (at::Tensor& t : borrowed_) store_.GiveBack(Tier::kHost, t);
+    throw;
+  }
+  std::vector<void*> buffers;
+  for (const at::Tensor& slot : slots_) buffers.push_back(slot.data_ptr());
+  ring_ = std::make_unique<NvmeRing>(*file_, extents_, buffers);
+  for (const NvmeChunkIds& ids : ids_) {  // last: nothing above can fail after it
     for (int id : ids) {
       if (id >= 0) store_.MarkNvme(id);
     }
   }
-  TORCH_CHECK(largest > 0, "NvmeState: no chunk on the NVMe tier");
-  file_ = std::make_unique<NvmeFile>(settings.dir, at, settings.pieces_in_flight, settings.piece_bytes);
-  std::vector<void*> buffers;
-  for (int s = 0; s < settings.ring_slots; ++s) {
-    TORCH_CHECK(store_.CanHold(Tier::kHost, largest + kNvmeAlignBytes), "the NVMe tier's ring (",
-                NvmeRingBytes(settings.ring_slots, largest), " bytes) does not fit the host budget");
-    borrowed_.push_back(store_.Borrow(Tier::kHost, largest + kNvmeAlignBytes, at::kByte, /*zero=*/false));
-    const auto address = reinterpret_cast<uintptr_t>(borrowed_.back().data_ptr());
-    const int64_t skip = static_cast<int64_t>((kNvmeAlignBytes - address % kNvmeAlignBytes) % kNvmeAlignBytes);
-    slots_.push_back(borrowed_.back().narrow(0, skip, largest));
-    buffers.push_back(slots_.back().data_ptr());
-  }
-  ring_ = std::make_unique<NvmeRing>(*file_, extents_, buffers);
 }
 
 NvmeState::~NvmeState() {
   for (const NvmeChunkIds& ids : ids_) {  // a mount an exception left behind
     for (int id : ids) {
-      if (id >= 0) store_.Unmount(id);
+      if (id >= 0 && store_.on_nvme(id)) store_.Unmount(id);
     }
   }
   ring_.reset();  // waits for the writes in flight
@@ -77,6 +87,13 @@ void NvmeState::Release(int chunk, bool written) {
     if (id >= 0) store_.Unmount(id);
   }
   ring_->Release(chunk, written);
+}
+
+void NvmeState::Abandon(int chunk) {
+  for (int id : ids_.at(chunk)) {
+    if (id >= 0) store_.Unmount(id);
+  }
+  ring_->Abandon(chunk);
 }
 
 }  // namespace ps::chunkmem

@@ -48,7 +48,10 @@ class NvmeState {
   // Mounts `chunk`'s state (read from the file; `read` false: the caller writes every
   // byte of every part) until Release; `written` writes the slot back to the file.
   void Acquire(int chunk, bool read = true);
-  void Release(int chunk, bool written);
+  void Release(int chunk, bool written);  // throws no I/O error (NvmeRing::Release)
+  // Unmounts an acquired chunk whose update failed half-way: its slot is dropped, not
+  // written and not kept (the file keeps the chunk's last state).
+  void Abandon(int chunk);
   void Poll() { ring_->Poll(); }
   void Flush() { ring_->Flush(); }
 
@@ -74,7 +77,12 @@ class NvmeState {
 class NvmeMount {
  public:
   NvmeMount(NvmeState& state, int chunk, bool read = true) : state_(state), chunk_(chunk) { state_.Acquire(chunk, read); }
-  ~NvmeMount() { state_.Release(chunk_, written_); }
+  ~NvmeMount() {
+    try {
+      state_.Release(chunk_, written_);
+    } catch (...) {  // a destructor does not throw; Release throws only on misuse
+    }
+  }
   NvmeMount(const NvmeMount&) = delete;
   NvmeMount& operator=(const NvmeMount&) = delete;
   void set_written() { written_ = true; }

@@ -170,35 +170,47 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
 }
 
 // The NVMe tier: of the host-updated chunks, those whose state host memory does not keep
-// (in layout order while it fits) go to the file; then the host's totals.
+// go to the file; the ring's slots are the largest of those. Host memory keeps the chunks
+// larger than a regular chunk first (so the slots are regular chunks' where it can),
+// then the others in layout order, while their state fits; the keep budget depends on
+// the ring, so the choice is made again with each larger slot until it settles.
+// Then the host's totals.
 void PlaceNvme(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSizes& z, TierPlan& p) {
   const int n = static_cast<int>(z.optimizer.size());
-  auto host_updated = [&](int c) { return c % in.world_size == in.rank && z.optimizer[c] > 0 && !p.optimizer_on_device[c]; };
   p.optimizer_on_nvme.assign(n, false);
   if (in.nvme) {
-    int64_t largest = 0;
-    for (int c = 0; c < n; ++c) {
-      if (host_updated(c)) largest = std::max(largest, NvmeChunkBytes(layout.chunks()[c].capacity_numel, in));
-    }
-    const int64_t ring = NvmeRingBytes(in.nvme_ring_slots, largest);
-    int64_t keep = in.nvme_host_budget_bytes;
-    if (keep < 0) {
-      const int64_t others = Add(Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_scratch_bytes), in.host_param_bytes), ring);
-      keep = std::max<int64_t>(0, in.host_budget_bytes - others);
-    }
-    for (int c = 0; c < n; ++c) {
-      if (!host_updated(c)) continue;
-      if (z.optimizer[c] <= keep) {
-        keep -= z.optimizer[c];
-        continue;
+    std::vector<int> keep_order;  // oversize chunks first, then layout order
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int c = 0; c < n; ++c) {
+        const bool host_updated = c % in.world_size == in.rank && z.optimizer[c] > 0 && !p.optimizer_on_device[c];
+        const bool oversize = layout.chunks()[c].capacity_numel > layout.regular_capacity_numel();
+        if (host_updated && oversize == (pass == 0)) keep_order.push_back(c);
       }
-      keep = 0;  // layout order: once one does not fit, the rest go too (the ring reads them in order)
-      p.optimizer_on_nvme[c] = true;
+    }
+    int64_t slot = 0;  // the ring's slot: the largest chunk on the tier
+    for (int settle = 0; settle <= n; ++settle) {
+      const int64_t ring = slot > 0 ? NvmeRingBytes(in.nvme_ring_slots, slot) : 0;
+      int64_t keep = in.nvme_host_budget_bytes;
+      if (keep < 0) {
+        const int64_t others = Add(Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_scratch_bytes), in.host_param_bytes), ring);
+        keep = std::max<int64_t>(0, in.host_budget_bytes - others);
+      }
+      int64_t largest = 0;
+      for (int c : keep_order) {
+        p.optimizer_on_nvme[c] = z.optimizer[c] > keep;
+        if (!p.optimizer_on_nvme[c]) keep -= z.optimizer[c];
+        else largest = std::max(largest, NvmeChunkBytes(layout.chunks()[c].capacity_numel, in));
+      }
+      if (largest <= slot) break;  // the ring assumed holds every chunk on the tier
+      slot = largest;
+    }
+    for (int c : keep_order) {
+      if (!p.optimizer_on_nvme[c]) continue;
       ++p.nvme_chunks;
       p.nvme_bytes = Add(p.nvme_bytes, NvmeChunkBytes(layout.chunks()[c].capacity_numel, in));
       p.host_optimizer_bytes -= z.optimizer[c];
     }
-    if (p.nvme_chunks > 0) p.nvme_ring_bytes = ring;
+    if (p.nvme_chunks > 0) p.nvme_ring_bytes = NvmeRingBytes(in.nvme_ring_slots, slot);
   }
   p.host_chunk_bytes = Add(Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes),
                            p.nvme_ring_bytes);

@@ -156,17 +156,25 @@ TEST_CASE("NVMe tier: host memory keeps state in layout order while it fits, the
   CHECK(plan.host_bytes == 8192 + 16384 + 12288 + 65536);
   CHECK_THAT(FormatPlan(plan, in), Catch::Contains("the optimizer state of 2 chunks in chunk.nvme_dir") &&
                                        Catch::Contains("(2 of them in the NVMe tier)"));
-  // Derived from the host budget: exactly two chunks' state fits beside everything else.
+  // Derived from the host budget (hybrid off: all four chunks host-updated, 49152 bytes
+  // of state; a ring of 2 slots, 32768): without the ring the host would keep three
+  // chunks' state, so the ring is needed, and with it one chunk's state fits.
+  in.margin_use_ratio = 0.0;
+  in.nvme_ring_slots = 2;
   in.nvme_host_budget_bytes = -1;
-  in.host_budget_bytes = 8192 + 16384 + 65536 + 2 * 12288;
+  in.host_budget_bytes = 8192 + 16384 + 32768 + 12288;
   plan = PlanMemory(in);
-  CHECK(plan.tiers.optimizer_on_nvme == std::vector<bool>{false, false, false, true});
+  CHECK(plan.tiers.optimizer_on_nvme == std::vector<bool>{false, true, true, true});
+  CHECK(plan.tiers.nvme_ring_bytes == 32768);
   CHECK(plan.host_bytes == in.host_budget_bytes);
   CHECK(plan.fits);
-  in.host_budget_bytes -= 1;  // one byte less: chunk 2 goes too
+  in.host_budget_bytes -= 1;  // one byte less: chunk 0 goes too
   plan = PlanMemory(in);
-  CHECK(plan.tiers.optimizer_on_nvme == std::vector<bool>{false, false, true, true});
+  CHECK(plan.tiers.optimizer_on_nvme == std::vector<bool>{true, true, true, true});
+  CHECK(plan.host_bytes == 8192 + 16384 + 32768);
   CHECK(plan.fits);
+  in.margin_use_ratio = 0.8;
+  in.nvme_ring_slots = 4;
   // A host that keeps all of it: no file, no ring, the plan of a run without the tier.
   in.host_budget_bytes = 1000000;
   plan = PlanMemory(in);
@@ -174,11 +182,31 @@ TEST_CASE("NVMe tier: host memory keeps state in layout order while it fits, the
   CHECK(plan.tiers.nvme_ring_bytes == 0);
   CHECK(plan.host_bytes == 8192 + 16384 + 3 * 12288);
   CHECK_THAT(FormatPlan(plan, in), Catch::Contains("not needed"));
-  // Too little host even for the compute and grad chunks and the ring: refused, naming it.
-  in.host_budget_bytes = 8192 + 16384 + 65536 - 1;
+  // Too little host for the state, and the ring does not fit beside the compute and grad
+  // chunks either: refused, naming the ring (every chunk's state on the tier, 65536 short).
+  in.host_budget_bytes = 8192 + 16384 + 12288;
   plan = PlanMemory(in);
   CHECK_FALSE(plan.fits);
-  CHECK_THAT(plan.why_not, Catch::Contains("the NVMe tier's ring 65536 bytes") && Catch::Contains("1 bytes (0.00 MiB) short"));
+  CHECK(plan.tiers.nvme_chunks == 3);
+  CHECK_THAT(plan.why_not, Catch::Contains("the NVMe tier's ring 65536 bytes") &&
+                               Catch::Contains("is 53248 bytes (0.05 MiB) short"));
+}
+
+TEST_CASE("NVMe tier: chunks larger than a regular one stay in host memory first, so the ring's slots are regular",
+          "[plan][tiers][nvme]") {
+  // Chunks 0-4 of 1024 elements (12288 bytes of state, 12288 in the file each) and an
+  // oversize chunk 5 of 2528 (30336 bytes of state; 36864 in the file). Hybrid off.
+  PlanInput in = Small(2, 30000, 1000000);
+  in.params.push_back({"big", 2500, {4}});
+  in.nvme = true;
+  in.nvme_ring_slots = 2;
+  in.nvme_host_budget_bytes = 30336;  // the oversize chunk's state exactly
+  const auto plan = PlanMemory(in);
+  REQUIRE(plan.layout.num_chunks() == 6);  // five regular chunks, then the oversize one
+  REQUIRE(plan.layout.chunks()[5].capacity_numel == 2528);
+  CHECK(plan.tiers.optimizer_on_nvme == std::vector<bool>{true, true, true, true, true, false});
+  CHECK(plan.tiers.nvme_ring_bytes == 2 * (12288 + 4096));  // not 2 x (36864 + 4096)
+  CHECK(plan.tiers.nvme_bytes == 5 * 12288);
 }
 
 TEST_CASE("speculation slots are reserved only for chunks updated on the host", "[plan][tiers]") {

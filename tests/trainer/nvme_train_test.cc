@@ -3,10 +3,12 @@
 // state on the tier (chunk.nvme_host_budget_bytes 0), a run gives the losses, gradient
 // norms and checkpoint tensors of the same run without it, bitwise (fp32 compute: m and
 // v on the tier; bf16 evicting with some state on the device: master, m and v; int8
-// moments); a run killed and resumed from a checkpoint goes on with the same losses;
+// moments; fp16 with overflow skips; the HF export); a run killed and resumed from a
+// checkpoint goes on with the same losses (ZeRO over 2 ranks: zero_test.sh);
 // unusable directories and speculation are refused before training, naming the key.
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,12 @@ void CheckSameTensors(const models::TensorMap& a, const models::TensorMap& b, co
   }
 }
 
+// The exported HF folder's weights, as bytes.
+std::string ExportedWeights(const Config& c) {
+  std::ifstream in(c.run.output_dir + "/hf/model.safetensors", std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // `extra` run without the tier and with every host-updated chunk's state on it.
 void CheckSameRun(const std::string& name, const std::vector<std::string>& extra) {
   const Config ram = Tiny(name + "_ram", extra);
@@ -98,6 +106,11 @@ void CheckSameRun(const std::string& name, const std::vector<std::string>& extra
   CheckSameTensors(ca.engine.params, cb.engine.params, "params");
   CheckSameTensors(ca.engine.exp_avg, cb.engine.exp_avg, "exp_avg");
   CheckSameTensors(ca.engine.exp_avg_sq, cb.engine.exp_avg_sq, "exp_avg_sq");
+  if (ram.checkpoint.export_hf) {
+    const std::string weights = ExportedWeights(ram);
+    CHECK(weights.size() > 1000);
+    CHECK(ExportedWeights(nvme) == weights);
+  }
 }
 
 }  // namespace
@@ -108,11 +121,23 @@ TEST_CASE("NVMe tier, fp32 compute, every chunk's m and v in the file: the same 
 
 TEST_CASE("NVMe tier, bf16 evicting, some state on the device, master m v in the file: the same run bitwise",
           "[nvme][train][bf16]") {
-  CheckSameRun("bf16", {"precision.dtype=bf16", "chunk.device_budget_bytes=160000"});
+  CheckSameRun("bf16", {"precision.dtype=bf16", "chunk.size_elements=8000", "chunk.device_budget_bytes=450000"});
+  const std::vector<std::string> device = MetricValues(Tiny("bf16_nvme", {}), "adam_device_chunks");  // that run's file
+  REQUIRE(!device.empty());
+  CHECK(std::stoll(device.back()) > 0);  // some chunks were updated on the device, the others through the tier
+  CHECK(std::stoll(MetricValues(Tiny("bf16_nvme", {}), "evictions").back()) > 0);
 }
 
-TEST_CASE("NVMe tier, int8 moments: the same run bitwise", "[nvme][train][int8]") {
-  CheckSameRun("int8", {"precision.dtype=bf16", "optimizer.state_dtype=int8", "optimizer.hybrid_adam=false"});
+TEST_CASE("NVMe tier, fp16 with overflows: the skipped steps restore the compute chunks from the tier's masters",
+          "[nvme][train][fp16]") {
+  CheckSameRun("fp16", {"precision.dtype=fp16", "precision.initial_scale_power=24", "optimizer.hybrid_adam=false"});
+  const std::vector<std::string> skipped = MetricValues(Tiny("fp16_nvme", {}), "skipped_steps");
+  REQUIRE(!skipped.empty());
+  CHECK(std::stoll(skipped.back()) > 0);
+}
+
+TEST_CASE("NVMe tier: the HF export reads the masters through the tier, bitwise", "[nvme][train][export]") {
+  CheckSameRun("export", {"precision.dtype=bf16", "optimizer.hybrid_adam=false", "checkpoint.export_hf=true"});
 }
 
 TEST_CASE("NVMe tier: killed and resumed from a checkpoint, the same losses bitwise", "[nvme][train][resume]") {

@@ -11,7 +11,8 @@
 # each rank holds 1/p of the model data; a 2-rank checkpoint is sharded (each rank
 # writes the parameters it owns, by name, once) and resumes on 1 and on 4 ranks with
 # the losses of the run that was not interrupted; a shard that cannot be written fails
-# the save on every rank and leaves the earlier checkpoint the newest, still resumable.
+# the save on every rank and leaves the earlier checkpoint the newest, still resumable;
+# the NVMe tier over 2 ranks (one file per rank) gives the same losses and export bitwise.
 set -euo pipefail
 source "$TEST_SRCDIR/ps_train/tests/trainer/zero_lib.sh"  # $bin, $tmp, tiny.yaml, run, compare, summary, metric
 
@@ -189,4 +190,15 @@ grep -q "checkpoint step 6 (2 ranks) failed: rank" "$tmp/zero_fail.log" || { cat
 run zero_fail --nproc 2 --set checkpoint.every_steps=3 --set checkpoint.resume=auto
 grep -q "resumed from .*step_3" "$tmp/zero_fail.log"
 compare zero_fail zero_ckpt 1e-6 4
+
+echo "== the NVMe tier over 2 ranks: each rank's own file in one directory, the same losses bitwise, the HF export equal"
+mkdir -p "$tmp/nvme"
+run zero2_ram --nproc 2 --set optimizer.hybrid_adam=false --set checkpoint.export_hf=true
+run zero2_nvme --nproc 2 --set optimizer.hybrid_adam=false --set checkpoint.export_hf=true \
+  --set chunk.nvme_dir="$tmp/nvme" --set chunk.nvme_host_budget_bytes=0
+compare zero2_nvme zero2_ram 0
+[ "$(metric zero2_nvme nvme_written_bytes)" -gt 0 ] || { echo "FAILED: the tier was not used"; exit 1; }
+cmp "$tmp/zero2_nvme/hf/model.safetensors" "$tmp/zero2_ram/hf/model.safetensors" ||
+  { echo "FAILED: the export's gather differs with the tier"; exit 1; }
+[ -z "$(ls -A "$tmp/nvme")" ] || { ls -la "$tmp/nvme"; echo "FAILED: the tier's files outlived the run"; exit 1; }
 echo PASS
