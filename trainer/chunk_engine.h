@@ -58,6 +58,9 @@ class ChunkEngine final : public TrainingEngine {
   // chunks (a frozen chunk's compute chunk); groups of frozen chunks alone only when
   // `frozen`. Collective.
   models::TensorMap GatherGroups(bool frozen) const;
+  // One process: the fp32 masters of the trainable parameters and the host parameters by
+  // name (Save's params, without its moments; a chunk on the NVMe tier copied out).
+  models::TensorMap OwnedMasters() const;
   // Frozen parameters (LoRA's base): written from `state` where it has them (this rank's
   // chunks), and checked against its frozen_fingerprint (chunk_engine_state.cc).
   void LoadFrozen(const EngineState& state);

@@ -250,10 +250,25 @@ EngineState ChunkEngine::Save() const {
   return out;
 }
 
+models::TensorMap ChunkEngine::OwnedMasters() const {
+  at::NoGradGuard no_grad;
+  const auto& rt = *chunks_.runtime;
+  models::TensorMap out;
+  NvmeCursor nvme(rt, /*written=*/false);
+  for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
+    const int chunk = rt.layout().placements()[i].chunk_id;
+    if (!rt.owned(chunk) || rt.frozen(i)) continue;
+    const at::Tensor master = rt.View(ChunkKind::kMaster, i);
+    out[rt.params()[i].name] = nvme.Mount(chunk) ? master.clone() : master;  // the tier's slot is reused
+  }
+  for (const auto& hp : chunks_.adam->host_param_states()) out[hp.name] = hp.param.detach();
+  return out;
+}
+
 models::TensorMap ChunkEngine::GatherParams() const {
   if (comm_ != nullptr) return GatherGroups(/*frozen=*/true);
   const auto& rt = *chunks_.runtime;  // frozen parameters too: their compute slots (any float dtype reads)
-  models::TensorMap out = Save().params;
+  models::TensorMap out = OwnedMasters();
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
     if (rt.frozen(i)) out[rt.params()[i].name] = rt.View(ChunkKind::kCompute, i);
   }
@@ -262,7 +277,7 @@ models::TensorMap ChunkEngine::GatherParams() const {
 }
 
 models::TensorMap ChunkEngine::GatherTrainableParams() const {
-  return comm_ != nullptr ? GatherGroups(/*frozen=*/false) : Save().params;
+  return comm_ != nullptr ? GatherGroups(/*frozen=*/false) : OwnedMasters();
 }
 
 void ChunkEngine::Load(const EngineState& state) {
