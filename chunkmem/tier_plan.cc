@@ -170,23 +170,20 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
 }
 
 // The NVMe tier: of the host-updated chunks, those whose state host memory does not keep
-// go to the file; the ring's slots are the largest of those. Host memory keeps the chunks
-// larger than a regular chunk first (so the slots are regular chunks' where it can),
-// then the others in layout order, while their state fits; the keep budget depends on
-// the ring, so the choice is made again with each larger slot until it settles.
+// go to the file; the ring's slots are the largest of those. Host memory keeps the
+// largest chunks first (so the slots are as small as the host allows), chunks of one
+// size in layout order, while their state fits; the keep budget depends on the ring, so
+// the choice is made again with each larger slot until it settles.
 // Then the host's totals.
 void PlaceNvme(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSizes& z, TierPlan& p) {
   const int n = static_cast<int>(z.optimizer.size());
   p.optimizer_on_nvme.assign(n, false);
   if (in.nvme) {
-    std::vector<int> keep_order;  // oversize chunks first, then layout order
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int c = 0; c < n; ++c) {
-        const bool host_updated = c % in.world_size == in.rank && z.optimizer[c] > 0 && !p.optimizer_on_device[c];
-        const bool oversize = layout.chunks()[c].capacity_numel > layout.regular_capacity_numel();
-        if (host_updated && oversize == (pass == 0)) keep_order.push_back(c);
-      }
+    std::vector<int> keep_order;  // the largest first; chunks of one size in layout order
+    for (int c = 0; c < n; ++c) {
+      if (c % in.world_size == in.rank && z.optimizer[c] > 0 && !p.optimizer_on_device[c]) keep_order.push_back(c);
     }
+    std::stable_sort(keep_order.begin(), keep_order.end(), [&](int a, int b) { return z.optimizer[a] > z.optimizer[b]; });
     int64_t slot = 0;  // the ring's slot: the largest chunk on the tier
     for (int settle = 0; settle <= n; ++settle) {
       const int64_t ring = slot > 0 ? NvmeRingBytes(in.nvme_ring_slots, slot) : 0;

@@ -3,7 +3,8 @@
 # 64 GiB of host memory and on an 8 GiB card with 32 GiB, per model and training mode.
 # Nothing is allocated or downloaded (model.preset shapes, synthetic data, the simulated
 # device tier with the stated card size). Prints a markdown table; each cell is the
-# plan's verdict and its host bytes (or how far short it is).
+# plan's verdict and its host bytes (and the NVMe tier's file, where it has one), or how
+# far short it is.
 #
 #   tools/gaming_pc_table.sh [PS_TRAIN]    (default bazel-bin/trainer/ps_train, built first)
 #
@@ -34,6 +35,7 @@ verdict() {
     fp32) args+=(--set optimizer.state_dtype=fp32) ;;
     bf16) args+=(--set optimizer.state_dtype=bf16) ;;
     int8) args+=(--set optimizer.state_dtype=int8) ;;
+    nvme) args+=(--set optimizer.state_dtype=fp32 --set chunk.nvme_dir="$tmp") ;;  # --plan: the directory is not used
     lora) args+=(--set lora.enabled=true --set lora.r=16
                  --set "lora.target_modules=[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]") ;;
   esac
@@ -43,7 +45,11 @@ verdict() {
   local host_line fits
   host_line=$(grep -m1 '^host ' <<<"$out" | sed -E 's/^host +([0-9.]+ [GM]iB).*/\1/')
   fits=$(grep -m1 '^fits ' <<<"$out" || true)
-  if [[ "$fits" == *"yes"* ]]; then
+  local nvme_line
+  nvme_line=$(grep -m1 '^nvme ' <<<"$out" | sed -nE 's/.*chunk\.nvme_dir \(([0-9.]+ [GM]iB)\).*/\1/p' || true)
+  if [[ "$fits" == *"yes"* && -n "$nvme_line" ]]; then
+    echo "yes (host $host_line, NVMe $nvme_line)"
+  elif [[ "$fits" == *"yes"* ]]; then
     echo "yes (host $host_line)"
   elif [[ "$fits" == *"NO"* ]]; then
     echo "no: $(sed -E 's/.* is [0-9]+ bytes \(([0-9.]+ [GM]iB)\) short.*/\1 short/' <<<"$fits" | cut -c1-40)"
@@ -57,11 +63,11 @@ for machine in "24 64" "8 32"; do
   echo
   echo "**${device} GiB card, ${host} GiB host memory**"
   echo
-  echo "| model | fp32 moments (exact) | bf16 moments | int8 moments | LoRA r16, all linear |"
-  echo "|---|---|---|---|---|"
+  echo "| model | fp32 moments (exact) | fp32 moments + NVMe tier (exact) | bf16 moments | int8 moments | LoRA r16, all linear |"
+  echo "|---|---|---|---|---|---|"
   for model in gpt2-1.5b llama-3.2-1b llama-3.2-3b llama-3.1-8b; do
     row="| $model"
-    for mode in fp32 bf16 int8 lora; do row+=" | $(verdict "$model" "$mode" "$device" "$host")"; done
+    for mode in fp32 nvme bf16 int8 lora; do row+=" | $(verdict "$model" "$mode" "$device" "$host")"; done
     echo "$row |"
   done
 done

@@ -558,7 +558,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
            "step (O_DIRECT, io_uring; docs/chunkmem.md); its file is working memory, deleted with the process, "
            "never a checkpoint; empty = off"),
       Int("chunk.nvme_host_budget_bytes", PS_ACCESS(chunk.nvme_host_budget_bytes),
-          "with chunk.nvme_dir: host bytes for optimizer state kept in memory (layout order; the rest goes to the "
+          "with chunk.nvme_dir: host bytes for optimizer state kept in memory (the largest chunks first; the rest goes to the "
           "NVMe tier); -1 = what chunk.host_budget_bytes leaves after everything else; 0 = all of it on the tier",
           IntRange(-1, kMaxBytes)),
       Int("chunk.nvme_ring_slots", PS_ACCESS(chunk.nvme_ring_slots),

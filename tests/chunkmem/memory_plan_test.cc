@@ -192,7 +192,7 @@ TEST_CASE("NVMe tier: host memory keeps state in layout order while it fits, the
                                Catch::Contains("is 53248 bytes (0.05 MiB) short"));
 }
 
-TEST_CASE("NVMe tier: chunks larger than a regular one stay in host memory first, so the ring's slots are regular",
+TEST_CASE("NVMe tier: the largest chunks stay in host memory first, so the ring's slots are regular ones",
           "[plan][tiers][nvme]") {
   // Chunks 0-4 of 1024 elements (12288 bytes of state, 12288 in the file each) and an
   // oversize chunk 5 of 2528 (30336 bytes of state; 36864 in the file). Hybrid off.
