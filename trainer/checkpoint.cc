@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <optional>
 #include <regex>
@@ -32,7 +33,11 @@ struct FileEntry {
 // it is written, fsynced. Hashing a tensor runs on a second thread while its bytes are
 // written, so a save costs max(disk, SHA-256) rather than their sum (SHA-256 with the
 // CPU's SHA extensions: ~1.5 GB/s a core, slower than an NVMe disk).
-FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tensors) {
+// `fetch(name)`: the values of a meta-device tensor of `tensors` (EngineState::deferred),
+// read as it is written.
+using Fetch = std::function<at::Tensor(const std::string& name)>;
+
+FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tensors, const Fetch& fetch = {}) {
   CheckedFile out(path, CheckedFile::Mode::kTruncate);
   Sha256 hash;
   auto put = [&](const void* data, size_t bytes) {
@@ -55,7 +60,15 @@ FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tens
   put(&header_bytes, 8);
   put(header.data(), header.size());
   for (const auto& [name, tensor] : tensors) {
-    const at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
+    at::Tensor values = tensor;
+    if (tensor.is_meta()) {
+      TORCH_CHECK(fetch, "checkpoint: '", name, "' has no values (a deferred tensor without a reader)");
+      values = fetch(name);
+      TORCH_CHECK(values.sizes() == tensor.sizes() && values.scalar_type() == tensor.scalar_type(), "checkpoint: '",
+                  name, "' was read as ", values.sizes(), " ", values.scalar_type(), ", declared ", tensor.sizes(), " ",
+                  tensor.scalar_type());
+    }
+    const at::Tensor host = values.detach().to(at::kCPU).contiguous();
     put(host.data_ptr(), static_cast<size_t>(host.numel()) * host.element_size());
   }
   out.Sync();
@@ -109,16 +122,28 @@ static std::string ShardFileName(const char* kind, int rank, int world) {
 }
 
 nlohmann::json WriteCheckpointShard(const std::string& folder, const CheckpointContents& c, int rank, int world) {
+  struct FinishDeferred {  // after the last read, whether the writes succeed or not
+    DeferredValues* deferred;
+    ~FinishDeferred() {
+      if (deferred != nullptr) deferred->Finish();
+    }
+  } finish{c.engine.deferred.get()};
   nlohmann::json files = nlohmann::json::object();
-  auto write = [&](const std::string& file, const models::TensorMap& tensors) {
-    const FileEntry e = WriteTensorFile((fs::path(folder) / file).string(), tensors);
+  auto write = [&](const std::string& file, const models::TensorMap& tensors, const Fetch& fetch) {
+    const FileEntry e = WriteTensorFile((fs::path(folder) / file).string(), tensors, fetch);
     files[file] = {{"bytes", e.bytes}, {"sha256", e.sha256}};
   };
-  write(ShardFileName("model", rank, world), c.engine.params);
+  DeferredValues* deferred = c.engine.deferred.get();
+  auto read = [deferred](const char* map, const std::string& name) { return deferred->Read(map, name); };
+  write(ShardFileName("model", rank, world), c.engine.params, [&](const std::string& key) { return read("params", key); });
   models::TensorMap optimizer = Prefixed(c.engine.exp_avg, kExpAvg);
   optimizer.merge(Prefixed(c.engine.exp_avg_sq, kExpAvgSq));
-  write(ShardFileName("optimizer", rank, world), optimizer);
-  if (rank == 0) write(kRngFile, c.rng);
+  const std::string exp_avg = kExpAvg, exp_avg_sq = kExpAvgSq;
+  write(ShardFileName("optimizer", rank, world), optimizer, [&](const std::string& key) {
+    const bool sq = key.rfind(exp_avg_sq, 0) == 0;
+    return read(sq ? "exp_avg_sq" : "exp_avg", key.substr((sq ? exp_avg_sq : exp_avg).size()));
+  });
+  if (rank == 0) write(kRngFile, c.rng, {});
   return files;
 }
 

@@ -115,7 +115,8 @@ void Checkpointer::Save(CheckpointContents contents) {
   const int64_t bytes = TensorBytes(e.params) + TensorBytes(e.exp_avg) + TensorBytes(e.exp_avg_sq);
   SaveRecord record;
   record.step = contents.step;
-  record.background = config_.async && HostHasRoomFor(bytes);
+  // Deferred values (the NVMe tier) are read on this thread, as they are written.
+  record.background = config_.async && !e.deferred && HostHasRoomFor(bytes);
   if (!record.background) {
     const CheckpointWriteReport r = WriteCheckpoint(dir_, contents);
     record.path = r.path;
@@ -169,7 +170,7 @@ void Checkpointer::SaveSharded(CheckpointContents contents) {
   record.step = step;
   record.path = dir_ + "/step_" + std::to_string(step);
   // In the background only if every rank can: the commit is a collective they must reach together.
-  const bool room = config_.async && HostHasRoomFor(bytes);
+  const bool room = config_.async && !e.deferred && HostHasRoomFor(bytes);
   record.background = comm::AllReduceInt(*comm_, room ? 0 : 1, comm::ReduceOp::kMax, device_) == 0;
   in_flight_contents_ = std::move(contents);
   in_flight_files_ = nlohmann::json::object();

@@ -63,6 +63,28 @@ class NvmeCursor {
   int chunk_ = -1;
 };
 
+// A checkpoint's values on the NVMe tier (EngineState::deferred), read one chunk at a
+// time as the writer asks for them: no host copy of the tier's state.
+class TierValues final : public DeferredValues {
+ public:
+  explicit TierValues(const chunkmem::ChunkRuntime& rt) : rt_(rt), cursor_(std::in_place, rt, /*written=*/false) {
+    for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) index_[rt.params()[i].name] = i;
+  }
+  at::Tensor Read(const std::string& map, const std::string& name) override {
+    const int i = index_.at(name);
+    if (!cursor_) cursor_.emplace(rt_, /*written=*/false);
+    cursor_->Mount(rt_.layout().placements()[i].chunk_id);
+    const ChunkKind kind = map == "params" ? ChunkKind::kMaster : map == "exp_avg" ? ChunkKind::kAdamM : ChunkKind::kAdamV;
+    return rt_.View(kind, i);  // the slot's: the writer writes it before the next Read
+  }
+  void Finish() override { cursor_.reset(); }  // the last chunk unmounted
+
+ private:
+  const chunkmem::ChunkRuntime& rt_;
+  std::optional<NvmeCursor> cursor_;
+  std::unordered_map<std::string, int> index_;
+};
+
 nlohmann::json WarmupToJson(const chunkmem::WarmupState& w) {
   return {{"iterations", w.iterations},
           {"total_moments", w.total_moments},
@@ -211,22 +233,27 @@ EngineState ChunkEngine::Save() const {
   // ZeRO: this rank's share (the parameters of the chunks it owns), which it writes into
   // its own checkpoint files; the step counts of every parameter (state.json's).
   at::Tensor steps = at::zeros({num_params}, at::kLong);
-  NvmeCursor nvme(rt, /*written=*/false);
+  NvmeCursor nvme(rt, /*written=*/false);  // 8-bit moments of the NVMe tier: packed copies
   for (int i = 0; i < num_params; ++i) {
     // LoRA's base: its fingerprint (below), not its values.
     const int chunk = rt.layout().placements()[i].chunk_id;
     if (!rt.owned(chunk) || rt.frozen(i)) continue;
     const std::string& name = rt.params()[i].name;
-    // State on the NVMe tier: copies of the mounted views (the ring slot is reused).
-    const bool copy = nvme.Mount(chunk);
-    auto keep = [copy](const at::Tensor& t) { return copy ? t.clone() : t; };
-    out.params[name] = keep(rt.View(ChunkKind::kMaster, i));
+    // State on the NVMe tier: meta tensors, read by the writer (TierValues).
+    const bool on_tier = rt.optimizer_on_nvme(chunk);
+    if (on_tier && !out.deferred) out.deferred = std::make_shared<TierValues>(rt);
+    auto value = [&](ChunkKind kind, at::ScalarType dtype) {
+      return on_tier ? at::empty(rt.param_sizes(i), at::TensorOptions().dtype(dtype).device(at::kMeta))
+                     : rt.View(kind, i);
+    };
+    out.params[name] = value(ChunkKind::kMaster, at::kFloat);
     if (rt.state_dtype() == at::kByte) {  // 8-bit moments: codes and block scales, packed (a copy)
+      nvme.Mount(chunk);
       out.exp_avg[name] = optim::PackInt8(Int8MomentOf(rt, ChunkKind::kAdamM, i));
       out.exp_avg_sq[name] = optim::PackInt8(Int8MomentOf(rt, ChunkKind::kAdamV, i));
     } else {
-      out.exp_avg[name] = keep(rt.View(ChunkKind::kAdamM, i));
-      out.exp_avg_sq[name] = keep(rt.View(ChunkKind::kAdamV, i));
+      out.exp_avg[name] = value(ChunkKind::kAdamM, rt.state_dtype());
+      out.exp_avg_sq[name] = value(ChunkKind::kAdamV, rt.state_dtype());
     }
     steps[i] = chunks_.adam->param_steps(i);
   }

@@ -57,6 +57,18 @@ struct StepOutcome {
 
 // The training state by parameter name, independent of the chunk layout (checkpoints).
 // Tensors are fp32 values; they may be views of live state (Save) until copied.
+// Values an EngineState leaves on the meta device (those tensors carry dtype and shape
+// only; a chunk run keeps the values in its NVMe tier): the checkpoint writer reads each
+// one as it writes it, so the values never sit in host memory all at once. Read(map,
+// name), `map` one of "params", "exp_avg", "exp_avg_sq": the values, valid until the
+// next Read or Finish. Finish after the last Read (also after a failed write).
+class DeferredValues {
+ public:
+  virtual ~DeferredValues() = default;
+  virtual at::Tensor Read(const std::string& map, const std::string& name) = 0;
+  virtual void Finish() = 0;
+};
+
 struct EngineState {
   models::TensorMap params;                   // name -> fp32 value (masters in chunk runs)
   models::TensorMap exp_avg, exp_avg_sq;      // name -> Adam moments (absent: never updated)
@@ -64,6 +76,9 @@ struct EngineState {
   nlohmann::json extra = nlohmann::json::object();  // engine-specific: loss scaler, chunk warm-up
   // Where the tensors came from, for error messages (empty: in memory).
   std::string params_file, optimizer_file;
+  // The meta-device tensors' values (null: every tensor is in memory). A state with
+  // deferred values is written on the training thread, not in the background.
+  std::shared_ptr<DeferredValues> deferred;
 };
 
 class TrainingEngine {
