@@ -277,6 +277,7 @@ void ChunkRuntime::PreForward(int block) {
   for (int i : params_of_block_.at(block)) Access(i);
   if (zero()) zero_groups_->PrefetchNext();
   residency_->Prefetch();
+  if (nvme_) nvme_->Poll();  // slots freed by the last step's writes read the next step's first chunks
 }
 
 void ChunkRuntime::PostForward(int block) {
