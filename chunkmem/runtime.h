@@ -9,8 +9,10 @@
 // (RuntimeOptions::state_dtype: fp32, bf16 or 8-bit codes with block scales). Where
 // they live (docs/chunkmem.md, "Tier plan"): the TierPlan given in
 // RuntimeOptions (decided by the run's memory plan) names the chunks whose master, m
-// and v are allocated on the device at start-up and stay there; every other chunk's
-// optimizer state, every grad chunk and every compute chunk start on the host. After
+// and v are allocated on the device at start-up and stay there, and those whose master,
+// m and v live in the NVMe tier's file (nvme(): mounted on a host slot while in use);
+// every other chunk's optimizer state, every grad chunk and every compute chunk start
+// on the host. After
 // warm-up the GradSink moves the grad chunks of device-updated chunks to the device for
 // good, as room allows. Compute chunks move on access: the Residency
 // (chunkmem/residency.h: moments, the warm-up trace, budgets, eviction, prefetch, pins)

@@ -1,4 +1,4 @@
-// LoraConfig: the lora.* keys (issue #24 §3): which Linear layers of a model get
+// LoraConfig: the lora.* keys: which Linear layers of a model get
 // low-rank adapters, their rank and scale, and where their first values come from.
 // Plain data; models/lora.h attaches the adapters and computes with them.
 #pragma once

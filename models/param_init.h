@@ -1,4 +1,4 @@
-// Initial values of a model's parameters, keyed per parameter (issue #9 §4).
+// Initial values of a model's parameters, keyed per parameter.
 //
 // Each parameter's initial values come from a CPU generator of its own, seeded by
 // ParameterSeed(run seed, parameter name), so they depend on nothing but the seed, the

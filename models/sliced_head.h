@@ -1,5 +1,5 @@
 // SlicedCrossEntropy: an LM head and its mean cross-entropy that never hold the whole
-// [tokens, vocab] logits (issue #23 §5). With a 128k vocabulary the fp32 logits of one
+// [tokens, vocab] logits. With a 128k vocabulary the fp32 logits of one
 // micro-batch are its largest activation (4 x 2048 tokens: 4.2 GB); here they exist one
 // slice of `slice_tokens` tokens at a time, in forward and again in backward.
 //

@@ -1,4 +1,4 @@
-// Benchmark (not a test) of the NVMe tier (docs/chunkmem.md, "NVMe tier"; issue #25 §2):
+// Benchmark (not a test) of the NVMe tier (docs/chunkmem.md, "NVMe tier"):
 // in one run, on one directory,
 //   1. the directory's sequential O_DIRECT write and read bandwidth (NvmeFile, the tier's
 //      own I/O path, on a file of the tier's size: every request queued at once);
