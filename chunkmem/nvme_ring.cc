@@ -197,9 +197,9 @@ void NvmeRing::Release(int chunk, bool written) {
   Refill();
 }
 
-void NvmeRing::Poll() {
+void NvmeRing::Poll(bool rethrow) {
   Reap();
-  ThrowPending();
+  if (rethrow) ThrowPending();
   Refill();
 }
 

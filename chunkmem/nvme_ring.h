@@ -63,7 +63,9 @@ class NvmeRing {
   // Reaps finished I/O and refills: reads that slots freed since the last call can take
   // (the caller's chance to keep the disk busy between steps: a reused slot is refilled
   // only in a call).
-  void Poll();
+  // `rethrow` false: an I/O error reaped here waits for the next call that throws (a
+  // caller on another thread, such as a recomputation inside backward).
+  void Poll(bool rethrow = true);
   // Waits for every write submitted (and reads in flight); throws the first I/O error.
   void Flush();
 

@@ -39,13 +39,13 @@ NvmeState::NvmeState(ChunkStore& store, std::vector<NvmeChunkIds> chunks, const 
       const int64_t skip = static_cast<int64_t>((kNvmeAlignBytes - address % kNvmeAlignBytes) % kNvmeAlignBytes);
       slots_.push_back(borrowed_.back().narrow(0, skip, largest));
     }
+    std::vector<void*> buffers;
+    for (const at::Tensor& slot : slots_) buffers.push_back(slot.data_ptr());
+    ring_ = std::make_unique<NvmeRing>(*file_, extents_, buffers);
   } catch (...) {  // the constructor fails: what it borrowed goes back
     for (at::Tensor& t : borrowed_) store_.GiveBack(Tier::kHost, t);
     throw;
   }
-  std::vector<void*> buffers;
-  for (const at::Tensor& slot : slots_) buffers.push_back(slot.data_ptr());
-  ring_ = std::make_unique<NvmeRing>(*file_, extents_, buffers);
   for (const NvmeChunkIds& ids : ids_) {  // last: nothing above can fail after it
     for (int id : ids) {
       if (id >= 0) store_.MarkNvme(id);

@@ -52,7 +52,7 @@ class NvmeState {
   // Unmounts an acquired chunk whose update failed half-way: its slot is dropped, not
   // written and not kept (the file keeps the chunk's last state).
   void Abandon(int chunk);
-  void Poll() { ring_->Poll(); }
+  void Poll(bool rethrow = true) { ring_->Poll(rethrow); }
   void Flush() { ring_->Flush(); }
 
   int64_t file_bytes() const { return file_->size_bytes(); }

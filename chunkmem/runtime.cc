@@ -277,7 +277,9 @@ void ChunkRuntime::PreForward(int block) {
   for (int i : params_of_block_.at(block)) Access(i);
   if (zero()) zero_groups_->PrefetchNext();
   residency_->Prefetch();
-  if (nvme_) nvme_->Poll();  // slots freed by the last step's writes read the next step's first chunks
+  // Slots freed by the last step's writes read the next step's first chunks. Errors wait
+  // for the step (this also runs inside backward, recomputing a checkpointed block).
+  if (nvme_) nvme_->Poll(/*rethrow=*/false);
 }
 
 void ChunkRuntime::PostForward(int block) {

@@ -134,15 +134,16 @@ nlohmann::json WriteCheckpointShard(const std::string& folder, const CheckpointC
     files[file] = {{"bytes", e.bytes}, {"sha256", e.sha256}};
   };
   DeferredValues* deferred = c.engine.deferred.get();
-  auto read = [deferred](const char* map, const std::string& name) { return deferred->Read(map, name); };
-  write(ShardFileName("model", rank, world), c.engine.params, [&](const std::string& key) { return read("params", key); });
+  const Fetch params = deferred == nullptr ? Fetch() : [deferred](const std::string& key) { return deferred->Read("params", key); };
+  write(ShardFileName("model", rank, world), c.engine.params, params);
   models::TensorMap optimizer = Prefixed(c.engine.exp_avg, kExpAvg);
   optimizer.merge(Prefixed(c.engine.exp_avg_sq, kExpAvgSq));
   const std::string exp_avg = kExpAvg, exp_avg_sq = kExpAvgSq;
-  write(ShardFileName("optimizer", rank, world), optimizer, [&](const std::string& key) {
+  const Fetch moments = deferred == nullptr ? Fetch() : [&, deferred](const std::string& key) {
     const bool sq = key.rfind(exp_avg_sq, 0) == 0;
-    return read(sq ? "exp_avg_sq" : "exp_avg", key.substr((sq ? exp_avg_sq : exp_avg).size()));
-  });
+    return deferred->Read(sq ? "exp_avg_sq" : "exp_avg", key.substr((sq ? exp_avg_sq : exp_avg).size()));
+  };
+  write(ShardFileName("optimizer", rank, world), optimizer, moments);
   if (rank == 0) write(kRngFile, c.rng, {});
   return files;
 }

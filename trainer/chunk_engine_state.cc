@@ -49,6 +49,7 @@ class NvmeCursor {
     if (!rt_.optimizer_on_nvme(chunk)) return false;
     if (chunk != chunk_) {
       mount_.reset();
+      chunk_ = -1;  // nothing mounted, should the mount below throw
       mount_.emplace(*rt_.nvme(), chunk);
       if (written_) mount_->set_written();
       chunk_ = chunk;
@@ -285,8 +286,9 @@ models::TensorMap ChunkEngine::OwnedMasters() const {
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
     const int chunk = rt.layout().placements()[i].chunk_id;
     if (!rt.owned(chunk) || rt.frozen(i)) continue;
+    const bool on_tier = nvme.Mount(chunk);  // before the view: an unmounted tier master has no payload
     const at::Tensor master = rt.View(ChunkKind::kMaster, i);
-    out[rt.params()[i].name] = nvme.Mount(chunk) ? master.clone() : master;  // the tier's slot is reused
+    out[rt.params()[i].name] = on_tier ? master.clone() : master;  // the tier's slot is reused
   }
   for (const auto& hp : chunks_.adam->host_param_states()) out[hp.name] = hp.param.detach();
   return out;

@@ -55,8 +55,6 @@ struct StepOutcome {
   bool at_min_loss_scale = false;   // the scaler cannot lower the scale any more
 };
 
-// The training state by parameter name, independent of the chunk layout (checkpoints).
-// Tensors are fp32 values; they may be views of live state (Save) until copied.
 // Values an EngineState leaves on the meta device (those tensors carry dtype and shape
 // only; a chunk run keeps the values in its NVMe tier): the checkpoint writer reads each
 // one as it writes it, so the values never sit in host memory all at once. Read(map,
@@ -69,6 +67,9 @@ class DeferredValues {
   virtual void Finish() = 0;
 };
 
+// The training state by parameter name, independent of the chunk layout (checkpoints).
+// Tensors are fp32 values; they may be views of live state (Save) until copied, or
+// meta-device placeholders whose values `deferred` reads.
 struct EngineState {
   models::TensorMap params;                   // name -> fp32 value (masters in chunk runs)
   models::TensorMap exp_avg, exp_avg_sq;      // name -> Adam moments (absent: never updated)

@@ -140,7 +140,8 @@ TEST_CASE("optimizer state goes to the device margin from start-up, in layout or
   CHECK(again.host_bytes == all.host_bytes);
 }
 
-TEST_CASE("NVMe tier: host memory keeps state in layout order while it fits, the rest goes to the file", "[plan][tiers][nvme]") {
+TEST_CASE("NVMe tier: host memory keeps state while it fits (largest first), the rest goes to the file",
+          "[plan][tiers][nvme]") {
   // bf16 as above: chunk 0's state on the device; chunks 1-3 host-updated, 12288 bytes of
   // state each (master 4096, m 4096, v 4096: already 4 KiB parts, so 12288 in the file).
   // Ring: 4 slots x (12288 + 4096) = 65536. Compute 8192, grads 16384.

@@ -136,8 +136,15 @@ TEST_CASE("NVMe tier, fp16 with overflows: the skipped steps restore the compute
   CHECK(std::stoll(skipped.back()) > 0);
 }
 
+TEST_CASE("NVMe tier, int8 moments: the same run bitwise", "[nvme][train][int8]") {
+  CheckSameRun("int8", {"precision.dtype=bf16", "optimizer.state_dtype=int8", "optimizer.hybrid_adam=false"});
+}
+
 TEST_CASE("NVMe tier: the HF export reads the masters through the tier, bitwise", "[nvme][train][export]") {
+  // With a checkpoint at the end the export reads it; without, the engine's masters.
   CheckSameRun("export", {"precision.dtype=bf16", "optimizer.hybrid_adam=false", "checkpoint.export_hf=true"});
+  CheckSameRun("export_live", {"precision.dtype=bf16", "optimizer.hybrid_adam=false", "checkpoint.export_hf=true",
+                               "checkpoint.at_end=false", "checkpoint.every_steps=6"});
 }
 
 TEST_CASE("NVMe tier: killed and resumed from a checkpoint, the same losses bitwise", "[nvme][train][resume]") {
