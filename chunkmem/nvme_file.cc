@@ -21,8 +21,6 @@ namespace {
 
 std::string Errno(int err) { return std::string(std::strerror(err)); }
 
-int64_t AlignUp(int64_t n) { return (n + kNvmeAlignBytes - 1) / kNvmeAlignBytes * kNvmeAlignBytes; }
-
 bool Aligned(int64_t n) { return n % kNvmeAlignBytes == 0; }
 
 // A fresh file name in `dir` (the process id and a counter: two tiers of one process,
@@ -75,9 +73,9 @@ struct NvmeFile::Uring {
 
 NvmeFile::NvmeFile(const std::string& dir, int64_t bytes, int pieces_in_flight, int64_t piece_bytes, bool use_uring)
     : dir_(dir),
-      size_bytes_(AlignUp(std::max<int64_t>(bytes, 1))),
+      size_bytes_(NvmeAlignUp(std::max<int64_t>(bytes, 1))),
       pieces_in_flight_(std::max(pieces_in_flight, 1)),
-      piece_bytes_(AlignUp(std::clamp<int64_t>(piece_bytes, 1, int64_t{1} << 30))) {  // io_uring lengths are 32-bit
+      piece_bytes_(NvmeAlignUp(std::clamp<int64_t>(piece_bytes, 1, int64_t{1} << 30))) {  // io_uring lengths are 32-bit
   const std::string refusal = CheckNvmeDir(dir, size_bytes_);
   if (!refusal.empty()) throw std::runtime_error("NVMe tier: " + refusal);
   const std::string path = FreshName(dir, "nvme");

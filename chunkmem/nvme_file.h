@@ -19,9 +19,10 @@
 #include <thread>
 #include <unordered_map>
 
+#include "chunkmem/nvme_layout.h"  // kNvmeAlignBytes, NvmeAlignUp
+
 namespace ps::chunkmem {
 
-inline constexpr int64_t kNvmeAlignBytes = 4096;  // O_DIRECT: offsets, lengths and buffers
 
 // Empty when `dir` can hold an NVMe tier of `bytes`; else why not, naming the path and
 // the bytes: it does not exist or is not a directory, is a tmpfs or ramfs (host memory),

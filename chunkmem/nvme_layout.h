@@ -10,11 +10,9 @@
 
 namespace ps::chunkmem {
 
-inline constexpr int64_t kNvmePartAlignBytes = 4096;
+inline constexpr int64_t kNvmeAlignBytes = 4096;  // O_DIRECT: offsets, lengths and buffers
 
-inline int64_t NvmeAlignUp(int64_t bytes) {
-  return (bytes + kNvmePartAlignBytes - 1) / kNvmePartAlignBytes * kNvmePartAlignBytes;
-}
+inline int64_t NvmeAlignUp(int64_t bytes) { return (bytes + kNvmeAlignBytes - 1) / kNvmeAlignBytes * kNvmeAlignBytes; }
 
 enum NvmePart { kNvmeMaster = 0, kNvmeM = 1, kNvmeV = 2 };
 
@@ -40,7 +38,7 @@ inline NvmeParts NvmePartsOf(int64_t master_bytes, int64_t moment_bytes) {
 // Host bytes of a ring of `slots` slots for extents of at most `largest_extent_bytes`,
 // each slot one alignment unit more to start on a 4 KiB boundary (NvmeState).
 inline int64_t NvmeRingBytes(int64_t slots, int64_t largest_extent_bytes) {
-  return slots * (largest_extent_bytes + kNvmePartAlignBytes);
+  return slots * (largest_extent_bytes + kNvmeAlignBytes);
 }
 
 }  // namespace ps::chunkmem

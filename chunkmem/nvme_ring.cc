@@ -30,10 +30,12 @@ NvmeRing::~NvmeRing() {
   }
 }
 
+void NvmeRing::CheckOnTier(int chunk) const {
+  if (extents_.at(chunk).bytes == 0) throw std::invalid_argument("NvmeRing: chunk " + std::to_string(chunk) + " is not on the tier");
+}
+
 void NvmeRing::BeginStep(const std::vector<int>& order) {
-  for (int chunk : order) {
-    if (extents_.at(chunk).bytes == 0) throw std::invalid_argument("NvmeRing: chunk " + std::to_string(chunk) + " is not on the tier");
-  }
+  for (int chunk : order) CheckOnTier(chunk);
   order_ = order;
   next_pos_ = 0;
   Reap();
@@ -144,7 +146,7 @@ void NvmeRing::Refill() {
 }
 
 void* NvmeRing::Acquire(int chunk, bool read) {
-  if (extents_.at(chunk).bytes == 0) throw std::invalid_argument("NvmeRing: chunk " + std::to_string(chunk) + " is not on the tier");
+  CheckOnTier(chunk);
   Reap();
   ThrowPending();
   int slot = SlotOf(chunk);
@@ -165,10 +167,8 @@ void* NvmeRing::Acquire(int chunk, bool read) {
       slots_[slot].chunk = chunk;
       slots_[slot].state = State::kReady;  // the caller's bytes
     }
-  } else if (slots_[slot].state == State::kFree) {
-    ++stats_.clean_hits;
-  } else if (slots_[slot].state == State::kWriting) {
-    ++stats_.clean_hits;  // the slot's bytes are the chunk's newest
+  } else if (slots_[slot].state == State::kFree || slots_[slot].state == State::kWriting) {
+    ++stats_.clean_hits;  // a clean copy, or the bytes being written: the chunk's newest
   }
   Slot& s = slots_[slot];
   if (s.state == State::kReading || s.state == State::kWriting) WaitSlot(s);

@@ -86,6 +86,7 @@ class NvmeRing {
 
   void Reap();          // finished reads -> ready, finished writes -> free (clean copies); keeps errors
   void ThrowPending();  // the first error Reap kept
+  void CheckOnTier(int chunk) const;  // throws for a chunk with no extent
   void Refill();  // reusable slots read the window's chunks
   // Where `chunk` is among the next num_slots() - 1 chunks of the order (from the next
   // one to be acquired; past the end, the next step's first ones): 0 next, -1 not there.

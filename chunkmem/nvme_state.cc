@@ -54,11 +54,7 @@ NvmeState::NvmeState(ChunkStore& store, std::vector<NvmeChunkIds> chunks, const 
 }
 
 NvmeState::~NvmeState() {
-  for (const NvmeChunkIds& ids : ids_) {  // a mount an exception left behind
-    for (int id : ids) {
-      if (id >= 0 && store_.on_nvme(id)) store_.Unmount(id);
-    }
-  }
+  for (int chunk = 0; chunk < static_cast<int>(ids_.size()); ++chunk) Unmount(chunk);  // one an exception left
   ring_.reset();  // waits for the writes in flight
   for (at::Tensor& t : borrowed_) store_.GiveBack(Tier::kHost, t);
 }
@@ -82,17 +78,19 @@ void NvmeState::Acquire(int chunk, bool read) {
   }
 }
 
-void NvmeState::Release(int chunk, bool written) {
+void NvmeState::Unmount(int chunk) {
   for (int id : ids_.at(chunk)) {
-    if (id >= 0) store_.Unmount(id);
+    if (id >= 0 && store_.on_nvme(id)) store_.Unmount(id);  // on_nvme: marked (the constructor finished)
   }
+}
+
+void NvmeState::Release(int chunk, bool written) {
+  Unmount(chunk);
   ring_->Release(chunk, written);
 }
 
 void NvmeState::Abandon(int chunk) {
-  for (int id : ids_.at(chunk)) {
-    if (id >= 0) store_.Unmount(id);
-  }
+  Unmount(chunk);
   ring_->Abandon(chunk);
 }
 

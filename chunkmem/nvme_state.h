@@ -62,6 +62,8 @@ class NvmeState {
   NvmeFileStats file_stats() const { return file_->stats(); }
 
  private:
+  void Unmount(int chunk);  // its entries' payloads dropped (a no-op for one not mounted)
+
   ChunkStore& store_;
   std::vector<NvmeChunkIds> ids_;
   std::vector<NvmeExtent> extents_;

@@ -184,6 +184,8 @@ void PlaceNvme(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSi
       if (c % in.world_size == in.rank && z.optimizer[c] > 0 && !p.optimizer_on_device[c]) keep_order.push_back(c);
     }
     std::stable_sort(keep_order.begin(), keep_order.end(), [&](int a, int b) { return z.optimizer[a] > z.optimizer[b]; });
+    std::vector<int64_t> file_bytes(n, 0);  // [chunk] its state's bytes in the file
+    for (int c : keep_order) file_bytes[c] = NvmeChunkBytes(layout.chunks()[c].capacity_numel, in);
     int64_t slot = 0;  // the ring's slot: the largest chunk on the tier
     for (int settle = 0; settle <= n; ++settle) {
       const int64_t ring = slot > 0 ? NvmeRingBytes(in.nvme_ring_slots, slot) : 0;
@@ -196,7 +198,7 @@ void PlaceNvme(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSi
       for (int c : keep_order) {
         p.optimizer_on_nvme[c] = z.optimizer[c] > keep;
         if (!p.optimizer_on_nvme[c]) keep -= z.optimizer[c];
-        else largest = std::max(largest, NvmeChunkBytes(layout.chunks()[c].capacity_numel, in));
+        else largest = std::max(largest, file_bytes[c]);
       }
       if (largest <= slot) break;  // the ring assumed holds every chunk on the tier
       slot = largest;
@@ -204,7 +206,7 @@ void PlaceNvme(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSi
     for (int c : keep_order) {
       if (!p.optimizer_on_nvme[c]) continue;
       ++p.nvme_chunks;
-      p.nvme_bytes = Add(p.nvme_bytes, NvmeChunkBytes(layout.chunks()[c].capacity_numel, in));
+      p.nvme_bytes = Add(p.nvme_bytes, file_bytes[c]);
       p.host_optimizer_bytes -= z.optimizer[c];
     }
     if (p.nvme_chunks > 0) p.nvme_ring_bytes = NvmeRingBytes(in.nvme_ring_slots, slot);

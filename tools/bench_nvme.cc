@@ -198,7 +198,7 @@ void Report(const NvmeFile& file, const Bandwidths& bw, double compute_s, const 
 int main(int argc, char** argv) {
   BenchArgs a;
   if (!Parse(argc, argv, a)) return 0;
-  const int64_t part = (a.numel * 4 + kNvmeAlignBytes - 1) / kNvmeAlignBytes * kNvmeAlignBytes;
+  const int64_t part = ps::chunkmem::NvmeAlignUp(a.numel * 4);
   const int64_t extent_bytes = 3 * part;
   NvmeFile file(a.dir, a.chunks * extent_bytes, a.pieces, a.piece_bytes);
   std::printf("dir %s, backend %s, file %.2f GiB (%d chunks of %lld elements), %d slots, %d threads\n",

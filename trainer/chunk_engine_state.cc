@@ -68,7 +68,7 @@ class NvmeCursor {
 // time as the writer asks for them: no host copy of the tier's state.
 class TierValues final : public DeferredValues {
  public:
-  explicit TierValues(const chunkmem::ChunkRuntime& rt) : rt_(rt), cursor_(std::in_place, rt, /*written=*/false) {
+  explicit TierValues(const chunkmem::ChunkRuntime& rt) : rt_(rt) {
     for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) index_[rt.params()[i].name] = i;
   }
   at::Tensor Read(const std::string& map, const std::string& name) override {
