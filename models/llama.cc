@@ -125,8 +125,8 @@ std::vector<at::Tensor> LlamaImpl::LossMany(const std::vector<at::Tensor>& idx, 
                                             LayerHooks* hooks, const std::vector<Packing>& packing) {
   TORCH_CHECK(packing.empty() || packing.size() == idx.size(), "LossMany: ", packing.size(), " packings for ",
               idx.size(), " inputs");
-  std::vector<PackedRows> rows;
-  for (size_t m = 0; m < packing.size(); ++m) rows.push_back(Rows(packing[m], idx[m]));
+  std::vector<PackedRows> rows;  // one per input even unpacked: a row longer than the window has its band mask
+  for (size_t m = 0; m < idx.size(); ++m) rows.push_back(Rows(packing.empty() ? Packing{} : packing[m], idx[m]));
   return LossManyBlockMajor(Passes(hooks), idx, targets, is_training(), hooks, rows);
 }
 

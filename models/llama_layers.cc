@@ -94,15 +94,10 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const RotaryTables& 
   const at::Tensor q = ApplyRotary(Heads(q_proj, q_norm, x, config_.n_head), rope);
   const at::Tensor k = ApplyRotary(Heads(k_proj, k_norm, x, config_.kv_heads()), rope);
   const at::Tensor v = Heads(v_proj, none, x, config_.kv_heads());
+  TORCH_CHECK(packed_mask.defined() || config_.sliding_window <= 0 || T <= config_.sliding_window,
+              "LlamaAttention: a sequence of ", T, " tokens needs the sliding window's mask (MakePackedRows)");
   std::optional<at::Tensor> mask;
-  if (packed_mask.defined()) {
-    mask = packed_mask;
-  } else if (config_.sliding_window > 0 && T > config_.sliding_window) {
-    // Query i sees keys j with i - window < j <= i (HF's sliding_window_overlay).
-    const at::Tensor i = at::arange(T, x.options().dtype(at::kLong)).unsqueeze(1);
-    const at::Tensor j = at::arange(T, x.options().dtype(at::kLong)).unsqueeze(0);
-    mask = (j <= i).logical_and(j > i - config_.sliding_window);
-  }
+  if (packed_mask.defined()) mask = packed_mask;
   const double p = is_training() ? config_.attention_dropout : 0.0;
   const at::Tensor y = at::scaled_dot_product_attention(q, k, v, mask, p, /*is_causal=*/!mask.has_value(),
                                                         /*scale=*/std::nullopt,

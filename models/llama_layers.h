@@ -5,8 +5,8 @@
 //    fp32 of the concatenated [freqs, freqs] ("split halves", rotate_half), cast to q's dtype;
 //  - LlamaAttention: q/k/v/o projections (optional biases), optional per-head q/k RMSNorm
 //    (Qwen3) before the rotation, grouped-query attention by at::scaled_dot_product_attention
-//    (causal; a band mask when the sequence is longer than the sliding window; packed rows'
-//    block-diagonal mask, packed_rows.h, when given);
+//    (causal, or the mask of packed_rows.h: packed rows' block-diagonal mask and the
+//    sliding window's band);
 //  - LlamaMlp: down(silu(gate(x)) * up(x)).
 // Parameters are allocated uninitialised (LlamaImpl initialises them, param_init.h).
 #pragma once
@@ -50,7 +50,8 @@ class LlamaAttentionImpl : public torch::nn::Module {
  public:
   explicit LlamaAttentionImpl(const LlamaConfig& config);
   // [B, T, C] -> [B, T, C]. `packed_mask`: PackedRows::attn_mask (the sliding window
-  // already in it), or undefined: causal, with the window's band when T exceeds it.
+  // already in it), or undefined: causal. Throws when T exceeds the sliding window and
+  // no mask is given (MakePackedRows builds the window's band).
   at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const at::Tensor& packed_mask = {});
 
   torch::nn::Linear q_proj{nullptr};  // [n_head x head_dim, C]

@@ -4,7 +4,9 @@
 // (models::Batch::position_ids, segment_ids); GPT and Llama turn them, once per
 // micro-batch, into what their blocks read (PackedRows). Undefined tensors mean an
 // ordinary row: positions 0..T-1, causal attention over the whole row, and then no mask
-// is built at all (the models' unpacked path is unchanged, bit for bit).
+// is built at all (the models' unpacked path is unchanged, bit for bit) unless the row
+// is longer than a sliding window (Mistral), whose band mask is built here once per
+// micro-batch rather than in every block.
 // Pure functions; any thread.
 #pragma once
 
@@ -24,14 +26,18 @@ struct Packing {
 // What the blocks read.
 struct PackedRows {
   at::Tensor position_ids;  // [B, T] int64, or undefined: 0..T-1
-  at::Tensor attn_mask;     // [B, 1, T, T] bool, true = the query (dim 2) may see the key (dim 3); undefined: causal
+  // [B, 1, T, T] ([1, 1, T, T] for the window's band alone) bool, true = the query
+  // (dim 2) may see the key (dim 3); undefined: causal.
+  at::Tensor attn_mask;
 };
 
-// The block-diagonal causal mask of `packing.segment_ids`: query i sees key j when
-// j <= i and both have the same segment id, and with `sliding_window` > 0 also
+// The mask of `packing.segment_ids` and the sliding window: query i sees key j when
+// j <= i, both have the same segment id (packed rows), and, with `sliding_window` > 0,
 // i - window < j (Mistral's window within each example). Every query sees itself, so no
 // row of the mask is empty (no NaN from the softmax, padding included when it is a
-// segment of its own). On segment_ids' device. Checks the shapes against `idx` [B, T].
+// segment of its own). Without segment ids the mask exists only when T > window (the
+// window's band, shared by the rows). On idx's device. Checks the shapes against `idx`
+// [B, T].
 PackedRows MakePackedRows(const Packing& packing, const at::Tensor& idx, int64_t sliding_window);
 
 }  // namespace ps::models

@@ -142,8 +142,20 @@ std::optional<std::string> ConfigToken(const json& config, const char* key) {
   return std::nullopt;
 }
 
+// Whether transformers 4 lets tokenizer_config.json's add_bos_token / add_eos_token
+// rewrite a folder's post-processor: only its Llama tokenizer classes do (their
+// update_post_processor); PreTrainedTokenizerFast (Llama 3), Qwen2Tokenizer,
+// GPT2Tokenizer (SmolLM2) keep tokenizer.json's. transformers 5 ignores the flags
+// whenever tokenizer.json exists; the Llama classes follow 4, where the flags act.
+bool ClassHonoursSideFlags(const json& config) {
+  const auto it = config.find("tokenizer_class");
+  if (it == config.end() || !it->is_string()) return false;
+  const std::string name = it->get<std::string>();
+  return name == "LlamaTokenizer" || name == "LlamaTokenizerFast";
+}
+
 // tokenizer_config.json next to tokenizer.json: eos_token, and add_bos_token /
-// add_eos_token, which (as transformers' Llama tokenizers) replace the post-processor's
+// add_eos_token, which (where ClassHonoursSideFlags) replace the post-processor's
 // special tokens before / after the text when present.
 void ReadTokenizerConfig(const fs::path& dir, ByteLevelBpeConfig* config) {
   const fs::path side = dir / "tokenizer_config.json";
@@ -152,6 +164,7 @@ void ReadTokenizerConfig(const fs::path& dir, ByteLevelBpeConfig* config) {
   const json c = ParseJson(file);
   TORCH_CHECK(c.is_object(), file, ": not a JSON object");
   config->eos_token = ConfigToken(c, "eos_token");
+  if (!ClassHonoursSideFlags(c)) return;
   Vocabulary vocab(config->vocab, config->added_tokens, {file});
   auto side_ids = [&](const char* flag, const char* token_key, std::vector<int32_t>* ids) {
     if (!c.contains(flag) || c[flag].is_null()) return;

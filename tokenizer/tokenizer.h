@@ -9,7 +9,8 @@
 // `encode(text, add_special_tokens=False)`; it adds none of its own.
 // EncodeWithSpecialTokens() adds those of a BPE tokenizer.json's TemplateProcessing
 // post-processor (Llama 3's BOS), or of tokenizer_config.json's add_bos_token /
-// add_eos_token, as HF's `encode(text)` (WordPiece: none).
+// add_eos_token where its tokenizer_class is LlamaTokenizer(Fast), as transformers 4's
+// `encode(text)` (WordPiece: none).
 #pragma once
 
 #include <cstdint>

@@ -9,7 +9,9 @@ of ps_train at run time).
 It loads the folder with AutoModelForCausalLM.from_pretrained (GPT2LMHeadModel,
 LlamaForCausalLM, Qwen2/Qwen3/MistralForCausalLM, in fp32) and AutoTokenizer, tokenizes a
 prompt with both tokenizers (HF's and ps_train's, through `ps_sample --dump-logits`),
-and compares the ids (equal) and the fp32 logits (max abs difference below --atol).
+and compares the ids (equal; a Llama-class folder's add_bos_token / add_eos_token applied
+as transformers 4 does, see hf_encode) and the fp32 logits (max abs difference below
+--atol).
 With --checkpoint (a step_N folder the export came from), every tensor transformers
 loaded must also equal the checkpoint's fp32 master rounded to the folder's dtype
 (config.json torch_dtype), bitwise. Exit status 0 when all hold.
@@ -28,6 +30,26 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 PROMPT = "The careful teacher opens a window. Über 東京 🙂 tabs\tand  spaces."
 
 
+def hf_encode(tok, folder, text):
+    """HF's ids with special tokens as transformers 4 gives them: for its Llama tokenizer
+    classes, tokenizer_config.json's add_bos_token / add_eos_token replace the
+    post-processor's (ps_train's rule, tokenizer/tokenizer.cc); transformers 5 ignores
+    them once tokenizer.json exists, so they are applied here by hand."""
+    path = os.path.join(folder, "tokenizer_config.json")
+    config = json.load(open(path)) if os.path.exists(path) else {}
+    flags = [k for k in ("add_bos_token", "add_eos_token") if config.get(k) is not None]
+    if config.get("tokenizer_class") not in ("LlamaTokenizer", "LlamaTokenizerFast") or not flags:
+        return tok.encode(text)
+    plain = tok.encode(text, add_special_tokens=False)
+    with_specials = tok.encode(text)
+    bos = [tok.bos_token_id] if config.get("add_bos_token") else (
+        with_specials[:1] if "add_bos_token" not in flags and with_specials[:1] == [tok.bos_token_id] else [])
+    eos = [tok.eos_token_id] if config.get("add_eos_token") else (
+        with_specials[-1:] if "add_eos_token" not in flags and with_specials[-1:] == [tok.eos_token_id] else [])
+    print(f"tokenizer_class {config['tokenizer_class']}: {', '.join(f'{k} {config[k]}' for k in flags)} applied")
+    return bos + plain + eos
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--folder", required=True)
@@ -40,7 +62,7 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(args.folder, dtype=torch.float32).eval()
     tensors_equal = args.checkpoint is None or same_tensors(model, args.folder, args.checkpoint)
     tok = AutoTokenizer.from_pretrained(args.folder)
-    hf_ids = tok.encode(args.prompt)
+    hf_ids = hf_encode(tok, args.folder, args.prompt)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "logits.safetensors")
         subprocess.run([args.ps_sample, "--hf", args.folder, "--prompt", args.prompt, "--device", "cpu",

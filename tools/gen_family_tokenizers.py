@@ -117,13 +117,15 @@ def make_all():
     legacy.pre_tokenizer = None
     legacy.decoder = llama2_decoder()
     legacy.post_processor = template(legacy, "<s>")
-    cfg = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>"}
+    cfg = {"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": True, "add_eos_token": False,
+           "bos_token": "<s>", "eos_token": "</s>"}
     out["spm_legacy"] = (legacy, cfg, "</s>")
     mistral = spm_bpe()
     mistral.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
     mistral.decoder = llama2_decoder()
     mistral.post_processor = template(mistral, "<s>")
-    cfg = {"add_bos_token": True, "add_eos_token": True, "bos_token": {"content": "<s>"}, "eos_token": "</s>"}
+    cfg = {"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": True, "add_eos_token": True,
+           "bos_token": {"content": "<s>"}, "eos_token": "</s>"}
     out["spm_metaspace"] = (mistral, cfg, "</s>")
     split = spm_bpe(500)
     split.decoder = decoders.Sequence([decoders.ByteFallback(),
@@ -133,8 +135,10 @@ def make_all():
 
 
 def with_config(tok, cfg):
-    """HF ids with special tokens as transformers gives them: add_bos/add_eos override."""
-    if not cfg or "add_bos_token" not in cfg:
+    """HF ids with special tokens as transformers 4 gives them: for its Llama tokenizer
+    classes add_bos/add_eos override the post-processor's (tokenizer/tokenizer.cc)."""
+    llama_class = cfg and cfg.get("tokenizer_class") in ("LlamaTokenizer", "LlamaTokenizerFast")
+    if not llama_class or "add_bos_token" not in cfg:
         return lambda t: tok.encode(t).ids
     bos = tok.token_to_id(cfg["bos_token"]["content"] if isinstance(cfg["bos_token"], dict) else cfg["bos_token"])
     eos = tok.token_to_id(cfg["eos_token"])

@@ -6,7 +6,7 @@
 #
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
-# CHECK: parity | eager | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
+# CHECK: parity | eager | llama1b | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
 #        state_q | state6b | state8b | nvme (also needs .device/bench_nvme) |
 #        ds_prep | peers_ds | largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
@@ -67,6 +67,14 @@ check() {
         timeout 150 $G python3 "$here/bench_vs_eager.py" --device cuda --dtype bf16 --preset gpt2-1.5b --batch-size 8 \
           --steps 10 --repeats 1 --ps-train "$PS" "${extra[@]}" > "$OUT/eager_$mode.log" 2>&1
         log "eager_$mode rc=$?"
+      done ;;
+    llama1b)  # issue #23: llama-3.2-1b bf16, micro 4 x 2048, plain path and chunks against eager and torch.compile, MFU
+      for mode in plain chunks; do
+        local extra=(); [ $mode = chunks ] && extra=(--ps-set chunk.enabled=true --ps-set chunk.size_elements=auto)
+        timeout 240 $G python3 "$here/bench_vs_eager.py" --device cuda --dtype bf16 --preset llama-3.2-1b \
+          --seq-len 2048 --batch-size 4 --steps 10 --repeats 1 --compile --peak-tflops 989 --ps-train "$PS" \
+          "${extra[@]}" > "$OUT/llama1b_$mode.log" 2>&1
+        log "llama1b_$mode rc=$?"
       done ;;
     accum)  # issue #9 §1: gpt2-1.5b micro 8 x 2 (plain, chunks x2, chunks x1)
       timeout 300 $G python3 "$here/bench_accum.py" --ps-train "$PS" --out "$R/accum" --steps 4 \
@@ -189,7 +197,7 @@ check() {
       timeout 590 $G python3 "$here/bench_offload.py" --ps-train "$PS" --largest --runners ds_zero3 --batch-size 1 \
         --steps 3 --checkpointing --ladder GPT2_4B,GPT3_6B,GPT3_8B --timeout-s 150 --out "$OUT/largest_ds.json" \
         > "$OUT/largest_ds.log" 2>&1; log "largest_ds rc=$?" ;;
-    all) for c in parity eager accum accum4b accum4bv gpt3_6b startup6b spec6b pin6b gaming largest nccl1 peers ds_prep peers_ds largest_ds state_q state6b state8b; do
+    all) for c in parity eager llama1b accum accum4b accum4bv gpt3_6b startup6b spec6b pin6b gaming largest nccl1 peers ds_prep peers_ds largest_ds state_q state6b state8b; do
            check $c; done ;;
     *) echo "unknown check: $1" >&2; exit 2 ;;
   esac

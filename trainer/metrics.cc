@@ -62,9 +62,10 @@ MetricsWriter::MetricsWriter(const std::string& path) : out_(path, CheckedFile::
 
 void MetricsWriter::Write(const JsonLine& line) { out_.WriteRecord(line.str() + "\n"); }
 
-double TrainingFlopsPerToken(int64_t n_params, int64_t n_frozen, int64_t n_layer, int64_t n_embd, int64_t seq_len) {
+double TrainingFlopsPerToken(int64_t n_params, int64_t n_frozen, int64_t n_layer, int64_t attention_width,
+                             int64_t seq_len) {
   return 6.0 * static_cast<double>(n_params) - 2.0 * static_cast<double>(n_frozen) +
-         12.0 * static_cast<double>(n_layer) * static_cast<double>(n_embd) * static_cast<double>(seq_len);
+         12.0 * static_cast<double>(n_layer) * static_cast<double>(attention_width) * static_cast<double>(seq_len);
 }
 
 double Perplexity(double mean_loss) { return std::exp(mean_loss); }

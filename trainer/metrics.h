@@ -44,12 +44,14 @@ class MetricsWriter {
   CheckedFile out_;
 };
 
-// Training FLOPs per token (forward + backward): 6 N + 12 L C T (PaLM appendix B),
+// Training FLOPs per token (forward + backward): 6 N + 12 L A T (PaLM appendix B),
 // where N counts every parameter once, including the tied embedding, whose matmul
-// as the LM head is real work; 12 L C T is attention scores and values. Of N, the
+// as the LM head is real work; 12 L A T is attention scores and values, A the width of
+// the queries (n_head x head width: n_embd unless a Llama sets head_dim). Of N, the
 // `n_frozen` parameters (a LoRA run's base) count 4 each, not 6: forward and the
 // gradient through them, no gradient for them.
-double TrainingFlopsPerToken(int64_t n_params, int64_t n_frozen, int64_t n_layer, int64_t n_embd, int64_t seq_len);
+double TrainingFlopsPerToken(int64_t n_params, int64_t n_frozen, int64_t n_layer, int64_t attention_width,
+                             int64_t seq_len);
 
 // exp(mean cross-entropy loss in nats per token): the number of tokens the model is, on
 // average, as unsure between as a uniform guess would be. Infinite when it overflows,

@@ -48,6 +48,11 @@ int64_t ActivationBytesOf(const Config& c, int64_t tokens, int64_t element_bytes
   return models::EstimateBertActivationBytes(BertConfigOf(c), tokens, element_bytes);
 }
 
+int64_t AttentionWidthOf(const Config& c) {
+  const bool own_head_width = c.model_type == models::ModelType::kLlama && c.llama.head_dim > 0;
+  return own_head_width ? c.model.n_head * c.llama.head_dim : c.model.n_embd;
+}
+
 std::string ModelKindName(const Config& c) {
   if (c.model_type == models::ModelType::kGpt) return "GPT";
   if (c.model_type == models::ModelType::kLlama) return "Llama";

@@ -26,6 +26,11 @@ models::BertConfig BertConfigOf(const Config& config);
 int64_t ActivationBytesOf(const Config& config, int64_t tokens, int64_t element_bytes,
                           int64_t micro_batches_kept = 1);
 
+// The width of the attention's queries: n_head x head width, which is n_embd except for a
+// Llama whose model.head_dim is set (Qwen3, Mistral: head_dim x n_head may differ from
+// n_embd). The FLOPs formula's attention term (metrics.h) counts it.
+int64_t AttentionWidthOf(const Config& config);
+
 // "GPT", "Llama", "BERT masked LM" or "BERT classifier (N labels)": the run banner's name.
 std::string ModelKindName(const Config& config);
 

@@ -258,8 +258,8 @@ LogFacts FactsOf(const Config& c, const BuiltEngine& built, const RankSetup& ran
   f.max_steps = c.train.max_steps;
   f.tokens_per_step = c.train.global_batch_size * c.data.seq_len;
   const int64_t frozen = c.lora.enabled ? built.counts.total_numel - built.trainable_numel : 0;
-  f.flops_per_token =
-      TrainingFlopsPerToken(built.counts.total_numel, frozen, c.model.n_layer, c.model.n_embd, c.data.seq_len);
+  f.flops_per_token = TrainingFlopsPerToken(built.counts.total_numel, frozen, c.model.n_layer, AttentionWidthOf(c),
+                                            c.data.seq_len);
   f.accuracy_name = built.accuracy_name;
   f.classifier = c.bert.num_labels > 0;
   f.params = built.counts.total_numel;

@@ -227,6 +227,27 @@ TEST_CASE("packing: Llama's rotary tables at restarted positions are each exampl
   CHECK(packed.sin[0][0].equal(at::cat({three.sin, two.sin})));
 }
 
+TEST_CASE("the sliding window's band mask: built once per micro-batch, only when a row exceeds it", "[packing][llama]") {
+  const at::Tensor idx = at::zeros({2, 6}, at::kLong);
+  CHECK_FALSE(MakePackedRows(Packing{}, idx, 0).attn_mask.defined());
+  CHECK_FALSE(MakePackedRows(Packing{}, idx, 6).attn_mask.defined());  // the window covers the row: causal
+  const at::Tensor band = MakePackedRows(Packing{}, idx, 3).attn_mask;
+  REQUIRE(band.sizes() == at::IntArrayRef({1, 1, 6, 6}));
+  for (int64_t i = 0; i < 6; ++i) {
+    for (int64_t j = 0; j < 6; ++j) {
+      CHECK(band[0][0][i][j].item<bool>() == (j <= i && j > i - 3));  // i - window < j <= i
+    }
+  }
+  // A block asked to attend past its window without the mask refuses.
+  LlamaConfig c;
+  c.sliding_window = 3;
+  LlamaAttention attention(c);
+  const RotaryTables rope = MakeRotaryTables(RotaryInverseFrequencies(c), 6, at::kCPU);
+  REQUIRE_THROWS_WITH(attention->forward(at::zeros({1, 6, c.n_embd}), rope, {}),
+                      Catch::Contains("needs the sliding window's mask"));
+  CHECK(attention->forward(at::zeros({1, 6, c.n_embd}), rope, band).sizes() == at::IntArrayRef({1, 6, c.n_embd}));
+}
+
 TEST_CASE("masked targets: none counted is loss 0 with zero gradients; an all -100 row changes nothing",
           "[packing][loss]") {
   at::manual_seed(4);

@@ -111,6 +111,32 @@ TEST_CASE("SentencePiece-style BPE matches HF: Llama 2, Mistral, Metaspace split
   CheckGolden(*LoadTokenizer(dir), "spm_legacy");
 }
 
+// The ids below are those transformers 4.57.6 gives for these folders (its
+// LlamaTokenizerFast applies the flags, PreTrainedTokenizerFast keeps tokenizer.json's
+// "<s> $A"); transformers 5 keeps tokenizer.json's in every case (docs/models.md).
+TEST_CASE("add_bos_token / add_eos_token act for the Llama tokenizer classes only", "[tokenizer]") {
+  const std::string text = "Hello world 12";
+  const std::string json_text = ReadJson(kData + "spm_metaspace/tokenizer.json").dump();
+  auto folder = [&](const std::string& name, const std::string& config) {
+    WriteTemp(name + "/tokenizer.json", json_text);
+    WriteTemp(name + "/tokenizer_config.json", config);
+    return LoadTokenizer(ps::testing::TempDir() + "/" + name);
+  };
+  const std::string flags = R"("add_bos_token": false, "add_eos_token": true, "bos_token": "<s>", "eos_token": "</s>")";
+  auto llama = folder("flags_llama", "{\"tokenizer_class\": \"LlamaTokenizerFast\", " + flags + "}");
+  const std::vector<int32_t> plain = llama->Encode(text);
+  std::vector<int32_t> eos_only = plain;
+  eos_only.push_back(*llama->TokenToId("</s>"));
+  CHECK(llama->EncodeWithSpecialTokens(text) == eos_only);
+  std::vector<int32_t> bos_only = {*llama->TokenToId("<s>")};
+  bos_only.insert(bos_only.end(), plain.begin(), plain.end());
+  for (const std::string klass : {"\"PreTrainedTokenizerFast\"", "null"}) {
+    INFO("tokenizer_class " << klass);
+    auto other = folder("flags_other", "{\"tokenizer_class\": " + klass + ", " + flags + "}");
+    CHECK(other->EncodeWithSpecialTokens(text) == bos_only);  // tokenizer.json's post-processor
+  }
+}
+
 TEST_CASE("Split behaviours, Digits, add_prefix_space and normalizers match HF", "[tokenizer]") {
   const json base = ReadJson(kData + "llama3/tokenizer.json");
   int n = 0;
@@ -213,7 +239,8 @@ TEST_CASE("unsupported pipeline components are errors naming the file and field"
              Catch::Contains("dropout is not supported"));
   // add_bos_token naming a token the vocabulary lacks.
   WriteTemp("bad_config/tokenizer.json", base.dump());
-  WriteTemp("bad_config/tokenizer_config.json", R"({"add_bos_token": true, "bos_token": "<nope>"})");
+  WriteTemp("bad_config/tokenizer_config.json",
+            R"({"tokenizer_class": "LlamaTokenizer", "add_bos_token": true, "bos_token": "<nope>"})");
   CHECK_THAT(ErrorOf([&] { LoadTokenizer(ps::testing::TempDir() + "/bad_config"); }),
              Catch::Contains("tokenizer_config.json: bos_token '<nope>' is not in the vocabulary"));
 }

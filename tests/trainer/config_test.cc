@@ -12,6 +12,7 @@
 
 #include "tests/catch.h"
 #include "trainer/config_loader.h"
+#include "trainer/model_shape.h"
 
 namespace ps::trainer {
 namespace {
@@ -492,6 +493,15 @@ TEST_CASE("presets fill the shape keys the config leaves unset", "[config][prese
   CHECK(c.model.n_positions == 1024);
   const std::string e = ErrorOf("model:\n  preset: gpt5\n");
   CHECK(e.rfind("test.yaml:2:11: model.preset: unknown preset 'gpt5'; known: gpt2-124m, ", 0) == 0);
+}
+
+TEST_CASE("the attention width is n_head x head_dim where a Llama sets head_dim", "[config][presets]") {
+  CHECK(AttentionWidthOf(Load("model:\n  preset: gpt2-124m\n")) == 768);
+  // Qwen3-0.6B: 16 heads of 128 = 2048 wide queries on a 1024 residual stream.
+  const Config qwen3 = Load("model:\n  type: llama\n  preset: qwen3-0.6b\n");
+  CHECK(qwen3.model.n_embd == 1024);
+  CHECK(AttentionWidthOf(qwen3) == 2048);
+  CHECK(AttentionWidthOf(Load("model:\n  type: llama\n  preset: llama-3.2-1b\n")) == 2048);
 }
 
 TEST_CASE("a preset and shape keys that disagree are an error naming both", "[config][presets][errors]") {
