@@ -201,9 +201,21 @@ TensorMap MapSafetensors(const std::string& path) {
 }
 
 std::string SafetensorsHeader(const TensorMap& tensors) {
+  std::vector<std::string> order;
+  for (const auto& item : tensors) order.push_back(item.first);
+  return SafetensorsHeader(tensors, order);
+}
+
+std::string SafetensorsHeader(const TensorMap& tensors, const std::vector<std::string>& data_order) {
+  TORCH_CHECK(data_order.size() == tensors.size(), "SafetensorsHeader: an order of ", data_order.size(),
+              " names for ", tensors.size(), " tensors");
   nlohmann::json meta = nlohmann::json::object();
   int64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
+  for (const std::string& name : data_order) {
+    const auto it = tensors.find(name);
+    TORCH_CHECK(it != tensors.end() && !meta.contains(name), "SafetensorsHeader: '", name,
+                "' is not a tensor of the map, or is named twice");
+    const at::Tensor& tensor = it->second;
     const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
     meta[name] = {{"dtype", DtypeString(tensor.scalar_type())},
                   {"shape", tensor.sizes().vec()},

@@ -30,6 +30,9 @@ TensorMap MapSafetensors(const std::string& path);
 // tensors in map order, data back to back from offset 0, padded with spaces to a
 // multiple of 8 bytes. Streaming writers use it and then write each tensor's bytes.
 std::string SafetensorsHeader(const TensorMap& tensors);
+// The same with the data in `data_order` (every name of `tensors` once; c10::Error
+// otherwise): the header still lists them by name, their offsets follow this order.
+std::string SafetensorsHeader(const TensorMap& tensors, const std::vector<std::string>& data_order);
 
 // Writes `tensors` (F32/F16/BF16/I64/I32/U8..., any device), floating ones converted to
 // `float_dtype` when given, one tensor at a time (a CPU copy of one tensor at most).

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,8 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "trainer/checkpoint_files.h"
 #include "trainer/file_io.h"
@@ -34,10 +37,30 @@ struct FileEntry {
 // written, so a save costs max(disk, SHA-256) rather than their sum (SHA-256 with the
 // CPU's SHA extensions: ~1.5 GB/s a core, slower than an NVMe disk).
 // `fetch(name)`: the values of a meta-device tensor of `tensors` (EngineState::deferred),
-// read as it is written.
+// read as it is written; `position(name)`: where they are stored. The data lies in the
+// file as written: the tensors in memory in name order, then the meta-device ones in
+// increasing position, so each stored unit is read once (the header lists every tensor
+// by name, offsets following the data).
 using Fetch = std::function<at::Tensor(const std::string& name)>;
+using Position = std::function<std::array<int64_t, 3>(const std::string& name)>;
 
-FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tensors, const Fetch& fetch = {}) {
+std::vector<std::string> DataOrder(const models::TensorMap& tensors, const Position& position) {
+  std::vector<std::string> order;
+  std::vector<std::pair<std::array<int64_t, 3>, std::string>> deferred;
+  for (const auto& [name, tensor] : tensors) {
+    if (tensor.is_meta() && position) {
+      deferred.emplace_back(position(name), name);
+    } else {
+      order.push_back(name);
+    }
+  }
+  std::sort(deferred.begin(), deferred.end());
+  for (auto& d : deferred) order.push_back(std::move(d.second));
+  return order;
+}
+
+FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tensors, const Fetch& fetch = {},
+                          const Position& position = {}) {
   CheckedFile out(path, CheckedFile::Mode::kTruncate);
   Sha256 hash;
   auto put = [&](const void* data, size_t bytes) {
@@ -55,11 +78,13 @@ FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tens
     }
     hashed.get();
   };
-  const std::string header = models::SafetensorsHeader(tensors);
+  const std::vector<std::string> order = DataOrder(tensors, position);
+  const std::string header = models::SafetensorsHeader(tensors, order);
   const uint64_t header_bytes = header.size();
   put(&header_bytes, 8);
   put(header.data(), header.size());
-  for (const auto& [name, tensor] : tensors) {
+  for (const std::string& name : order) {
+    const at::Tensor& tensor = tensors.at(name);
     at::Tensor values = tensor;
     if (tensor.is_meta()) {
       TORCH_CHECK(fetch, "checkpoint: '", name, "' has no values (a deferred tensor without a reader)");
@@ -129,22 +154,37 @@ nlohmann::json WriteCheckpointShard(const std::string& folder, const CheckpointC
     }
   } finish{c.engine.deferred.get()};
   nlohmann::json files = nlohmann::json::object();
-  auto write = [&](const std::string& file, const models::TensorMap& tensors, const Fetch& fetch) {
-    const FileEntry e = WriteTensorFile((fs::path(folder) / file).string(), tensors, fetch);
+  auto write = [&](const std::string& file, const models::TensorMap& tensors, const Fetch& fetch,
+                   const Position& position) {
+    const FileEntry e = WriteTensorFile((fs::path(folder) / file).string(), tensors, fetch, position);
     files[file] = {{"bytes", e.bytes}, {"sha256", e.sha256}};
   };
   DeferredValues* deferred = c.engine.deferred.get();
-  const Fetch params = deferred == nullptr ? Fetch() : [deferred](const std::string& key) { return deferred->Read("params", key); };
-  write(ShardFileName("model", rank, world), c.engine.params, params);
+  // An optimizer file key: its map and the parameter's name.
+  const std::string exp_avg = kExpAvg, exp_avg_sq = kExpAvgSq;
+  auto split = [&](const std::string& key) -> std::pair<const char*, std::string> {
+    const bool sq = key.rfind(exp_avg_sq, 0) == 0;
+    return {sq ? "exp_avg_sq" : "exp_avg", key.substr((sq ? exp_avg_sq : exp_avg).size())};
+  };
+  Fetch params, moments;
+  Position param_at, moment_at;
+  if (deferred != nullptr) {
+    params = [deferred](const std::string& key) { return deferred->Read("params", key); };
+    param_at = [deferred](const std::string& key) { return deferred->Position("params", key); };
+    moments = [&, deferred](const std::string& key) {
+      const auto [map, name] = split(key);
+      return deferred->Read(map, name);
+    };
+    moment_at = [&, deferred](const std::string& key) {
+      const auto [map, name] = split(key);
+      return deferred->Position(map, name);
+    };
+  }
+  write(ShardFileName("model", rank, world), c.engine.params, params, param_at);
   models::TensorMap optimizer = Prefixed(c.engine.exp_avg, kExpAvg);
   optimizer.merge(Prefixed(c.engine.exp_avg_sq, kExpAvgSq));
-  const std::string exp_avg = kExpAvg, exp_avg_sq = kExpAvgSq;
-  const Fetch moments = deferred == nullptr ? Fetch() : [&, deferred](const std::string& key) {
-    const bool sq = key.rfind(exp_avg_sq, 0) == 0;
-    return deferred->Read(sq ? "exp_avg_sq" : "exp_avg", key.substr((sq ? exp_avg_sq : exp_avg).size()));
-  };
-  write(ShardFileName("optimizer", rank, world), optimizer, moments);
-  if (rank == 0) write(kRngFile, c.rng, {});
+  write(ShardFileName("optimizer", rank, world), optimizer, moments, moment_at);
+  if (rank == 0) write(kRngFile, c.rng, {}, {});
   return files;
 }
 

@@ -78,6 +78,12 @@ class TierValues final : public DeferredValues {
     const ChunkKind kind = map == "params" ? ChunkKind::kMaster : map == "exp_avg" ? ChunkKind::kAdamM : ChunkKind::kAdamV;
     return rt_.View(kind, i);  // the slot's: the writer writes it before the next Read
   }
+  // The chunk, then the map (a chunk's m and v come from one mounted slot), then the offset.
+  std::array<int64_t, 3> Position(const std::string& map, const std::string& name) const override {
+    const auto& pl = rt_.layout().placements()[index_.at(name)];
+    const int64_t map_rank = map == "params" ? 0 : map == "exp_avg" ? 1 : 2;
+    return {pl.chunk_id, map_rank, pl.offset_numel};
+  }
   void Finish() override { cursor_.reset(); }  // the last chunk unmounted
 
  private:

@@ -20,6 +20,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -60,10 +61,14 @@ struct StepOutcome {
 // one as it writes it, so the values never sit in host memory all at once. Read(map,
 // name), `map` one of "params", "exp_avg", "exp_avg_sq": the values, valid until the
 // next Read or Finish. Finish after the last Read (also after a failed write).
+// Position(map, name): where the values are stored, as a sort key; reading a file's
+// deferred tensors in increasing Position reads each stored unit (an NVMe tier chunk,
+// whose master, m and v one read brings in) once per file.
 class DeferredValues {
  public:
   virtual ~DeferredValues() = default;
   virtual at::Tensor Read(const std::string& map, const std::string& name) = 0;
+  virtual std::array<int64_t, 3> Position(const std::string& map, const std::string& name) const = 0;
   virtual void Finish() = 0;
 };
 

@@ -6,10 +6,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "trainer/checkpoint.h"
 #include "trainer/config_loader.h"
@@ -100,6 +104,64 @@ TEST_CASE("write and read back: every tensor and scalar exactly, files by name",
   std::getline(latest, line);
   CHECK(line == "step_7");
   CHECK(ListCheckpoints(dir) == std::vector<std::string>{report.path});
+}
+
+// Deferred values (an NVMe tier's) at scripted positions: chunk 0 holds "b" then "c",
+// chunk 1 holds "a". Reads record the order the writer asks for them.
+class ScriptedValues final : public DeferredValues {
+ public:
+  explicit ScriptedValues(const CheckpointContents& truth) : truth_(truth) {}
+  at::Tensor Read(const std::string& map, const std::string& name) override {
+    reads.push_back(map + ":" + name);
+    const auto& values = map == "params" ? truth_.engine.params : map == "exp_avg" ? truth_.engine.exp_avg
+                                                                                   : truth_.engine.exp_avg_sq;
+    return values.at(name);
+  }
+  std::array<int64_t, 3> Position(const std::string& map, const std::string& name) const override {
+    const int64_t rank = map == "params" ? 0 : map == "exp_avg" ? 1 : 2;
+    if (name == "a") return {1, rank, 0};
+    return {0, rank, name == "b" ? 0 : 10};
+  }
+  void Finish() override { finished = true; }
+  std::vector<std::string> reads;
+  bool finished = false;
+
+ private:
+  const CheckpointContents& truth_;
+};
+
+TEST_CASE("deferred values are read in stored order, each chunk once per file, and written exactly", "[checkpoint]") {
+  CheckpointContents truth = Sample();
+  truth.engine.params.clear();
+  truth.engine.exp_avg.clear();
+  truth.engine.exp_avg_sq.clear();
+  truth.engine.adam_steps.clear();
+  for (const char* n : {"a", "b", "c"}) {
+    truth.engine.params[n] = at::randn({3, 2});
+    truth.engine.exp_avg[n] = at::randn({3, 2});
+    truth.engine.exp_avg_sq[n] = at::rand({3, 2});
+    truth.engine.adam_steps[n] = 7;
+  }
+  truth.engine.params["in_memory"] = at::randn({4});  // not deferred: written first
+  truth.engine.adam_steps["in_memory"] = 7;
+  CheckpointContents c = truth;
+  auto values = std::make_shared<ScriptedValues>(truth);
+  for (auto* map : {&c.engine.params, &c.engine.exp_avg, &c.engine.exp_avg_sq}) {
+    for (auto& [name, t] : *map) {
+      if (name != "in_memory") t = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+    }
+  }
+  c.engine.deferred = values;
+  const CheckpointWriteReport report = WriteCheckpoint(TempDir() + "/ordered", c);
+  // Name order would read chunk 1 ("a") between the two halves of chunk 0 and its m and
+  // v maps apart: 3 chunk changes per map. Stored order: one pass over each chunk.
+  CHECK(values->reads == std::vector<std::string>{"params:b", "params:c", "params:a", "exp_avg:b", "exp_avg:c",
+                                                  "exp_avg_sq:b", "exp_avg_sq:c", "exp_avg:a", "exp_avg_sq:a"});
+  CHECK(values->finished);
+  const CheckpointContents r = ReadCheckpoint(report.path);
+  for (const auto& [name, t] : truth.engine.params) CHECK(at::equal(r.engine.params.at(name), t));
+  for (const auto& [name, t] : truth.engine.exp_avg) CHECK(at::equal(r.engine.exp_avg.at(name), t));
+  for (const auto& [name, t] : truth.engine.exp_avg_sq) CHECK(at::equal(r.engine.exp_avg_sq.at(name), t));
 }
 
 TEST_CASE("pruning keeps the newest, never the one just written, and cleans interrupted saves", "[checkpoint][keep]") {
