@@ -49,6 +49,21 @@ float FloatOfBits(uint32_t bits) {
   return f;
 }
 
+// QuantBuckets::packed's word of a bucket whose magnitudes start at `lo_bits`: `base`,
+// and the key of `threshold` (+inf: none), which must share the bucket's top 16 bits.
+uint32_t PackedWord(int base, float threshold, uint32_t lo_bits, bool negative) {
+  uint32_t key = 0x10000u;
+  if (!std::isinf(threshold)) {
+    uint32_t bits;
+    std::memcpy(&bits, &threshold, sizeof bits);
+    if ((bits & 0x7fff0000u) != (lo_bits & 0x7fff0000u) || (bits >> 31) != (negative ? 1u : 0u)) {
+      throw std::logic_error("block_quant: a threshold outside its bucket's top bits");
+    }
+    key = negative ? 0xffffu - (bits & 0xffffu) : bits & 0xffffu;
+  }
+  return static_cast<uint32_t>(base) << QuantBuckets::kKeyBits | key;
+}
+
 // Bucket k's magnitudes [lo, hi): k = 0 is [0, 2^-25); the others start at their
 // exponent and mantissa bits. For x >= 0: base = #thresholds < lo, and the one threshold
 // in [lo, hi) if any. For x < 0 (values in (-hi, -lo]): base = #thresholds <= -hi, and
@@ -80,6 +95,8 @@ QuantBuckets MakeBuckets(QuantCode code) {
     b.threshold[k] = thr;
     b.base[QuantBuckets::kCount + k] = static_cast<uint8_t>(below_neg);
     b.threshold[QuantBuckets::kCount + k] = thr_neg;
+    b.packed[k] = PackedWord(below, thr, lo_bits, /*negative=*/false);
+    b.packed[QuantBuckets::kCount + k] = PackedWord(below_neg, thr_neg, lo_bits, /*negative=*/true);
   }
   return b;
 }

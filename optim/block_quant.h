@@ -51,12 +51,21 @@ uint8_t NearestCode(float normalised, QuantCode code);
 // code = base[k] + (threshold[k] < x), k = BucketIndex(bits of x). A bucket is a biased
 // exponent from kMinExponent up with the top 7 mantissa bits (all smaller magnitudes,
 // zero included, share bucket 0); the second half of each table is for negative x.
+//
+// `packed` holds both in one 32-bit word for the SIMD kernels (one gather instead of
+// two): base << 17 | key. A value and its bucket's threshold share their sign, exponent
+// and top 7 mantissa bits, so threshold < x is decided by the low 16 bits L alone:
+// L(threshold) < L(x) for x >= 0, L(threshold) > L(x) for x < 0. key is L(threshold),
+// or 0xffff - L(threshold) in the negative half, and 0x10000 where the bucket holds
+// none; then code = base + (key < y), y = L(x) ^ (x < 0 ? 0xffff : 0) (PackedCode).
 struct QuantBuckets {
   static constexpr uint32_t kMinExponent = 102;  // 2^-25, below every nonzero threshold
   static constexpr int kCount = 1 + (128 - static_cast<int>(kMinExponent)) * 128;
   // 4 bytes of padding: a SIMD gather reads 32 bits at each byte offset.
   std::array<uint8_t, 2 * kCount + 4> base{};
   std::array<float, 2 * kCount> threshold{};  // +inf where the bucket holds none
+  std::array<uint32_t, 2 * kCount> packed{};
+  static constexpr uint32_t kKeyBits = 17;
 };
 const QuantBuckets& BucketsOf(QuantCode code);
 
@@ -71,6 +80,12 @@ static inline int BucketIndex(uint32_t bits) {
                          ? 0
                          : 1 + static_cast<int>((exponent - QuantBuckets::kMinExponent) * 128u + ((magnitude >> 16) & 127u));
   return bucket + ((bits >> 31) != 0 ? QuantBuckets::kCount : 0);
+}
+
+// The code of fp32 bit pattern `bits` from its bucket's packed word (QuantBuckets).
+static inline uint32_t PackedCode(uint32_t word, uint32_t bits) {
+  const uint32_t y = (bits & 0xffffu) ^ ((bits >> 31) != 0 ? 0xffffu : 0u);
+  return (word >> QuantBuckets::kKeyBits) + ((word & ((1u << QuantBuckets::kKeyBits) - 1)) < y ? 1u : 0u);
 }
 
 }  // namespace ps::optim

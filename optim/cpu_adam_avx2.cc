@@ -100,7 +100,6 @@ float QuantizeAvx2(const float* x, int64_t n, QuantCode code, uint8_t* codes) {
   const QuantBuckets& b = BucketsOf(code);
   const __m256 s = _mm256_set1_ps(scale);
   const __m256i min_exponent = _mm256_set1_epi32(QuantBuckets::kMinExponent);
-  alignas(32) int32_t c[8];
   for (int64_t i = 0; i < vec_end; i += 8) {
     const __m256 xn = scale > 0.0f ? _mm256_div_ps(_mm256_loadu_ps(x + i), s) : _mm256_setzero_ps();
     const __m256i bits = _mm256_castps_si256(xn);
@@ -112,13 +111,17 @@ float QuantizeAvx2(const float* x, int64_t n, QuantCode code, uint8_t* codes) {
                                  _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(exponent, min_exponent), 7),
                                                   _mm256_and_si256(_mm256_srli_epi32(mag, 16), _mm256_set1_epi32(127))));
     k = _mm256_andnot_si256(small, k);
-    k = _mm256_add_epi32(k, _mm256_and_si256(_mm256_srai_epi32(bits, 31), _mm256_set1_epi32(QuantBuckets::kCount)));
-    const __m256i base = _mm256_and_si256(
-        _mm256_i32gather_epi32(reinterpret_cast<const int*>(b.base.data()), k, 1), _mm256_set1_epi32(0xff));
-    const __m256 thr = _mm256_i32gather_ps(b.threshold.data(), k, 4);
-    const __m256i above = _mm256_castps_si256(_mm256_cmp_ps(thr, xn, _CMP_LT_OQ));  // all ones: -1
-    _mm256_store_si256(reinterpret_cast<__m256i*>(c), _mm256_sub_epi32(base, above));
-    for (int j = 0; j < 8; ++j) codes[i + j] = static_cast<uint8_t>(c[j]);
+    const __m256i negative = _mm256_srai_epi32(bits, 31);  // all ones for x < 0
+    k = _mm256_add_epi32(k, _mm256_and_si256(negative, _mm256_set1_epi32(QuantBuckets::kCount)));
+    // PackedCode: one gather of base << 17 | key, then key < y (both below 2^17: signed compare).
+    const __m256i word = _mm256_i32gather_epi32(reinterpret_cast<const int*>(b.packed.data()), k, 4);
+    const __m256i y = _mm256_and_si256(_mm256_xor_si256(bits, negative), _mm256_set1_epi32(0xffff));
+    const __m256i base = _mm256_srli_epi32(word, QuantBuckets::kKeyBits);
+    const __m256i above = _mm256_cmpgt_epi32(
+        y, _mm256_and_si256(word, _mm256_set1_epi32((1 << QuantBuckets::kKeyBits) - 1)));  // all ones: -1
+    const __m256i c = _mm256_sub_epi32(base, above);  // 0 .. 255: the packs keep them
+    const __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm_packus_epi16(c16, c16));
   }
   for (int64_t i = vec_end; i < n; ++i) {
     const float xn = scale > 0.0f ? x[i] / scale : 0.0f;

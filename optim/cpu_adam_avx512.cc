@@ -64,6 +64,7 @@ inline void StoreBf16Stochastic16(void* base, int64_t i, __m512 x, uint32_t inde
 }  // namespace
 
 // DequantizeBlock, 16 lanes: each code's value gathered from the table, times the scale.
+// (Eight two-register permutes and three blends instead of the gather measured slower.)
 void DequantizeAvx512(const uint8_t* codes, int64_t n, float scale, QuantCode code, float* out) {
   const float* values = CodeValues(code).data();
   const __m512 s = _mm512_set1_ps(scale);
@@ -103,10 +104,14 @@ float QuantizeAvx512(const float* x, int64_t n, QuantCode code, uint8_t* codes) 
                                  _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(exponent, min_exponent), 7),
                                                   _mm512_and_si512(_mm512_srli_epi32(mag, 16), _mm512_set1_epi32(127))));
     k = _mm512_mask_mov_epi32(k, small, _mm512_setzero_si512());
-    k = _mm512_add_epi32(k, _mm512_and_si512(_mm512_srai_epi32(bits, 31), _mm512_set1_epi32(QuantBuckets::kCount)));
-    const __m512i base = _mm512_and_si512(_mm512_i32gather_epi32(k, b.base.data(), 1), _mm512_set1_epi32(0xff));
-    const __m512 thr = _mm512_i32gather_ps(k, b.threshold.data(), 4);
-    const __mmask16 above = _mm512_cmp_ps_mask(thr, xn, _CMP_LT_OQ);
+    const __m512i negative = _mm512_srai_epi32(bits, 31);  // all ones for x < 0
+    k = _mm512_add_epi32(k, _mm512_and_si512(negative, _mm512_set1_epi32(QuantBuckets::kCount)));
+    // PackedCode: one gather of base << 17 | key, then key < y.
+    const __m512i word = _mm512_i32gather_epi32(k, b.packed.data(), 4);
+    const __m512i y = _mm512_and_si512(_mm512_xor_si512(bits, negative), _mm512_set1_epi32(0xffff));
+    const __m512i base = _mm512_srli_epi32(word, QuantBuckets::kKeyBits);
+    const __mmask16 above =
+        _mm512_cmplt_epi32_mask(_mm512_and_si512(word, _mm512_set1_epi32((1 << QuantBuckets::kKeyBits) - 1)), y);
     const __m512i c = _mm512_mask_add_epi32(base, above, base, _mm512_set1_epi32(1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(c));
   }

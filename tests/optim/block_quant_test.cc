@@ -104,14 +104,19 @@ uint8_t BucketCode(float x, QuantCode code) {
   return static_cast<uint8_t>(b.base[k] + (b.threshold[k] < x ? 1 : 0));
 }
 
-TEST_CASE("the bucket look-up equals the binary search: every threshold +-1 ulp, a stride of all floats in [-1, 1]",
+TEST_CASE("the bucket look-up (both forms) equals the binary search: every threshold +-1 ulp, a stride of all floats "
+          "in [-1, 1]",
           "[block_quant]") {
   for (QuantCode code : {QuantCode::kSigned, QuantCode::kUnsigned}) {
     const auto& t = CodeThresholds(code);
     int64_t checked = 0, wrong = 0;
+    const QuantBuckets& b = BucketsOf(code);
     auto check = [&](float x) {
       ++checked;
       if (BucketCode(x, code) != NearestCode(x, code)) ++wrong;
+      uint32_t bits;
+      std::memcpy(&bits, &x, sizeof bits);  // the SIMD kernels' packed word: the same code
+      if (PackedCode(b.packed[BucketIndex(bits)], bits) != BucketCode(x, code)) ++wrong;
     };
     for (int k = 1; k < 256; ++k) {
       for (float x : {std::nextafter(t[k], -2.0f), t[k], std::nextafter(t[k], 2.0f)}) {
