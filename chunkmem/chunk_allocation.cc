@@ -30,7 +30,7 @@ at::Tensor SlotView(const ChunkStore& store, const ChunkAllocation& r, int id, i
 
 bool OnNvme(const ChunkAllocation& r, int c) { return !r.optimizer_on_nvme.empty() && r.optimizer_on_nvme[c]; }
 
-bool SeparateMaster(const ChunkAllocation& r) { return r.compute_dtype != at::kFloat; }
+bool MasterOfItsOwn(const ChunkAllocation& r) { return SeparateMaster(r.compute_dtype, r.master_weights); }
 
 // Chunk `c`'s payloads; `zeroing` gets what must be zeroed. Optimizer state on the NVMe
 // tier gets an entry without payload.
@@ -57,8 +57,9 @@ ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::ve
   ids[compute] = add(r.compute_dtype, Tier::kHost, true, capacity);
   if (chunk.frozen) return ids;  // the compute kind alone: no gradient, master or moments
   ids[static_cast<int>(ChunkKind::kGrad)] =
-      r.grads_in_compute_chunks ? ids[compute] : add(at::kFloat, Tier::kHost, false, capacity);
-  ids[static_cast<int>(ChunkKind::kMaster)] = SeparateMaster(r) ? add_state(at::kFloat, true, capacity) : ids[compute];
+      r.grads_in_compute_chunks ? ids[compute]
+                                : add(GradChunkDtype(r.compute_dtype, r.master_weights), Tier::kHost, false, capacity);
+  ids[static_cast<int>(ChunkKind::kMaster)] = MasterOfItsOwn(r) ? add_state(at::kFloat, true, capacity) : ids[compute];
   ids[static_cast<int>(ChunkKind::kAdamM)] = add_state(r.state_dtype, false, state);  // zeroed: all moments 0
   ids[static_cast<int>(ChunkKind::kAdamV)] = add_state(r.state_dtype, false, state);
   return ids;
@@ -113,7 +114,7 @@ void WriteInitialValues(const std::vector<Slots>& fill, const ChunkValues& value
 std::vector<ChunkIds> AllocateChunks(ChunkStore& store, const ChunkAllocation& r, const ChunkValues& values,
                                      const std::function<void(int chunk)>& filled, StartupSeconds* seconds) {
   at::NoGradGuard no_grad;
-  const bool separate_master = r.compute_dtype != at::kFloat;
+  const bool separate_master = MasterOfItsOwn(r);
   std::vector<ChunkIds> ids;
   std::vector<Zeroing> zeroing;
   std::vector<Slots> fill;
@@ -159,7 +160,7 @@ void WriteNvmeChunks(ChunkStore& store, const ChunkAllocation& r, const std::vec
     mount.set_written();
     store.payload(ids[c][static_cast<int>(ChunkKind::kAdamM)]).zero_();
     store.payload(ids[c][static_cast<int>(ChunkKind::kAdamV)]).zero_();
-    if (!SeparateMaster(r)) continue;  // the master is the compute chunk: AllocateChunks wrote it
+    if (!MasterOfItsOwn(r)) continue;  // the master is the compute chunk: AllocateChunks wrote it
     const int master_id = ids[c][static_cast<int>(ChunkKind::kMaster)];
     const int compute_id = ids[c][static_cast<int>(ChunkKind::kCompute)];
     store.payload(master_id).zero_();  // the gaps between parameters, and what is not written

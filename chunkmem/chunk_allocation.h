@@ -2,9 +2,10 @@
 // into them (docs/chunkmem.md, "Start-up").
 //
 // Per layout chunk, kinds compute (compute dtype, host tier), grad (fp32, host; the
-// compute chunk itself when gradients reuse the compute slots), master (fp32 on the
-// optimizer's tier; the compute chunk in fp32), Adam m and v (state_dtype: fp32, bf16,
-// or kByte for 8-bit state, optimizer's tier; StatePayloadNumel).
+// compute chunk itself when gradients reuse the compute slots; the compute dtype without
+// an fp32 master), master (fp32 on the optimizer's tier; the compute chunk in fp32 or
+// without a master: SeparateMaster), Adam m and v (state_dtype: fp32, bf16, or kByte for
+// 8-bit state, optimizer's tier; StatePayloadNumel).
 // A chunk this rank does not own (ZeRO) gets a compute entry without payload only.
 // Payloads are allocated uninitialised and zeroed on many threads, a chunk holding
 // values only where no parameter lies, so no byte is written twice; initial values are
@@ -32,6 +33,18 @@ inline int64_t StatePayloadNumel(int64_t capacity_numel, at::ScalarType state_dt
   return state_dtype == at::kByte ? StatePayloadBytes(capacity_numel, 1) : capacity_numel;
 }
 constexpr int kNumChunkKinds = 5;
+
+// Whether the fp32 master is a chunk kind of its own: the compute dtype is lower and the
+// run keeps a master (optimizer.master_weights fp32). Otherwise kMaster is the compute
+// chunk: fp32 values, or without a master the weights' only copy in the compute dtype.
+inline bool SeparateMaster(at::ScalarType compute_dtype, bool master_weights) {
+  return compute_dtype != at::kFloat && master_weights;
+}
+// A grad chunk's dtype: fp32, or without a master the compute dtype (the update reads
+// gradients of any float dtype; 2 bytes per parameter instead of 4).
+inline at::ScalarType GradChunkDtype(at::ScalarType compute_dtype, bool master_weights) {
+  return master_weights ? at::kFloat : compute_dtype;
+}
 using ChunkIds = std::array<int, kNumChunkKinds>;  // [kind] -> store id; -1: none (not owned)
 
 // Where the start-up time went: allocating every payload, zeroing what no parameter's
@@ -55,6 +68,7 @@ struct ChunkAllocation {
   // entries without payload, marked and mounted by the NVMe tier (NvmeState), and its
   // values are written by WriteNvmeChunks.
   const std::vector<bool>& optimizer_on_nvme;
+  bool master_weights = true;  // false: no fp32 master (SeparateMaster, GradChunkDtype)
 };
 
 // A parameter's values: `current(index)` (any device, its shape) copied into its slots,

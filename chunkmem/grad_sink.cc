@@ -78,7 +78,7 @@ void GradSink::Add(int index, const at::Tensor& grad) {
   ++stats_.grad_host_fallbacks;
   CompleteFlushes(chunk);
   host_written_[chunk] = true;
-  GradView(index).add_(store_.ToHostSync(grad.to(at::kFloat)));
+  GradView(index).add_(store_.ToHostSync(grad.to(store_.dtype(chunks_.grad_ids[chunk]))));
   // Arrived only now: the flushes completed above must not find the chunk complete.
   arrived_[index] = true;
 }
@@ -107,7 +107,8 @@ bool GradSink::OpenSlot(int chunk) {
   // open until backward reaches block 0) give way: their partial sums go to the host as
   // whole chunks rather than this chunk's gradients parameter by parameter.
   if (!fits() && !(block_major_ && ReleaseSlots(/*idle_only=*/true) && fits())) return false;
-  slot_[chunk] = store_.Borrow(Tier::kDevice, layout_.chunks()[chunk].capacity_numel, at::kFloat, /*zero=*/true);
+  slot_[chunk] = store_.Borrow(Tier::kDevice, layout_.chunks()[chunk].capacity_numel,
+                               store_.dtype(chunks_.grad_ids[chunk]), /*zero=*/true);
   residency_.NoteDeviceBytes();
   return true;
 }
@@ -128,7 +129,7 @@ void GradSink::FlushSlot(int chunk) {
   if (!first) {
     const int64_t bytes = store_.chunk_bytes(chunks_.grad_ids[chunk]);
     while (!store_.CanHold(Tier::kHost, bytes) && !flushes_.empty()) CompleteOldest();
-    flush.landing = store_.Borrow(Tier::kHost, grads.numel(), at::kFloat, /*zero=*/false);
+    flush.landing = store_.Borrow(Tier::kHost, grads.numel(), grads.scalar_type(), /*zero=*/false);
     dst = flush.landing;
   }
   host_written_[chunk] = true;

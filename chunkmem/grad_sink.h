@@ -1,5 +1,7 @@
-// GradSink: where each parameter's fp32 gradient goes when it arrives, and how the grad
-// chunks reach the optimizer complete (docs/chunkmem.md, "Gradients").
+// GradSink: where each parameter's gradient goes when it arrives, and how the grad
+// chunks reach the optimizer complete (docs/chunkmem.md, "Gradients"). Grad chunks,
+// staging slots and landing buffers share the grad chunk's dtype: fp32, or bf16 in runs
+// without an fp32 master (a micro-batch's gradients then add in bf16).
 //
 // By the grad chunk's home:
 // - device (pinned after warm-up where the chunk's optimizer state updates there): the

@@ -50,6 +50,7 @@ TierPlanInput TierPlanInputOf(const PlanInput& in) {
   p.compute_element_bytes = in.compute_element_bytes;
   p.state_element_bytes = in.state_element_bytes;
   p.grads_in_compute_chunks = in.grads_in_compute_chunks;
+  p.master_weights = in.master_weights;
   p.block_major_grads = in.block_major_grads;
   p.device_budget_bytes = in.device_capacity_bytes > 0 ? in.device_capacity_bytes : in.device_budget_bytes;
   p.device_chunk_room_bytes = in.device_budget_bytes;
@@ -122,7 +123,7 @@ MemoryPlan PlanMemory(const PlanInput& in) {
     if (c % in.world_size != in.rank || plan.layout.chunks()[c].frozen) continue;
     optimizer_bytes = AddBytes(optimizer_bytes, OptimizerChunkBytes(plan.layout.chunks()[c].capacity_numel, TierPlanInputOf(in)));
   }
-  const int64_t grad_per_element = in.grads_in_compute_chunks ? 0 : 4;
+  const int64_t grad_per_element = in.grads_in_compute_chunks ? 0 : GradElementBytes(TierPlanInputOf(in));
   const double optimizer_per_element = trainable > 0 ? static_cast<double>(optimizer_bytes) / trainable : 0.0;
   plan.optimizer_bytes_per_element = optimizer_per_element;
   // Frozen chunks: the compute kind alone.
@@ -195,11 +196,15 @@ std::string FormatPlan(const MemoryPlan& p, const PlanInput& in) {
   }
   out += "compute chunks    " + Bytes(static_cast<double>(p.compute_chunk_bytes)) + " (" +
          std::to_string(in.compute_element_bytes) + " bytes/element; move between device and host)\n";
-  out += std::string(in.grads_in_compute_chunks ? "master+m+v        " : "grad+master+m+v   ") +
+  out += std::string(in.grads_in_compute_chunks ? "master+m+v        "
+                     : in.master_weights       ? "grad+master+m+v   "
+                                               : "grad+m+v          ") +
          Bytes(static_cast<double>(p.host_only_bytes)) + " (host; optimizer state " +
          PerElement(p.optimizer_bytes_per_element) + " bytes/element, m and v " +
          (in.state_element_bytes == 1 ? "int8" : in.state_element_bytes == 2 ? "bf16" : "fp32") + ")" +
-         (in.grads_in_compute_chunks ? "; gradients reuse the compute slots\n" : "\n");
+         (in.grads_in_compute_chunks ? "; gradients reuse the compute slots\n"
+          : in.master_weights        ? "\n"
+                                     : "; no fp32 master: bf16 weights and gradients\n");
   if (p.host_param_bytes > 0) {
     out += "outside chunks    " + Bytes(static_cast<double>(p.host_param_bytes)) + " (" +
            std::to_string(in.host_param_numel) + " fp32 host parameters: value, grad, m, v; " +

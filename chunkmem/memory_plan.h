@@ -44,6 +44,7 @@ struct PlanInput {
   int64_t backup_bytes_per_element = 0;  // bytes per element of one slot (TierPlanInput)
   int64_t host_budget_bytes = 0;
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (see RuntimeOptions)
+  bool master_weights = true;            // false: no fp32 master, bf16 grad chunks (TierPlanInput)
   bool block_major_grads = false;        // the vertical schedule's staging slots (TierPlanInput)
   // fp32 parameters kept outside the chunks on the host (chunk.cpu_embedding): value,
   // gradient, m and v, 16 bytes each.

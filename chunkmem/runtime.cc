@@ -47,7 +47,7 @@ ChunkRuntime::ChunkRuntime(std::vector<ManagedParam> params, ChunkStore& store, 
   for (int c = 0; c < layout_.num_chunks(); ++c) owned_chunks.push_back(owned(c));
   const ChunkAllocation request{layout_,         shapes_, options.compute_dtype, options.grads_in_compute_chunks,
                                 tiers_.optimizer_on_device, owned_chunks, options.state_dtype,
-                                tiers_.optimizer_on_nvme};
+                                tiers_.optimizer_on_nvme, options.master_weights};
   ChunkValues values;
   values.current = [this](int index) { return params_[index].tensor; };
   values.initial = options_.initial_values;
@@ -87,8 +87,11 @@ void ChunkRuntime::PlanChunks() {
   TORCH_CHECK(options_.state_dtype == at::kFloat || options_.state_dtype == at::kBFloat16 ||
                   options_.state_dtype == at::kByte,
               "chunkmem: Adam m and v are stored in fp32, bf16 or 8-bit codes, not ", options_.state_dtype);
-  TORCH_CHECK(!options_.grads_in_compute_chunks || options_.compute_dtype != at::kFloat,
-              "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32");
+  TORCH_CHECK(!options_.grads_in_compute_chunks || separate_master(),
+              "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32 and a separate fp32 "
+              "master holds the weights");
+  TORCH_CHECK(options_.master_weights || (options_.compute_dtype == at::kBFloat16 && options_.comm == nullptr),
+              "chunkmem: weights without an fp32 master need the bf16 compute dtype and no ZeRO");
   TORCH_CHECK(!options_.block_major_backward || (!zero() && !options_.grads_in_compute_chunks),
               "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
               "chunks; it is not built for ZeRO or for gradients in the compute slots");
@@ -116,7 +119,7 @@ void ChunkRuntime::PlanChunks() {
 void ChunkRuntime::MakeNvme(const ChunkAllocation& request, const ChunkValues& values) {
   TORCH_CHECK(!options_.nvme.dir.empty(), "chunkmem: the tier plan puts optimizer state on the NVMe tier, but no "
               "directory is given (chunk.nvme_dir)");
-  const bool separate_master = options_.compute_dtype != at::kFloat;
+  const bool separate_master = this->separate_master();
   std::vector<NvmeChunkIds> ids(layout_.num_chunks(), NvmeChunkIds{-1, -1, -1});
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     if (!tiers_.optimizer_on_nvme[c]) continue;
@@ -214,7 +217,7 @@ ChunkRuntime::~ChunkRuntime() {
       }
       const int chunk = layout_.placements()[i].chunk_id;
       std::unique_ptr<NvmeMount> mount;  // a master on the NVMe tier is read through the ring
-      if (!frozen(index) && optimizer_on_nvme(chunk) && options_.compute_dtype != at::kFloat) {
+      if (!frozen(index) && optimizer_on_nvme(chunk) && separate_master()) {
         mount = std::make_unique<NvmeMount>(*nvme_, chunk);
       }
       params_[i].tensor.set_data(frozen(index) ? View(ChunkKind::kCompute, index).to(at::kFloat)

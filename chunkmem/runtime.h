@@ -71,6 +71,11 @@ struct RuntimeOptions {
   // bf16/fp16). Only safe with one backward per optimizer step and a compute dtype
   // other than fp32 (in fp32 the compute chunk is the master).
   bool grads_in_compute_chunks = false;
+  // Weights with an fp32 master when the compute dtype is lower (optimizer.master_weights
+  // fp32). false (bf16 only; not with grads_in_compute_chunks, ZeRO, speculation or the
+  // NVMe tier): the compute chunk holds the weights' only copy, updated with stochastic
+  // rounding, and gradients get chunks of the compute dtype (chunk_allocation.h).
+  bool master_weights = true;
   // Moments, trace, budgets, eviction and prefetch (residency.h).
   ResidencySettings residency;
   // The tier plan, decided before the runtime is made (PlanTiers, through the run's
@@ -256,6 +261,9 @@ class ChunkRuntime {
   at::ScalarType compute_dtype() const { return options_.compute_dtype; }
   at::ScalarType state_dtype() const { return options_.state_dtype; }
   bool grads_in_compute_chunks() const { return options_.grads_in_compute_chunks; }
+  // The fp32 master is a chunk of its own (SeparateMaster); false: kMaster is the compute
+  // chunk (fp32, or without a master the compute dtype's weights).
+  bool separate_master() const { return SeparateMaster(options_.compute_dtype, options_.master_weights); }
 
  private:
   void Access(int index);

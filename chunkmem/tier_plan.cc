@@ -67,7 +67,7 @@ ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPl
     ++p.owned_chunks;
     p.frozen_chunks += frozen ? 1 : 0;
     p.compute_bytes = Add(p.compute_bytes, z.compute[c]);
-    if (!in.grads_in_compute_chunks && !frozen) p.grad_bytes = Add(p.grad_bytes, Mul(capacity, 4));
+    if (!in.grads_in_compute_chunks && !frozen) p.grad_bytes = Add(p.grad_bytes, Mul(capacity, GradElementBytes(in)));
   }
   return z;
 }
@@ -83,7 +83,7 @@ int64_t WorkingSetBytes(const ChunkLayout& layout, const TierPlanInput& in, cons
     for (int c : chunks) {
       bytes += z.compute[c];  // <= compute_bytes, which did not overflow
       if (in.block_major_grads && !layout.chunks()[c].frozen) {
-        bytes = Add(bytes, Mul(layout.chunks()[c].capacity_numel, 4));
+        bytes = Add(bytes, Mul(layout.chunks()[c].capacity_numel, GradElementBytes(in)));
       }
     }
     return bytes;
@@ -243,11 +243,11 @@ std::string WhyNot(const TierPlanInput& in, int64_t room, const TierPlan& p) {
 }  // namespace
 
 int64_t OptimizerChunkBytes(int64_t capacity, const TierPlanInput& in) {
-  return Add(Mul(2, MomentBytes(capacity, in)), in.compute_element_bytes != 4 ? Mul(capacity, 4) /*separate master*/ : 0);
+  return Add(Mul(2, MomentBytes(capacity, in)), Mul(capacity, SeparateMasterBytes(in)));
 }
 
 int64_t NvmeChunkBytes(int64_t capacity, const TierPlanInput& in) {
-  return NvmePartsOf(in.compute_element_bytes != 4 ? Mul(capacity, 4) : 0, MomentBytes(capacity, in)).extent_bytes;
+  return NvmePartsOf(Mul(capacity, SeparateMasterBytes(in)), MomentBytes(capacity, in)).extent_bytes;
 }
 
 TierPlan PlanTiers(const ChunkLayout& layout, const std::vector<std::vector<int>>& used_by_blocks,

@@ -40,6 +40,9 @@ struct TierPlanInput {
   int64_t compute_element_bytes = 4;     // 4 (fp32: the compute chunk is the master) or 2
   int64_t state_element_bytes = 4;       // Adam m and v, each: 4 (fp32), 2 (bf16), 1 (8-bit + scales)
   bool grads_in_compute_chunks = false;  // no fp32 grad chunks (RuntimeOptions)
+  // RuntimeOptions::master_weights: false (bf16) keeps no fp32 master and gradients in
+  // bf16 grad chunks (SeparateMasterBytes, GradElementBytes).
+  bool master_weights = true;
   // Block-major backward (RuntimeOptions::block_major_backward, the vertical schedule):
   // a block's chunks keep their fp32 staging slots open through all its micro-batches,
   // so the working set counts one fp32 slot per compute chunk of the block.
@@ -134,6 +137,13 @@ struct TierPlan {
   std::string why_not;                    // empty when it fits; names the budget and the shortfall
   bool fits() const { return why_not.empty(); }
 };
+
+// Bytes per element of the separate fp32 master (SeparateMaster: 4, else 0) and of a
+// grad chunk (fp32 4; without a master the compute dtype's).
+inline int64_t SeparateMasterBytes(const TierPlanInput& in) {
+  return in.compute_element_bytes != 4 && in.master_weights ? 4 : 0;
+}
+inline int64_t GradElementBytes(const TierPlanInput& in) { return in.master_weights ? 4 : in.compute_element_bytes; }
 
 // Optimizer-state bytes of a trainable chunk of `capacity_numel`: m and v
 // (StatePayloadBytes each), plus the fp32 master when it is not the compute chunk.

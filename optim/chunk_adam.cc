@@ -36,11 +36,19 @@ void ChunkAdam::SetScales(int chunk, int64_t offset_numel, AdamSpan& span) const
 }
 
 ChunkAdam::ChunkAdam(const chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config, int64_t device_slice_numel,
-                     DeviceScratchSource scratch)
-    : runtime_(runtime), config_(config), device_adam_(config, device_slice_numel, std::move(scratch)) {
+                     DeviceScratchSource scratch, uint64_t rounding_seed)
+    : runtime_(runtime),
+      config_(config),
+      rounding_seed_(rounding_seed),
+      device_adam_(config, device_slice_numel, std::move(scratch)) {
   for (int i = 0; i < static_cast<int>(runtime.params().size()); ++i) decay_.push_back(runtime.param_dim(i) >= 2);
   steps_.assign(decay_.size(), 0);
   device_steps_.resize(decay_.size());
+}
+
+uint32_t ChunkAdam::RoundingSeed(int chunk, int64_t step) const {
+  const uint32_t run = static_cast<uint32_t>(rounding_seed_) ^ static_cast<uint32_t>(rounding_seed_ >> 32);
+  return SrHash(static_cast<uint32_t>(step), SrHash(static_cast<uint32_t>(chunk), run));
 }
 
 void ChunkAdam::set_steps(int index, int64_t steps) {
@@ -53,14 +61,24 @@ std::vector<chunkmem::ElementRange> ChunkAdam::AddHostWork(int chunk, double lr,
                                                              std::vector<AdamWork>& work, const at::Tensor* staging) {
   const auto& c = config_;
   const bool adamw = c.type == OptimizerType::kAdamW;
-  const bool separate_master = runtime_.compute_dtype() != at::kFloat;
+  const bool separate_master = runtime_.separate_master();
+  const bool no_master = runtime_.compute_dtype() != at::kFloat && !separate_master;  // bf16 weights alone
   std::vector<chunkmem::ElementRange> written;
   for (int i : runtime_.layout().chunks()[chunk].param_indices) {
     if (!runtime_.has_grad(i)) continue;
     const at::Tensor master = runtime_.View(ChunkKind::kMaster, i);
     const at::Tensor grad = runtime_.View(ChunkKind::kGrad, i);
+    const auto& pl = runtime_.layout().placements()[i];
+    const int64_t step = ++steps_[i];
     AdamWork w;
-    w.span.master = master.data_ptr<float>();
+    if (no_master) {  // read from and stored into the compute chunk, stochastically rounded
+      w.span.param_out = master.data_ptr();
+      w.span.out_type = ElemTypeOf(master.scalar_type());
+      w.span.sr_seed = RoundingSeed(chunk, step);
+      w.span.sr_index = pl.offset_numel;
+    } else {
+      w.span.master = master.data_ptr<float>();
+    }
     const at::Tensor m = runtime_.View(ChunkKind::kAdamM, i);
     w.span.m = m.data_ptr();
     w.span.v = runtime_.View(ChunkKind::kAdamV, i).data_ptr();
@@ -68,7 +86,6 @@ std::vector<chunkmem::ElementRange> ChunkAdam::AddHostWork(int chunk, double lr,
     if (w.span.state_type == ElemType::kInt8) SetScales(chunk, runtime_.layout().placements()[i].offset_numel, w.span);
     w.span.grad = grad.data_ptr();
     w.span.grad_type = ElemTypeOf(grad.scalar_type());
-    const auto& pl = runtime_.layout().placements()[i];
     written.push_back({pl.offset_numel, pl.numel});
     if (separate_master) {
       const at::Tensor out = staging != nullptr ? staging->narrow(0, pl.offset_numel, pl.numel)
@@ -77,8 +94,8 @@ std::vector<chunkmem::ElementRange> ChunkAdam::AddHostWork(int chunk, double lr,
       w.span.out_type = ElemTypeOf(out.scalar_type());
     }
     w.span.numel = master.numel();
-    w.hyper = AdamHyper::Make(lr, c.betas[0], c.betas[1], c.eps, decay_[i] ? c.weight_decay : 0.0, adamw,
-                              ++steps_[i], grad_scale);
+    w.hyper = AdamHyper::Make(lr, c.betas[0], c.betas[1], c.eps, decay_[i] ? c.weight_decay : 0.0, adamw, step,
+                              grad_scale);
     work.push_back(w);
   }
   return written;
@@ -99,7 +116,7 @@ DeviceChunk ChunkAdam::DeviceChunkOf(int chunk) const {
   d.grads = payload(ChunkKind::kGrad);
   d.m = payload(ChunkKind::kAdamM);
   d.v = payload(ChunkKind::kAdamV);
-  if (runtime_.compute_dtype() != at::kFloat) d.compute = payload(ChunkKind::kCompute);
+  if (runtime_.separate_master()) d.compute = payload(ChunkKind::kCompute);
   d.grads_on_device = OnDeviceTier(ChunkKind::kGrad, chunk);
   d.compute_on_device = OnDeviceTier(ChunkKind::kCompute, chunk);
   d.capacity_numel = spec.capacity_numel;
@@ -142,12 +159,15 @@ void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
   needs.moments = runtime_.state_dtype() != at::kFloat;
   // The compute chunk is separate (not the fp32 master) and not placed on the device by
   // the step (it is when it holds the gradients): it may be on the host.
-  needs.compute = runtime_.compute_dtype() != at::kFloat && !runtime_.grads_in_compute_chunks();
+  needs.compute = runtime_.separate_master() && !runtime_.grads_in_compute_chunks();
   needs.compute_dtype = runtime_.compute_dtype();
   device_adam_.Reserve(capacity, needs, runtime_.compute_device());
 }
 
 void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) {
+  TORCH_CHECK(runtime_.separate_master() || runtime_.compute_dtype() == at::kFloat,
+              "HybridAdam: weights without an fp32 master are updated on the host only (the tier plan keeps their "
+              "optimizer state there)");
   const auto& spec = runtime_.layout().chunks()[chunk];
   const DeviceChunk d = DeviceChunkOf(chunk);
   const at::Device device = d.master.device();

@@ -31,14 +31,19 @@ class ChunkAdam {
  public:
   // The runtime outlives this. `device_slice_numel`: the device update's batch bound
   // (chunkmem/update_scratch.h; tests use small ones); `scratch`: where its scratch
-  // comes from (the runtime's device tier in a run).
+  // comes from (the runtime's device tier in a run). `rounding_seed` (run.seed): the
+  // stochastic rounding of weights without an fp32 master (RoundingSeed).
   ChunkAdam(const chunkmem::ChunkRuntime& runtime, const OptimizerConfig& config,
-            int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel, DeviceScratchSource scratch = {});
+            int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel, DeviceScratchSource scratch = {},
+            uint64_t rounding_seed = 0);
 
   // Appends the CPU kernels' work for `chunk`'s parameters with a gradient (their counts
   // advance). The new compute-dtype parameters go into the compute chunk (host memory),
   // or with `staging` (compute dtype, a chunk's capacity) there, at their offsets in the
-  // chunk. Returns the compute-chunk ranges written, ascending.
+  // chunk. Without an fp32 master (the runtime's separate_master false in bf16) the
+  // kernels read the bf16 weights from the compute chunk and store them stochastically
+  // rounded (AdamSpan::sr_seed = RoundingSeed, sr_index = the element's offset in its
+  // chunk). Returns the compute-chunk ranges written, ascending.
   std::vector<chunkmem::ElementRange> AddHostWork(int chunk, double lr, double grad_scale, std::vector<AdamWork>& work,
                                                   const at::Tensor* staging = nullptr);
   // Takes back the counts AddHostWork advanced for `chunk` (a rolled-back update).
@@ -47,7 +52,7 @@ class ChunkAdam {
   // and the compute chunk on either tier), in bounded batches (optim/device_adam.h),
   // then the compute chunk rewritten from the master. `unscale`: 1 / grad_scale as a
   // 0-dim fp32 tensor on the device, as the fused op wants.
-  void UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale);
+  void UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale);  // fp32 masters only
   // After an overflow (fp16): `chunk`'s compute chunk rewritten from its fp32 master
   // (the gradients in its slots dropped), wherever the two are, a slice at a time
   // across tiers; call EndDeviceUpdates after the last one.
@@ -59,6 +64,10 @@ class ChunkAdam {
   void EndDeviceUpdates() { device_adam_.ReleaseScratch(); }
 
   int64_t steps(int index) const { return steps_.at(index); }
+  // The stochastic rounding's seed of update `step` of `chunk`'s parameters: a hash of
+  // the run's seed, the chunk and the step, so a resumed run rounds as the uninterrupted
+  // one and no two updates of an element share their random bits.
+  uint32_t RoundingSeed(int chunk, int64_t step) const;
   void set_steps(int index, int64_t steps);
 
  private:
@@ -72,6 +81,7 @@ class ChunkAdam {
   std::vector<bool> decay_;               // [param]
   std::vector<int64_t> steps_;            // [param] updates so far (bias correction)
   std::vector<at::Tensor> device_steps_;  // [param] step counters of the fused op (device chunks)
+  uint64_t rounding_seed_ = 0;
   DeviceAdam device_adam_;
 };
 

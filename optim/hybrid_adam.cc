@@ -54,8 +54,9 @@ chunkmem::HostPipelineSettings PipelineSettings(const chunkmem::ChunkRuntime& ru
   // The CPU kernels cannot read device-tier chunks (CUDA, or the simulated tier with
   // pipeline_simulated).
   s.device_unreadable = runtime.store().device_of(Tier::kDevice).is_cuda() || options.pipeline_simulated;
-  // bf16/fp16 with fp32 grad chunks: the compute chunk only receives the new parameters.
-  s.compute_write_only = runtime.compute_dtype() != at::kFloat && !runtime.grads_in_compute_chunks();
+  // A separate fp32 master with grad chunks: the compute chunk only receives the new
+  // parameters (without a master the update reads the weights there too).
+  s.compute_write_only = runtime.separate_master() && !runtime.grads_in_compute_chunks();
   s.compute_dtype = runtime.compute_dtype();
   s.staging_numel = LargestChunkNumel(runtime);
   s.nvme = runtime.nvme();
@@ -101,7 +102,7 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
     : runtime_(runtime),
       options_(options),
       kernels_(KernelsWithPins(options)),
-      chunk_adam_(runtime, options.optimizer, options.device_slice_numel, ScratchFrom(runtime)),
+      chunk_adam_(runtime, options.optimizer, options.device_slice_numel, ScratchFrom(runtime), options.rounding_seed),
       on_device_(OptimizerOnDevice(runtime)),
       pipeline_(runtime.optimizer_moves(), PipelineSettings(runtime, options)),
       speculation_(SpeculationSettings(runtime, options, kernels_, on_device_)) {
@@ -224,7 +225,7 @@ std::vector<at::Tensor> HybridAdam::UpdatedPayloads(int chunk, bool staged) cons
   }
   // The update writes the parameters into the compute slots, over the gradients when
   // they share them: a redo needs both back.
-  if (runtime_.compute_dtype() != at::kFloat && !staged) {
+  if (runtime_.separate_master() && !staged) {
     payloads.push_back(store.payload(runtime_.chunk_id(ChunkKind::kCompute, chunk)));
   }
   return payloads;
@@ -322,7 +323,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
     for (int chunk : device_chunks_) {
       // The fused op reads the compute chunk on the device where it is the master (fp32)
       // or holds the gradients.
-      if (runtime_.grads_in_compute_chunks() || runtime_.compute_dtype() == at::kFloat) pipeline_.PlaceOnDevice(chunk);
+      if (runtime_.grads_in_compute_chunks() || !runtime_.separate_master()) pipeline_.PlaceOnDevice(chunk);
       chunk_adam_.UpdateOnDevice(chunk, lr, unscale);
     }
   }

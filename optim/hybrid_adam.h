@@ -61,6 +61,8 @@ struct HybridAdamOptions {
   // The device update's batch bound in elements (chunkmem/update_scratch.h); a multiple
   // of 256. Tests use small ones to cut parameters.
   int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel;
+  // run.seed: the stochastic rounding of weights without an fp32 master (ChunkAdam).
+  uint64_t rounding_seed = 0;
 };
 
 struct StepReport {

@@ -38,4 +38,6 @@ const char* ToString(StateDtype t) {
   return "?";
 }
 
+const char* ToString(MasterWeights t) { return t == MasterWeights::kNone ? "none" : "fp32"; }
+
 }  // namespace ps::optim

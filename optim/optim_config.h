@@ -18,6 +18,9 @@ enum class CpuAdamChoice { kAuto, kScalar, kAvx2, kAvx512 };
 // optim/cpu_adam.h): fp32, bf16 (rounded to nearest even at every store), or int8
 // (block-wise dynamic 8-bit codes with an fp32 scale per 256 elements; optim/block_quant.h).
 enum class StateDtype { kFp32, kBf16, kInt8 };
+// Whether the chunk runtime keeps an fp32 master of bf16 weights (fp32) or updates the
+// bf16 weights themselves with stochastic rounding (none; docs/optim.md).
+enum class MasterWeights { kFp32, kNone };
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
@@ -27,6 +30,7 @@ struct OptimizerConfig {
   double weight_decay = 0.1;      // matrices only: never biases or norm weights
   bool hybrid_adam = true;        // PatrickStar use_hybrid_adam: GPU Adam for resident chunks
   StateDtype state_dtype = StateDtype::kFp32;  // chunk runtime: m and v storage (docs/optim.md)
+  MasterWeights master_weights = MasterWeights::kFp32;  // chunk runtime, bf16: fp32 master or none
   CpuAdamChoice cpu_adam = CpuAdamChoice::kAuto;  // CPU kernel variant (forced for tests/benchmarks)
   // Chunk runtime: host chunks updated ahead in backward, speculatively (HybridAdam::
   // Speculate; docs/optim.md); each costs a backup of 14 bytes per chunk element. 0 = off.
@@ -62,5 +66,6 @@ const char* ToString(OptimizerType t);
 const char* ToString(ScheduleType t);
 const char* ToString(Dtype t);
 const char* ToString(StateDtype t);
+const char* ToString(MasterWeights t);
 
 }  // namespace ps::optim

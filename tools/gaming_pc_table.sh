@@ -35,6 +35,7 @@ verdict() {
     fp32) args+=(--set optimizer.state_dtype=fp32) ;;
     bf16) args+=(--set optimizer.state_dtype=bf16) ;;
     int8) args+=(--set optimizer.state_dtype=int8) ;;
+    none) args+=(--set optimizer.state_dtype=int8 --set optimizer.master_weights=none) ;;
     nvme) args+=(--set optimizer.state_dtype=fp32 --set chunk.nvme_dir="$tmp") ;;  # --plan: the directory is not used
     lora) args+=(--set lora.enabled=true --set lora.r=16
                  --set "lora.target_modules=[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]") ;;
@@ -63,11 +64,11 @@ for machine in "24 64" "8 32"; do
   echo
   echo "**${device} GiB card, ${host} GiB host memory**"
   echo
-  echo "| model | fp32 moments (exact) | fp32 moments + NVMe tier (exact) | bf16 moments | int8 moments | LoRA r16, all linear |"
-  echo "|---|---|---|---|---|---|"
+  echo "| model | fp32 moments (exact) | fp32 moments + NVMe tier (exact) | bf16 moments | int8 moments | int8 moments, no fp32 master | LoRA r16, all linear |"
+  echo "|---|---|---|---|---|---|---|"
   for model in gpt2-1.5b llama-3.2-1b llama-3.2-3b llama-3.1-8b; do
     row="| $model"
-    for mode in fp32 nvme bf16 int8 lora; do row+=" | $(verdict "$model" "$mode" "$device" "$host")"; done
+    for mode in fp32 nvme bf16 int8 none lora; do row+=" | $(verdict "$model" "$mode" "$device" "$host")"; done
     echo "$row |"
   done
 done

@@ -323,7 +323,7 @@ void ChunkEngine::Load(const EngineState& state) {
   for (const auto& hp : chunks_.adam->host_param_states()) names.push_back(hp.name);
   for (const auto& [name, param] : chunks_.frozen_host_params) names.push_back(name);
   CheckNoUnknownParams(state, names);
-  const bool separate_master = rt.compute_dtype() != at::kFloat;
+  const bool separate_master = rt.separate_master();
   LoadFrozen(state);
   NvmeCursor nvme(rt, /*written=*/true);
   for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {

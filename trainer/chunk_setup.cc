@@ -63,9 +63,13 @@ int64_t MicroBatchesKept(const Config& c, int world_size) {
 // not the master's (fp32 needs its parameters intact).
 // ZeRO reduces gradients in fp32 group buffers, then (one micro-batch per step) into the
 // owned compute slots: 14/p bytes per parameter.
+// Without an fp32 master the compute slots hold the weights' only copy: never.
 bool GradsInComputeChunks(const Config& c, int world_size) {
-  return c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, world_size) == 1;
+  return c.precision.dtype != optim::Dtype::kFp32 && GradAccumSteps(c.train, world_size) == 1 &&
+         c.optimizer.master_weights == optim::MasterWeights::kFp32;
 }
+
+bool MasterWeights(const Config& c) { return c.optimizer.master_weights == optim::MasterWeights::kFp32; }
 
 // chunk.cpu_embedding: the position embedding, and the token embedding unless it is
 // tied to the LM head (then it is used on the device too), live outside the chunks.
@@ -92,6 +96,7 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   options.residency.prefetch_depth = c.chunk.prefetch_depth;
   options.residency.static_budgets = c.chunk.placement == chunkmem::PlacementKind::kStatic;
   options.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
+  options.master_weights = MasterWeights(c);
   options.block_major_backward = VerticalAccumulation(c.train, world_size);
   options.keep_values_at_exit = false;  // the engine's model goes with the runtime
   options.nvme.dir = c.chunk.nvme_dir;
@@ -207,6 +212,7 @@ optim::HybridAdamOptions HybridAdamOptionsOf(const Config& c, at::Device device)
   adam.optimizer = c.optimizer;
   adam.cpu_threads = CpuThreads(c.run);
   adam.pipeline_simulated = c.chunk.simulate_device_copies && !device.is_cuda();
+  adam.rounding_seed = static_cast<uint64_t>(c.run.seed);
   switch (c.optimizer.cpu_adam) {
     case optim::CpuAdamChoice::kAuto: adam.cpu_isa = optim::BestCpuIsa(); break;
     case optim::CpuAdamChoice::kScalar: adam.cpu_isa = optim::CpuIsa::kScalar; break;
@@ -334,6 +340,7 @@ void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& 
   input.compute_element_bytes = c.precision.dtype == optim::Dtype::kFp32 ? 4 : 2;
   input.state_element_bytes = static_cast<int64_t>(c10::elementSize(StateDtypeOf(c.optimizer)));
   input.grads_in_compute_chunks = GradsInComputeChunks(c, world_size);
+  input.master_weights = MasterWeights(c);
   input.block_major_grads = VerticalAccumulation(c.train, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
   // Speculation backups: fp32 master, m, v (+ the compute chunk when it is not the
@@ -342,7 +349,8 @@ void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& 
   // (8-bit moments with their block scales: counted as 2 bytes each, a little more.)
   input.backup_bytes_per_element = 4 + 2 * std::max<int64_t>(2, input.state_element_bytes) +
                                    (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
-  input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
+  // Weights without a master are updated by the host kernels only: no state on the device.
+  input.margin_use_ratio = c.optimizer.hybrid_adam && MasterWeights(c) ? c.chunk.margin_use_ratio : 0.0;
   input.nvme = !c.chunk.nvme_dir.empty();
   input.nvme_host_budget_bytes = c.chunk.nvme_host_budget_bytes;
   input.nvme_ring_slots = c.chunk.nvme_ring_slots;

@@ -431,6 +431,14 @@ std::vector<FieldSpec> BuildConfigSchema() {
                               "gives their measured effect",
                               {{"fp32", optim::StateDtype::kFp32}, {"bf16", optim::StateDtype::kBf16},
                                {"int8", optim::StateDtype::kInt8}}),
+      Enum<optim::MasterWeights>("optimizer.master_weights", PS_ACCESS(optimizer.master_weights),
+                                 "chunk runtime with precision.dtype bf16: keep an fp32 master of the weights (fp32: "
+                                 "4 bytes per parameter, and fp32 gradient chunks when gradients cannot reuse the "
+                                 "compute slots), or none: the bf16 weights are updated in place with stochastic "
+                                 "rounding (seeded by run.seed: resume stays exact) and gradients get bf16 chunks; "
+                                 "6.03 bytes per parameter with optimizer.state_dtype int8; the update runs on the host "
+                                 "(docs/optim.md)",
+                                 {{"fp32", optim::MasterWeights::kFp32}, {"none", optim::MasterWeights::kNone}}),
       Int("optimizer.speculation_slots", PS_ACCESS(optimizer.speculation_slots),
           "chunk runtime: host chunks updated ahead, as soon as their gradients are final in backward, assuming no "
           "clipping and no overflow (undone and redone exactly when wrong); each holds a host backup of 14 bytes per "

@@ -148,6 +148,28 @@ class Validator {
     }
   }
 
+  // optimizer.master_weights none: bf16 weights updated in place by the chunk runtime's
+  // host kernels; the paths that keep or need an fp32 master are refused, naming both keys.
+  void ValidateMasterWeights() const {
+    const auto& c = config_;
+    if (c.optimizer.master_weights != optim::MasterWeights::kNone) return;
+    auto refuse = [&](const std::string& other, const std::string& why) {
+      throw ConfigError(At("optimizer.master_weights") + ": optimizer.master_weights none and " + other +
+                        " cannot be combined (" + why + ")");
+    };
+    if (!c.chunk.enabled) refuse("chunk.enabled: false", "the chunk runtime updates weights without a master");
+    if (c.precision.dtype != optim::Dtype::kBf16) {
+      refuse(std::string("precision.dtype ") + optim::ToString(c.precision.dtype),
+             "weights without a master are bf16, stochastically rounded; set precision.dtype: bf16");
+    }
+    if (c.optimizer.speculation_slots > 0) {
+      refuse("optimizer.speculation_slots " + std::to_string(c.optimizer.speculation_slots),
+             "speculation's backups restore an fp32 master; set optimizer.speculation_slots: 0");
+    }
+    if (!c.chunk.nvme_dir.empty()) refuse("chunk.nvme_dir", "the NVMe tier is not wired for weights without a master yet");
+    if (c.lora.enabled) refuse("lora.enabled: true", "adapters are small: keep their fp32 master");
+  }
+
   // chunk.nvme_dir: a chunk-runtime tier for state the host Adam updates; speculation
   // updates chunks in backward, before the tier's reads in the step's order.
   void ValidateNvme() const {
@@ -168,6 +190,7 @@ class Validator {
     ValidateModelType();
     ValidateLora();
     ValidateOptimizerState();
+    ValidateMasterWeights();
     ValidateNvme();
     ValidateAccumulationSchedule();
     const auto& c = config_;

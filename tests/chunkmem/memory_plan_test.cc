@@ -104,6 +104,29 @@ TEST_CASE("int8 moments: codes and block scales; parameters block-aligned; the p
   CHECK(FormatPlan(plan, in).find(" bytes/element, m and v int8") != std::string::npos);
 }
 
+TEST_CASE("master_weights none: no fp32 master, bf16 grad chunks: 6.03 bytes per element with int8 moments",
+          "[plan]") {
+  PlanInput in = Small(2, 10000, 1000000);
+  in.state_element_bytes = 1;
+  in.master_weights = false;
+  const auto plan = PlanMemory(in);
+  int64_t moments = 0;
+  for (const auto& c : plan.layout.chunks()) {
+    moments += 2 * (c.capacity_numel + (4 * (c.capacity_numel / 256) + 63) / 64 * 64);
+  }
+  const int64_t capacity = plan.layout.capacity_numel();
+  CHECK(plan.host_only_bytes == 2 * capacity + moments);  // grads 2 each, m and v; no master
+  CHECK(plan.optimizer_bytes_per_element == Approx(static_cast<double>(moments) / capacity));
+  CHECK(plan.compute_chunk_bytes == 2 * capacity);
+  // 2 + 2 + 2 x (1 + scales): 6.125 here, where 1,024-element chunks round their 16
+  // bytes of scales per moment up to 64.
+  CHECK(static_cast<double>(plan.compute_chunk_bytes + plan.host_only_bytes) / capacity == Approx(6.125));
+  CHECK(FormatPlan(plan, in).find("grad+m+v") != std::string::npos);
+  CHECK(FormatPlan(plan, in).find("no fp32 master: bf16 weights and gradients") != std::string::npos);
+  in.master_weights = true;  // the same run with a master: 4 more for it and 2 more for fp32 gradients
+  CHECK(PlanMemory(in).host_only_bytes == plan.host_only_bytes + 6 * capacity);
+}
+
 TEST_CASE("the host keeps room for every compute chunk, whatever the device holds", "[plan]") {
   const auto plan = PlanMemory(Small(2, 4096, 73728));
   CHECK(plan.device_bytes == 4096);

@@ -215,6 +215,52 @@ TEST_CASE("bf16 compute chunks keep an fp32 master", "[runtime]") {
   CHECK(rt.chunk_id(ChunkKind::kMaster, 0) != rt.chunk_id(ChunkKind::kCompute, 0));
 }
 
+TEST_CASE("without an fp32 master the compute chunk holds the weights and bf16 grad chunks the gradients",
+          "[runtime][master_none]") {
+  at::manual_seed(2);
+  Toy chunked;
+  {
+    at::NoGradGuard g;
+    for (auto* t : {&chunked.shared, &chunked.unused, &chunked.middle, &chunked.tail}) t->copy_(t->to(at::kBFloat16));
+  }
+  Toy ref;
+  {
+    at::NoGradGuard g;
+    ref.shared = chunked.shared.detach().to(at::kBFloat16).requires_grad_();
+    ref.unused = chunked.unused.detach().to(at::kBFloat16).requires_grad_();
+    ref.middle = chunked.middle.detach().to(at::kBFloat16).requires_grad_();
+    ref.tail = chunked.tail.detach().to(at::kBFloat16).requires_grad_();
+  }
+  auto store = Store(1 << 20);
+  RuntimeOptions options = Options(64, at::kBFloat16, EvictionPolicyKind::kOpt, 1);
+  options.master_weights = false;
+  ChunkRuntime rt({{"shared", chunked.shared, {0, 2}},
+                   {"unused", chunked.unused, {1}},
+                   {"middle", chunked.middle, {1}},
+                   {"tail", chunked.tail, {3}}},
+                  *store, options);
+  CHECK_FALSE(rt.separate_master());
+  CHECK(rt.chunk_id(ChunkKind::kMaster, 0) == rt.chunk_id(ChunkKind::kCompute, 0));
+  CHECK(store->num_chunks() == 4 * 4);  // compute, grad, m, v per layout chunk
+  CHECK(rt.View(ChunkKind::kGrad, 0).scalar_type() == at::kBFloat16);
+  CHECK(at::equal(rt.View(ChunkKind::kMaster, 0), ref.shared));  // the weights themselves
+  const at::Tensor x = at::randn({3, 8});
+  rt.ZeroGrads();
+  Forward(chunked, x.to(at::kBFloat16), &rt).backward();
+  rt.AfterBackward();
+  Forward(ref, x.to(at::kBFloat16), nullptr).backward();
+  // The tied parameter's two contributions add in bf16, as plain bf16 autograd adds them.
+  CHECK(at::equal(rt.View(ChunkKind::kGrad, 0), ref.shared.grad()));
+  CHECK(at::equal(rt.View(ChunkKind::kGrad, 2), ref.middle.grad()));
+  CHECK(at::equal(rt.View(ChunkKind::kGrad, 3), ref.tail.grad()));
+  CHECK(at::equal(rt.View(ChunkKind::kCompute, 2), ref.middle));  // the weights are intact
+  RuntimeOptions fp16 = Options(64, at::kHalf, EvictionPolicyKind::kOpt, 1);
+  fp16.master_weights = false;
+  at::Tensor w = at::randn({4}).requires_grad_();
+  auto other = Store(1 << 20);
+  CHECK_THROWS_WITH(ChunkRuntime({{"w", w, {0}}}, *other, fp16), Catch::Contains("need the bf16 compute dtype"));
+}
+
 }  // namespace
 }  // namespace ps::chunkmem
 
