@@ -39,7 +39,7 @@ namespace ps::chunkmem {
 struct GradSinkStats {
   int64_t grad_flushes = 0;         // staging slots copied to a host grad chunk (one per chunk and micro-batch)
   int64_t grad_host_fallbacks = 0;  // gradients copied one by one (no device room for a staging slot)
-  int grad_chunks_on_device = 0;    // fp32 grad chunks pinned on the device
+  int grad_chunks_on_device = 0;    // grad chunks pinned on the device
 };
 
 class GradSink {

@@ -45,7 +45,8 @@ std::string Bytes(int64_t b) {
 // Per chunk: compute-dtype bytes and optimizer-state bytes; the owned totals into `p`.
 struct ChunkSizes {
   std::vector<int64_t> compute, optimizer;
-  int64_t largest_grad = 0, largest_fp32 = 0;  // fp32 chunk bytes: a grad chunk's (if any), any chunk's
+  int64_t largest_grad = 0;  // the largest grad chunk's bytes (if any)
+  int64_t largest_fp32 = 0;  // the largest trainable chunk's bytes in fp32
 };
 
 ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPlan& p) {
@@ -61,7 +62,7 @@ ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPl
     z.optimizer[c] = frozen ? 0 : OptimizerChunkBytes(capacity, in);
     if (!frozen) {
       z.largest_fp32 = std::max(z.largest_fp32, Mul(capacity, 4));
-      if (!in.grads_in_compute_chunks) z.largest_grad = z.largest_fp32;
+      if (!in.grads_in_compute_chunks) z.largest_grad = std::max(z.largest_grad, Mul(capacity, GradElementBytes(in)));
     }
     if (c % in.world_size != in.rank) continue;
     ++p.owned_chunks;
@@ -139,7 +140,7 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
   // The device update's scratch (update_scratch.h: slices of at most the largest chunk)
   // is kept off the margin before any optimizer state goes there.
   const int64_t scratch = DeviceUpdateScratchBytes(std::min(kDeviceUpdateSliceNumel, z.largest_fp32 / 4),
-                                                   in.state_element_bytes, in.compute_element_bytes);
+                                                   in.state_element_bytes, in.compute_element_bytes, in.master_weights);
   if (in.margin_use_ratio > 0 && room > p.working_set_bytes + scratch) {
     double allowed = in.margin_use_ratio * static_cast<double>(room - p.working_set_bytes - scratch);
     for (int c = 0; c < n; ++c) {

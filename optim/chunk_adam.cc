@@ -161,13 +161,11 @@ void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
   // the step (it is when it holds the gradients): it may be on the host.
   needs.compute = runtime_.separate_master() && !runtime_.grads_in_compute_chunks();
   needs.compute_dtype = runtime_.compute_dtype();
+  needs.master = runtime_.compute_dtype() != at::kFloat && !runtime_.separate_master();
   device_adam_.Reserve(capacity, needs, runtime_.compute_device());
 }
 
 void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) {
-  TORCH_CHECK(runtime_.separate_master() || runtime_.compute_dtype() == at::kFloat,
-              "HybridAdam: weights without an fp32 master are updated on the host only (the tier plan keeps their "
-              "optimizer state there)");
   const auto& spec = runtime_.layout().chunks()[chunk];
   const DeviceChunk d = DeviceChunkOf(chunk);
   const at::Device device = d.master.device();
@@ -184,7 +182,7 @@ void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) 
       }
       p.step = device_steps_[i];
       advanced.push_back(p.step);
-      ++steps_[i];
+      p.sr_seed = RoundingSeed(chunk, ++steps_[i]);
     }
     params.push_back(std::move(p));
   }

@@ -8,11 +8,12 @@
 #include <utility>
 
 #include "optim/block_quant.h"
+#include "optim/device_rounding.h"
 
 namespace ps::optim {
 namespace {
 
-enum Scratch { kGrads = 0, kM = 1, kV = 2, kCompute = 3 };
+enum Scratch { kGrads = 0, kM = 1, kV = 2, kCompute = 3, kMaster = 4 };
 
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
@@ -59,6 +60,7 @@ void DeviceAdam::Reserve(int64_t capacity_numel, const Needs& needs, at::Device 
     Take(kV, at::kFloat, numel, device);
   }
   if (needs.compute) Take(kCompute, needs.compute_dtype, numel, device);
+  if (needs.master) Take(kMaster, at::kFloat, numel, device);
 }
 
 at::Tensor& DeviceAdam::Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk) {
@@ -113,13 +115,21 @@ void DeviceAdam::RunBatch(const DeviceChunk& chunk, const std::vector<DevicePara
                              wide_state ? scratch_[kM] : Scratch(kM, at::kFloat, chunk));
   const at::Tensor v = Widen(chunk.v, chunk, b, QuantCode::kUnsigned,
                              wide_state ? scratch_[kV] : Scratch(kV, at::kFloat, chunk));
+  // Weights without an fp32 master: the batch's bf16 weights widened, updated in fp32.
+  const bool bf16_master = chunk.master.scalar_type() != at::kFloat;
+  const at::Tensor wide_master =
+      bf16_master ? Scratch(kMaster, at::kFloat, chunk).narrow(0, 0, n).copy_(chunk.master.narrow(0, b.begin_numel, n))
+                  : at::Tensor();
   std::vector<at::Tensor> p[2], g[2], ms[2], vs[2], steps[2];
+  std::vector<uint32_t> seeds;  // [piece] its parameter's rounding seed
   size_t next = 0;  // params are in layout order, as the pieces
   for (const SlicePiece& piece : b.pieces) {
     while (params[next].slice.index != piece.index) ++next;
     const int d = params[next].decay ? 1 : 0;
     const int64_t at = piece.offset_numel - b.begin_numel;
-    p[d].push_back(chunk.master.narrow(0, piece.offset_numel, piece.numel));
+    seeds.push_back(params[next].sr_seed);
+    p[d].push_back(bf16_master ? wide_master.narrow(0, at, piece.numel)
+                               : chunk.master.narrow(0, piece.offset_numel, piece.numel));
     g[d].push_back(grads.narrow(0, at, piece.numel));
     ms[d].push_back(m.narrow(0, at, piece.numel));
     vs[d].push_back(v.narrow(0, at, piece.numel));
@@ -139,6 +149,12 @@ void DeviceAdam::RunBatch(const DeviceChunk& chunk, const std::vector<DevicePara
   }
   Narrow(m, chunk.m, chunk, b, QuantCode::kSigned);
   Narrow(v, chunk.v, chunk, b, QuantCode::kUnsigned);
+  if (!bf16_master) return;
+  for (size_t k = 0; k < b.pieces.size(); ++k) {  // each element's bits: its offset in the chunk
+    const SlicePiece& piece = b.pieces[k];
+    StochasticRoundInto(wide_master.narrow(0, piece.offset_numel - b.begin_numel, piece.numel),
+                        chunk.master.narrow(0, piece.offset_numel, piece.numel), piece.offset_numel, seeds[k]);
+  }
 }
 
 void DeviceAdam::WriteCompute(const DeviceChunk& chunk) {

@@ -30,7 +30,10 @@ namespace ps::optim {
 // One chunk's payloads. m and v: fp32, bf16 or 8-bit (uint8: codes, then one fp32 scale
 // per block of capacity; chunkmem/state_layout.h).
 struct DeviceChunk {
-  at::Tensor master;   // fp32, on the device
+  // fp32, on the device; or bf16 weights without an fp32 master (the compute chunk,
+  // placed on the device), widened into fp32 scratch per batch and stored back with
+  // stochastic rounding (DeviceParam::sr_seed; optim/device_rounding.h)
+  at::Tensor master;
   at::Tensor grads;    // any float dtype, either tier
   at::Tensor m, v;     // on the device
   at::Tensor compute;  // either tier; undefined when the master is the compute chunk
@@ -46,6 +49,7 @@ struct DeviceParam {
   SliceParam slice;
   bool decay = false;  // weight decay applies
   at::Tensor step;     // the fused op's fp32 step counter, already advanced (updated parameters)
+  uint32_t sr_seed = 0;  // a bf16 master's stochastic rounding (ChunkAdam::RoundingSeed)
 };
 
 // Where the scratch comes from and goes back to (the runtime's device tier: counted and
@@ -77,6 +81,7 @@ class DeviceAdam {
     bool moments = true;
     bool compute = true;
     at::ScalarType compute_dtype = at::kBFloat16;
+    bool master = false;  // bf16 weights without an fp32 master: widened into fp32 scratch
   };
   void Reserve(int64_t capacity_numel, const Needs& needs, at::Device device);
   int64_t slice_numel() const { return slice_numel_; }
@@ -103,7 +108,9 @@ class DeviceAdam {
   DeviceScratchSource source_;
   std::optional<Int8DeviceCode> codes_[2];  // [signed, unsigned], on codes_device_
   std::optional<at::Device> codes_device_;
-  at::Tensor scratch_[4];  // fp32 gradients, m, v; compute dtype parameters: until ReleaseScratch
+  // fp32 gradients, m, v; compute dtype parameters; fp32 widened bf16 weights (no
+  // master): until ReleaseScratch
+  at::Tensor scratch_[5];
 };
 
 }  // namespace ps::optim

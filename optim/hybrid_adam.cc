@@ -106,6 +106,8 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
       on_device_(OptimizerOnDevice(runtime)),
       pipeline_(runtime.optimizer_moves(), PipelineSettings(runtime, options)),
       speculation_(SpeculationSettings(runtime, options, kernels_, on_device_)) {
+  TORCH_CHECK(options.speculation_slots == 0 || runtime.separate_master() || runtime.compute_dtype() == at::kFloat,
+              "HybridAdam: speculation backs up an fp32 master; weights without one cannot speculate");
   for (int c = 0; c < runtime.layout().num_chunks(); ++c) {
     if (on_device_[c]) device_chunks_.push_back(c);
   }

@@ -3,6 +3,11 @@
 # optimizer state"): not a test, a measurement with its command.
 #
 #   tools/bench_state_dtype.sh [OUT_DIR] [MODE ...]    (modes: bf16 int8, the default; OUT runs/state_dtype)
+#   DTYPE=bf16 tools/bench_state_dtype.sh runs/master_none int8 none-int8 none-fp32
+#
+# A mode is an optimizer.state_dtype, or none-<state_dtype>: that state without an fp32
+# master (optimizer.master_weights none, which needs DTYPE=bf16). DTYPE (default fp32)
+# is every run's precision.dtype, the fp32-moment reference's included.
 #
 # 1. Pre-training: the quick start (configs/quickstart.yaml, 600 steps) through the chunk
 #    runtime, once per optimizer.state_dtype (fp32 first, the reference).
@@ -32,13 +37,23 @@ open(f"{d}/train.txt", "wb").write(text[:cut])
 open(f"{d}/valid.txt", "wb").write(text[cut:])
 EOF
 
-common=(--set run.overwrite=true --set chunk.enabled=true --set checkpoint.at_end=false --set logging.log_every=1)
+common=(--set run.overwrite=true --set chunk.enabled=true --set checkpoint.at_end=false --set logging.log_every=1
+        --set precision.dtype="${DTYPE:-fp32}")
+# The optimizer settings of a mode.
+mode_args() {
+  case $1 in
+    none-*) echo "--set optimizer.state_dtype=${1#none-} --set optimizer.master_weights=none" ;;
+    *) echo "--set optimizer.state_dtype=$1" ;;
+  esac
+}
 for mode in fp32 "${modes[@]}"; do
-  "$bin" --config configs/quickstart.yaml "${common[@]}" --set optimizer.state_dtype="$mode" \
+  # shellcheck disable=SC2046
+  "$bin" --config configs/quickstart.yaml "${common[@]}" $(mode_args "$mode") \
     --set run.output_dir="$out/pretrain_$mode" --set checkpoint.export_hf=true > "$out/pretrain_$mode.log" 2>&1
 done
 for mode in fp32 "${modes[@]}"; do
-  "$bin" --config configs/quickstart.yaml "${common[@]}" --set optimizer.state_dtype="$mode" \
+  # shellcheck disable=SC2046
+  "$bin" --config configs/quickstart.yaml "${common[@]}" $(mode_args "$mode") \
     --set run.output_dir="$out/finetune_$mode" --set model.init_from="$out/pretrain_fp32/hf" \
     --set data.train_path="$out/docs_text/train.txt" --set data.valid_path="$out/docs_text/valid.txt" \
     --set train.max_steps=300 --set train.eval_every=100 --set optimizer.lr=3.0e-4 \

@@ -349,8 +349,7 @@ void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& 
   // (8-bit moments with their block scales: counted as 2 bytes each, a little more.)
   input.backup_bytes_per_element = 4 + 2 * std::max<int64_t>(2, input.state_element_bytes) +
                                    (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
-  // Weights without a master are updated by the host kernels only: no state on the device.
-  input.margin_use_ratio = c.optimizer.hybrid_adam && MasterWeights(c) ? c.chunk.margin_use_ratio : 0.0;
+  input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
   input.nvme = !c.chunk.nvme_dir.empty();
   input.nvme_host_budget_bytes = c.chunk.nvme_host_budget_bytes;
   input.nvme_ring_slots = c.chunk.nvme_ring_slots;

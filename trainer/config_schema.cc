@@ -436,8 +436,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
                                  "4 bytes per parameter, and fp32 gradient chunks when gradients cannot reuse the "
                                  "compute slots), or none: the bf16 weights are updated in place with stochastic "
                                  "rounding (seeded by run.seed: resume stays exact) and gradients get bf16 chunks; "
-                                 "6.03 bytes per parameter with optimizer.state_dtype int8; the update runs on the host "
-                                 "(docs/optim.md)",
+                                 "6.03 bytes per parameter with optimizer.state_dtype int8 (docs/optim.md)",
                                  {{"fp32", optim::MasterWeights::kFp32}, {"none", optim::MasterWeights::kNone}}),
       Int("optimizer.speculation_slots", PS_ACCESS(optimizer.speculation_slots),
           "chunk runtime: host chunks updated ahead, as soon as their gradients are final in backward, assuming no "

@@ -33,6 +33,7 @@ namespace {
 using chunkmem::ChunkKind;
 
 constexpr int64_t kWhole = chunkmem::kDeviceUpdateSliceNumel;  // larger than any chunk here
+constexpr uint64_t kRoundingSeed = 0x1234567890abcdefULL;
 
 struct Rig {
   std::vector<at::Tensor> initial;  // the parameters' starting values
@@ -48,7 +49,8 @@ struct Rig {
   // the compute chunk only receives the updated parameters.
   Rig(at::ScalarType dtype, bool hybrid, int64_t device_budget, bool pipeline = false, bool async = false,
       int speculation_slots = 0, int speculation_backoff_steps = 0, bool fp32_grads = false,
-      at::ScalarType state_dtype = at::kFloat, int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel) {
+      at::ScalarType state_dtype = at::kFloat, int64_t device_slice_numel = chunkmem::kDeviceUpdateSliceNumel,
+      bool master_weights = true) {
     at::manual_seed(1);
     initial = {at::randn({16, 24}), at::randn({24}), at::randn({24, 8}), at::randn({40})};
     std::vector<chunkmem::ManagedParam> managed;
@@ -70,7 +72,8 @@ struct Rig {
     ro.state_dtype = state_dtype;
     ro.residency.eviction = chunkmem::EvictionPolicyKind::kLru;
     ro.residency.warmup_steps = 0;
-    ro.grads_in_compute_chunks = dtype != at::kFloat && !fp32_grads;
+    ro.grads_in_compute_chunks = dtype != at::kFloat && !fp32_grads && master_weights;
+    ro.master_weights = master_weights;
     // Hybrid: optimizer state into the device margin at start-up, as the run's memory
     // plan decides it (chunkmem/memory_plan.h), handed to the runtime.
     chunkmem::PlanInput plan;
@@ -79,6 +82,7 @@ struct Rig {
     plan.compute_element_bytes = static_cast<int64_t>(c10::elementSize(dtype));
     plan.state_element_bytes = static_cast<int64_t>(c10::elementSize(state_dtype));
     plan.grads_in_compute_chunks = ro.grads_in_compute_chunks;
+    plan.master_weights = master_weights;
     plan.device_budget_bytes = store->Budget(chunkmem::Tier::kDevice);
     plan.host_budget_bytes = store->Budget(chunkmem::Tier::kHost);
     plan.margin_use_ratio = hybrid ? 0.8 : 0.0;
@@ -95,6 +99,7 @@ struct Rig {
     o.speculation_slots = speculation_slots;
     o.speculation_backoff_steps = speculation_backoff_steps;
     o.device_slice_numel = device_slice_numel;
+    o.rounding_seed = kRoundingSeed;
     adam = std::make_unique<HybridAdam>(*runtime, o);
   }
 
@@ -205,6 +210,58 @@ TEST_CASE("bf16 moments: device and host paths equal fp32 moments rounded after 
         ref.runtime->EndIteration();
       }
     }
+  }
+}
+
+// optimizer.master_weights none (docs/optim.md): each update is the fp32 update of the
+// bf16 weights (the fp32 run's, from the same values, gradients and moments), stored as
+// FloatToBf16Stochastic(value, SrHash(offset in the chunk, seed)) with seed
+// SrHash(step, SrHash(chunk, run seed's halves xor-ed)), on the host and on the device
+// (in 256-element batches too). Round-to-nearest, another seed or index would fail it.
+TEST_CASE("master_weights none: the fp32 update stochastically rounded into the bf16 weights, host and device",
+          "[hybrid_adam][master_none]") {
+  constexpr int64_t kUnlimited = int64_t{1} << 40;
+  const uint32_t run = static_cast<uint32_t>(kRoundingSeed) ^ static_cast<uint32_t>(kRoundingSeed >> 32);
+  for (auto [hybrid, slice] : {std::tuple{false, kWhole}, std::tuple{true, kWhole}, std::tuple{true, int64_t{256}}}) {
+    INFO((hybrid ? "device path, slice " : "host path, slice ") << slice);
+    Rig none(at::kBFloat16, hybrid, kUnlimited, false, false, 0, 0, false, at::kFloat, slice, /*master_weights=*/false);
+    Rig ref(at::kFloat, hybrid, kUnlimited);
+    CHECK(none.runtime->chunk_id(ChunkKind::kMaster, 0) == none.runtime->chunk_id(ChunkKind::kCompute, 0));
+    LossScaler off_a{PrecisionConfig{}}, off_b{PrecisionConfig{}};
+    int64_t rounded_up = 0, rounded_down = 0;
+    for (int64_t step = 1; step <= 3; ++step) {
+      for (int i = 0; i < static_cast<int>(ref.params.size()); ++i) {  // the reference starts from the bf16 weights
+        ref.runtime->View(ChunkKind::kMaster, i).copy_(none.runtime->View(ChunkKind::kCompute, i));
+      }
+      std::vector<at::Tensor> grads = Grads(ref, static_cast<uint64_t>(step));
+      for (auto& g : grads) g = g.to(at::kBFloat16).to(at::kFloat);  // the bf16 gradients both see
+      none.Backward(grads);
+      ref.Backward(grads);
+      CHECK(none.adam->Step(1e-2, 1e9, off_a).device_chunks == (hybrid ? 2 : 0));
+      ref.adam->Step(1e-2, 1e9, off_b);
+      for (int i = 0; i < static_cast<int>(ref.params.size()); ++i) {
+        INFO("step " << step << " param " << i);
+        const auto& pl = none.runtime->layout().placements()[i];
+        const uint32_t seed = SrHash(static_cast<uint32_t>(step), SrHash(static_cast<uint32_t>(pl.chunk_id), run));
+        const at::Tensor want = ref.Master(i).reshape(-1).contiguous();
+        const at::Tensor got = none.runtime->View(ChunkKind::kCompute, i).reshape(-1).contiguous();
+        const float* w = want.data_ptr<float>();
+        const uint16_t* g = reinterpret_cast<const uint16_t*>(got.data_ptr());
+        int64_t wrong = 0;
+        for (int64_t j = 0; j < want.numel(); ++j) {
+          const uint16_t expected = FloatToBf16Stochastic(w[j], SrHash(static_cast<uint32_t>(pl.offset_numel + j), seed));
+          wrong += g[j] != expected ? 1 : 0;
+          const uint32_t lower = [&] { uint32_t b; std::memcpy(&b, &w[j], 4); return b >> 16; }();
+          (g[j] != lower ? rounded_up : rounded_down) += 1;
+        }
+        CHECK(wrong == 0);
+        CHECK(Same(none.runtime->View(ChunkKind::kAdamM, i).clone(), ref.runtime->View(ChunkKind::kAdamM, i).clone()));
+      }
+      none.runtime->EndIteration();
+      ref.runtime->EndIteration();
+    }
+    CHECK(rounded_up > 100);  // both ways: not round-to-nearest, not truncation
+    CHECK(rounded_down > 100);
   }
 }
 

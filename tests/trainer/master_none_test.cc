@@ -5,7 +5,8 @@
 // memory has no master and bf16 gradient chunks; the stochastic rounding is seeded (the
 // same run twice: the same losses; the kernels' independence of their thread split is
 // cpu_adam_test's); a run killed and resumed from a checkpoint goes on with the same
-// losses bitwise; the settings it cannot serve are refused naming both
+// losses bitwise, with the optimizer state on the host and on the device (the fused
+// update widens the bf16 weights and rounds them back); the settings it cannot serve are refused naming both
 // keys.
 #include <ATen/ATen.h>
 
@@ -100,6 +101,32 @@ TEST_CASE("master_weights none: killed and resumed from a checkpoint, the same l
   for (size_t i = 0; i < resumed.losses.size(); ++i) {
     INFO("step " << 6 + i);
     CHECK(resumed.losses[i] == whole.losses[5 + i]);
+  }
+}
+
+TEST_CASE("master_weights none, optimizer state on the device: the fused update with stochastic rounding",
+          "[master_none][train][device]") {
+  std::vector<std::string> device = kNone;  // room for every chunk's state on the (simulated) device
+  device.push_back("chunk.device_budget_bytes=8000000");
+  const TrainResult a = Train(Tiny("device_none", device));
+  const TrainResult b = Train(Tiny("device_master", {"optimizer.state_dtype=int8", "chunk.device_budget_bytes=8000000"}));
+  REQUIRE(a.losses.size() == 16);
+  CHECK(a.adam_device_chunks > 0);
+  CHECK(a.adam_host_chunks == 0);
+  CHECK(Mean(a.losses, 12) < a.losses.front() - 0.5);
+  CHECK(Mean(a.losses, 12) == Approx(Mean(b.losses, 12)).epsilon(0.03));
+  // Killed and resumed on this path too: the same losses bitwise.
+  device.push_back("checkpoint.every_steps=5");
+  const Config c = Tiny("device_cut", device);
+  TrainOptions kill;
+  kill.abort_after_step = 7;
+  REQUIRE(Train(c, kill).losses.size() == 7);
+  const TrainResult resumed = Train(c);
+  REQUIRE(resumed.start_step == 5);
+  REQUIRE(resumed.losses.size() == 11);
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    INFO("step " << 6 + i);
+    CHECK(resumed.losses[i] == a.losses[5 + i]);
   }
 }
 
