@@ -52,6 +52,23 @@ double Mean(const std::vector<double>& v, size_t from) {
   return sum / static_cast<double>(v.size() - from);
 }
 
+// The run of `extra` with a checkpoint every 5 steps, killed after step 7 and resumed:
+// steps 6 to 16 give `whole`'s losses bitwise.
+void CheckKilledAndResumed(const std::string& name, std::vector<std::string> extra, const TrainResult& whole) {
+  extra.push_back("checkpoint.every_steps=5");
+  const Config c = Tiny(name, extra);
+  TrainOptions kill;
+  kill.abort_after_step = 7;
+  REQUIRE(Train(c, kill).losses.size() == 7);
+  const TrainResult resumed = Train(c);
+  REQUIRE(resumed.start_step == 5);
+  REQUIRE(resumed.losses.size() == 11);
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    INFO(name << ": step " << 6 + i);
+    CHECK(resumed.losses[i] == whole.losses[5 + i]);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("master_weights none trains like the run with an fp32 master; no master is kept", "[master_none][train]") {
@@ -88,20 +105,7 @@ TEST_CASE("master_weights none: the same run twice, the same losses bitwise (the
 
 TEST_CASE("master_weights none: killed and resumed from a checkpoint, the same losses bitwise",
           "[master_none][train][resume]") {
-  const TrainResult whole = Train(Tiny("resume_whole", kNone));
-  std::vector<std::string> cut = kNone;
-  cut.push_back("checkpoint.every_steps=5");
-  const Config c = Tiny("resume_cut", cut);
-  TrainOptions kill;
-  kill.abort_after_step = 7;
-  REQUIRE(Train(c, kill).losses.size() == 7);
-  const TrainResult resumed = Train(c);
-  REQUIRE(resumed.start_step == 5);
-  REQUIRE(resumed.losses.size() == 11);
-  for (size_t i = 0; i < resumed.losses.size(); ++i) {
-    INFO("step " << 6 + i);
-    CHECK(resumed.losses[i] == whole.losses[5 + i]);
-  }
+  CheckKilledAndResumed("resume_cut", kNone, Train(Tiny("resume_whole", kNone)));
 }
 
 TEST_CASE("master_weights none, optimizer state on the device: the fused update with stochastic rounding",
@@ -115,19 +119,7 @@ TEST_CASE("master_weights none, optimizer state on the device: the fused update 
   CHECK(a.adam_host_chunks == 0);
   CHECK(Mean(a.losses, 12) < a.losses.front() - 0.5);
   CHECK(Mean(a.losses, 12) == Approx(Mean(b.losses, 12)).epsilon(0.03));
-  // Killed and resumed on this path too: the same losses bitwise.
-  device.push_back("checkpoint.every_steps=5");
-  const Config c = Tiny("device_cut", device);
-  TrainOptions kill;
-  kill.abort_after_step = 7;
-  REQUIRE(Train(c, kill).losses.size() == 7);
-  const TrainResult resumed = Train(c);
-  REQUIRE(resumed.start_step == 5);
-  REQUIRE(resumed.losses.size() == 11);
-  for (size_t i = 0; i < resumed.losses.size(); ++i) {
-    INFO("step " << 6 + i);
-    CHECK(resumed.losses[i] == a.losses[5 + i]);
-  }
+  CheckKilledAndResumed("device_cut", device, a);  // on this path too
 }
 
 TEST_CASE("master_weights none: settings it cannot serve are refused naming both keys", "[master_none][config]") {
