@@ -253,7 +253,8 @@ EngineState ChunkEngine::Save() const {
       return on_tier ? at::empty(rt.param_sizes(i), at::TensorOptions().dtype(dtype).device(at::kMeta))
                      : rt.View(kind, i);
     };
-    out.params[name] = value(ChunkKind::kMaster, at::kFloat);
+    // The tier holds a separate fp32 master; else the master is the compute chunk, in memory.
+    out.params[name] = rt.separate_master() ? value(ChunkKind::kMaster, at::kFloat) : rt.View(ChunkKind::kMaster, i);
     if (rt.state_dtype() == at::kByte) {  // 8-bit moments: codes and block scales, packed (a copy)
       nvme.Mount(chunk);
       out.exp_avg[name] = optim::PackInt8(Int8MomentOf(rt, ChunkKind::kAdamM, i));

@@ -166,7 +166,6 @@ class Validator {
       refuse("optimizer.speculation_slots " + std::to_string(c.optimizer.speculation_slots),
              "speculation's backups restore an fp32 master; set optimizer.speculation_slots: 0");
     }
-    if (!c.chunk.nvme_dir.empty()) refuse("chunk.nvme_dir", "the NVMe tier is not wired for weights without a master yet");
     if (c.lora.enabled) refuse("lora.enabled: true", "adapters are small: keep their fp32 master");
   }
 

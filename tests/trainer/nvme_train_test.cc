@@ -140,6 +140,12 @@ TEST_CASE("NVMe tier, int8 moments: the same run bitwise", "[nvme][train][int8]"
   CheckSameRun("int8", {"precision.dtype=bf16", "optimizer.state_dtype=int8", "optimizer.hybrid_adam=false"});
 }
 
+TEST_CASE("NVMe tier, bf16 weights without an fp32 master: m and v in the file, the same run bitwise",
+          "[nvme][train][master_none]") {
+  CheckSameRun("none", {"precision.dtype=bf16", "optimizer.master_weights=none", "optimizer.state_dtype=int8",
+                        "optimizer.hybrid_adam=false", "checkpoint.export_hf=true"});
+}
+
 TEST_CASE("NVMe tier: the HF export reads the masters through the tier, bitwise", "[nvme][train][export]") {
   // With a checkpoint at the end the export reads it; without, the engine's masters.
   CheckSameRun("export", {"precision.dtype=bf16", "optimizer.hybrid_adam=false", "checkpoint.export_hf=true"});
