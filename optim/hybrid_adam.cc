@@ -75,7 +75,8 @@ SpeculationOptions SpeculationSettings(chunkmem::ChunkRuntime& runtime, const Hy
   s.slots = std::max(0, std::min(options.speculation_slots, host_updated));
   s.backoff_steps = options.speculation_backoff_steps;
   s.slot_numel = LargestChunkNumel(runtime);
-  s.compute_dtype = runtime.compute_dtype();
+  s.compute_dtype = runtime.separate_master() ? runtime.compute_dtype() : at::kFloat;
+  s.master_dtype = runtime.separate_master() ? at::kFloat : runtime.compute_dtype();
   s.state_dtype = runtime.state_dtype();
   s.state_slot_numel = chunkmem::StatePayloadNumel(s.slot_numel, s.state_dtype);
   s.kernels = kernels;
@@ -106,8 +107,6 @@ HybridAdam::HybridAdam(chunkmem::ChunkRuntime& runtime, const HybridAdamOptions&
       on_device_(OptimizerOnDevice(runtime)),
       pipeline_(runtime.optimizer_moves(), PipelineSettings(runtime, options)),
       speculation_(SpeculationSettings(runtime, options, kernels_, on_device_)) {
-  TORCH_CHECK(options.speculation_slots == 0 || runtime.separate_master() || runtime.compute_dtype() == at::kFloat,
-              "HybridAdam: speculation backs up an fp32 master; weights without one cannot speculate");
   for (int c = 0; c < runtime.layout().num_chunks(); ++c) {
     if (on_device_[c]) device_chunks_.push_back(c);
   }

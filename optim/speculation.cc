@@ -13,7 +13,7 @@ Speculation::Speculation(SpeculationOptions options) : options_(std::move(option
   slots_.resize(std::max(0, options_.slots));
   slot_used_.assign(slots_.size(), false);
   for (Slot& slot : slots_) {
-    slot.master = options_.borrow_host(options_.slot_numel, at::kFloat);
+    slot.master = options_.borrow_host(options_.slot_numel, options_.master_dtype);
     slot.m = options_.borrow_host(options_.state_slot_numel, options_.state_dtype);
     slot.v = options_.borrow_host(options_.state_slot_numel, options_.state_dtype);
     if (options_.compute_dtype != at::kFloat) slot.compute = options_.borrow_host(options_.slot_numel, options_.compute_dtype);

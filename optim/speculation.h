@@ -36,7 +36,11 @@ struct SpeculationOptions {
   int slots = 0;          // backup slots; 0 = speculation off
   int backoff_steps = 0;  // steps that do not speculate after one that rolled back
   int64_t slot_numel = 0;  // a slot's elements: the largest chunk's capacity
-  at::ScalarType compute_dtype = at::kFloat;  // not fp32: slots also back up the compute chunk
+  // A compute chunk separate from the master (not fp32): slots also back up the compute
+  // chunk; kFloat: none (the master is the compute chunk).
+  at::ScalarType compute_dtype = at::kFloat;
+  // The weights the update writes: the fp32 master, or bf16 weights without one.
+  at::ScalarType master_dtype = at::kFloat;
   at::ScalarType state_dtype = at::kFloat;    // m and v (optimizer.state_dtype)
   int64_t state_slot_numel = 0;  // a slot's m and v elements: the largest chunk's state payload
   CpuAdamKernels kernels;  // the worker's sums of squares and updates

@@ -343,12 +343,14 @@ void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& 
   input.master_weights = MasterWeights(c);
   input.block_major_grads = VerticalAccumulation(c.train, world_size);
   input.host_scratch_chunks = chunkmem::ChunkRuntime::HostGradScratchChunks(input.grads_in_compute_chunks);
-  // Speculation backups: fp32 master, m, v (+ the compute chunk when it is not the
-  // master) per slot.
+  // Speculation backups: the master (fp32, or bf16 weights without one), m, v (+ the
+  // compute chunk when it is separate from the master) per slot.
   input.speculation_slots = c.optimizer.speculation_slots;
   // (8-bit moments with their block scales: counted as 2 bytes each, a little more.)
-  input.backup_bytes_per_element = 4 + 2 * std::max<int64_t>(2, input.state_element_bytes) +
-                                   (input.compute_element_bytes == 4 ? 0 : input.compute_element_bytes);
+  const bool separate = input.compute_element_bytes != 4 && input.master_weights;
+  input.backup_bytes_per_element = (input.master_weights ? 4 : input.compute_element_bytes) +
+                                   2 * std::max<int64_t>(2, input.state_element_bytes) +
+                                   (separate ? input.compute_element_bytes : 0);
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
   input.nvme = !c.chunk.nvme_dir.empty();
   input.nvme_host_budget_bytes = c.chunk.nvme_host_budget_bytes;

@@ -162,10 +162,6 @@ class Validator {
       refuse(std::string("precision.dtype ") + optim::ToString(c.precision.dtype),
              "weights without a master are bf16, stochastically rounded; set precision.dtype: bf16");
     }
-    if (c.optimizer.speculation_slots > 0) {
-      refuse("optimizer.speculation_slots " + std::to_string(c.optimizer.speculation_slots),
-             "speculation's backups restore an fp32 master; set optimizer.speculation_slots: 0");
-    }
     if (c.lora.enabled) refuse("lora.enabled: true", "adapters are small: keep their fp32 master");
   }
 
