@@ -134,28 +134,20 @@ check() {
         run GPT3_6B_$s 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
           --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.state_dtype=$s
       done ;;
-    state8b)  # issue #25 §1/§3: Llama 3.1 8B full fine-tune, int8 moments, a stated 24 GiB card (allocator capped)
-      # and 64 GiB of host: the README's gaming-PC verdict run (its chunk size), random base, synthetic tokens, seq 2048, micro 1
-      echo "run: {name: state8b}" > "$R/state8b.yaml"
-      local E=(--config "$R/state8b.yaml" --set run.device=cuda --set model.type=llama --set model.preset=llama-3.1-8b
+    state8b|none8b)  # issue #25 §1/§3: Llama 3.1 8B full fine-tune, int8 moments, a stated 24 GiB card (allocator
+      # capped) and 64 GiB of host: the README's gaming-PC verdict run (its chunk size), random base, synthetic tokens,
+      # seq 2048, micro 1; none8b without an fp32 master (optimizer.master_weights none: bf16 weights updated in place
+      # with stochastic rounding, bf16 grad chunks; the device path's StochasticRoundInto on CUDA)
+      echo "run: {name: $1}" > "$R/$1.yaml"
+      local E=(--config "$R/$1.yaml" --set run.device=cuda --set model.type=llama --set model.preset=llama-3.1-8b
                --set model.activation_checkpointing=true --set data.format=synthetic --set data.train_path=
                --set data.valid_path= --set data.seq_len=2048 --set train.micro_batch_size=1 --set train.global_batch_size=1
                --set train.max_steps=4 --set train.eval_every=0 --set precision.dtype=bf16 --set chunk.enabled=true
                --set chunk.device_memory_bytes=$((24 << 30))
                --set chunk.host_budget_bytes=$((64 << 30)) --set optimizer.state_dtype=int8)
-      $G "$PS" "${E[@]}" --plan > "$OUT/plan_state8b.txt" 2>&1
-      run state8b 300 "${E[@]}" ;;
-    none8b)  # issue #25 §1: state8b without an fp32 master (optimizer.master_weights none: bf16 weights updated
-      # in place with stochastic rounding, bf16 grad chunks; the device path's StochasticRoundInto on CUDA)
-      echo "run: {name: none8b}" > "$R/none8b.yaml"
-      local N8=(--config "$R/none8b.yaml" --set run.device=cuda --set model.type=llama --set model.preset=llama-3.1-8b
-                --set model.activation_checkpointing=true --set data.format=synthetic --set data.train_path=
-                --set data.valid_path= --set data.seq_len=2048 --set train.micro_batch_size=1 --set train.global_batch_size=1
-                --set train.max_steps=4 --set train.eval_every=0 --set precision.dtype=bf16 --set chunk.enabled=true
-                --set chunk.device_memory_bytes=$((24 << 30)) --set chunk.host_budget_bytes=$((64 << 30))
-                --set optimizer.state_dtype=int8 --set optimizer.master_weights=none)
-      $G "$PS" "${N8[@]}" --plan > "$OUT/plan_none8b.txt" 2>&1
-      run none8b 300 "${N8[@]}" ;;
+      [ "$1" = none8b ] && E+=(--set optimizer.master_weights=none)
+      $G "$PS" "${E[@]}" --plan > "$OUT/plan_$1.txt" 2>&1
+      run "$1" 300 "${E[@]}" ;;
     nvme)  # issue #25 §2: the NVMe tier's ring against this machine's disk (tools/bench_nvme, in .device/ with
       # ps_train), then Llama 3.1 8B exact (fp32 master, m, v) under a stated 24 GiB card and 64 GiB of host with
       # chunk.nvme_dir (the README's verdict: 41.16 GiB in the file), as state8b; the file goes under /tmp
