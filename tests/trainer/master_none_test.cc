@@ -13,6 +13,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "trainer/checkpoint.h"
@@ -114,7 +115,8 @@ TEST_CASE("master_weights none, optimizer state on the device: the fused update 
   std::vector<std::string> device = kNone;  // room for every chunk's state on the (simulated) device
   device.push_back("chunk.device_budget_bytes=8000000");
   const TrainResult a = Train(Tiny("device_none", device));
-  const TrainResult b = Train(Tiny("device_master", {"optimizer.state_dtype=int8", "chunk.device_budget_bytes=8000000"}));
+  const TrainResult b =
+      Train(Tiny("device_master", {"optimizer.state_dtype=int8", "chunk.device_budget_bytes=8000000"}));
   REQUIRE(a.losses.size() == 16);
   CHECK(a.adam_device_chunks > 0);
   CHECK(a.adam_host_chunks == 0);
@@ -155,6 +157,31 @@ TEST_CASE("master_weights none with speculation: updates ahead kept, or rolled b
   }
 }
 
+TEST_CASE("checkpoints load across master_weights modes: the first step after resuming sees the same weights",
+          "[master_none][train][resume]") {
+  // A run's step-10 checkpoint resumed in the other mode: step 11's forward runs on the
+  // same bf16 weights (a master's rounded copy, or the weights themselves, whose fp32
+  // master starts as their exact value) with the same data and dropout: the same loss.
+  const std::vector<std::string> master = {"optimizer.state_dtype=int8", "checkpoint.every_steps=5",
+                                           "checkpoint.keep=5"};
+  std::vector<std::string> none = kNone;
+  none.push_back("checkpoint.every_steps=5");
+  none.push_back("checkpoint.keep=5");
+  for (const auto& [from, to, name] :
+       {std::tuple{none, master, "none_to_master"}, std::tuple{master, none, "master_to_none"}}) {
+    INFO(name);
+    const Config source = Tiny(std::string(name) + "_source", from);
+    const TrainResult original = Train(source);
+    std::vector<std::string> resume = to;
+    resume.push_back("checkpoint.resume=" + source.run.output_dir + "/checkpoints/step_10");
+    const TrainResult resumed = Train(Tiny(std::string(name) + "_resumed", resume));
+    REQUIRE(resumed.start_step == 10);
+    REQUIRE(!resumed.losses.empty());
+    CHECK(resumed.losses.front() == original.losses[10]);
+    for (double l : resumed.losses) CHECK(std::isfinite(l));
+  }
+}
+
 TEST_CASE("master_weights none: settings it cannot serve are refused naming both keys", "[master_none][config]") {
   auto error = [](std::vector<std::string> extra) {
     extra.push_back("optimizer.master_weights=none");
@@ -165,7 +192,8 @@ TEST_CASE("master_weights none: settings it cannot serve are refused naming both
     }
     return std::string();
   };
-  CHECK_THAT(error({"precision.dtype=fp32"}), Catch::Contains("optimizer.master_weights none and precision.dtype fp32"));
+  CHECK_THAT(error({"precision.dtype=fp32"}),
+             Catch::Contains("optimizer.master_weights none and precision.dtype fp32"));
   CHECK_THAT(error({"precision.dtype=fp16"}), Catch::Contains("precision.dtype fp16"));
   CHECK_THAT(error({"chunk.enabled=false"}), Catch::Contains("and chunk.enabled: false"));
   CHECK(error({}).empty());
