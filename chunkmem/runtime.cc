@@ -90,8 +90,8 @@ void ChunkRuntime::PlanChunks() {
   TORCH_CHECK(!options_.grads_in_compute_chunks || separate_master(),
               "chunkmem: gradients can reuse the compute slots only when the compute dtype is not fp32 and a separate fp32 "
               "master holds the weights");
-  TORCH_CHECK(options_.master_weights || (options_.compute_dtype == at::kBFloat16 && options_.comm == nullptr),
-              "chunkmem: weights without an fp32 master need the bf16 compute dtype and no ZeRO");
+  TORCH_CHECK(options_.master_weights || options_.compute_dtype == at::kBFloat16,
+              "chunkmem: weights without an fp32 master need the bf16 compute dtype");
   TORCH_CHECK(!options_.block_major_backward || (!zero() && !options_.grads_in_compute_chunks),
               "chunkmem: a block-major backward (train.accumulation_schedule: vertical) adds gradients into fp32 grad "
               "chunks; it is not built for ZeRO or for gradients in the compute slots");

@@ -72,9 +72,9 @@ struct RuntimeOptions {
   // other than fp32 (in fp32 the compute chunk is the master).
   bool grads_in_compute_chunks = false;
   // Weights with an fp32 master when the compute dtype is lower (optimizer.master_weights
-  // fp32). false (bf16 only; not with grads_in_compute_chunks, ZeRO, speculation or the
-  // NVMe tier): the compute chunk holds the weights' only copy, updated with stochastic
-  // rounding, and gradients get chunks of the compute dtype (chunk_allocation.h).
+  // fp32). false (bf16 only; not with grads_in_compute_chunks): the compute chunk holds
+  // the weights' only copy, updated with stochastic rounding, and gradients get chunks of
+  // the compute dtype (chunk_allocation.h; ZeRO adds its fp32 reductions into them).
   bool master_weights = true;
   // Moments, trace, budgets, eviction and prefetch (residency.h).
   ResidencySettings residency;

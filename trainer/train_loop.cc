@@ -186,9 +186,6 @@ void CheckRunSettings(const Config& c, const TrainOptions& options) {
                       "use bf16 or fp32 without chunks");
   }
   CheckAccumulationSchedule(c, options.comm ? options.comm->world_size() : 1);
-  if (c.optimizer.master_weights == optim::MasterWeights::kNone && options.comm != nullptr) {
-    throw ConfigError("optimizer.master_weights: none and ZeRO (ranks, force_collectives) cannot be combined yet");
-  }
   if (c.distributed.force_collectives && options.comm == nullptr) {
     throw ConfigError("distributed.force_collectives: the run has no communicator (ps_train's main builds one)");
   }

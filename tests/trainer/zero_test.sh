@@ -5,6 +5,7 @@
 # accumulation; the next block's groups gathered ahead and reductions left in flight while
 # backward goes on; bf16 with activation checkpointing and CPU embeddings to bf16 rounding;
 # bf16 without accumulation reduces into the compute slots (14/p bytes per parameter);
+# bf16 without an fp32 master reduces into bf16 grad chunks;
 # one process with distributed.force_collectives runs the same path over one rank;
 # a traced budget with hybrid Adam on the device; fp16 overflow skips on every rank;
 # BERT as plain data parallel does;
@@ -110,6 +111,16 @@ two=$(summary zero_bf16 model_data_bytes)
 echo "bf16 model data bytes: one process $one (14 bytes per element), rank 0 of 2 $two"
 [ "$((one / 2))" -eq "$two" ] || { echo "FAILED: ZeRO bf16 holds more than half of one process's model data"; exit 1; }
 [ "$(metric zero_bf16 group_reductions)" -gt 0 ]
+
+echo "== bf16 weights without an fp32 master: the fp32 reductions added into bf16 grad chunks, 6.03/p bytes"
+none=(--set precision.dtype=bf16 --set optimizer.state_dtype=int8 --set optimizer.master_weights=none)
+run one_none "${none[@]}" --set train.micro_batch_size=8
+run zero_none "${none[@]}" --set train.micro_batch_size=4 --nproc 2
+compare zero_none one_none 3e-4
+one_n=$(summary one_none model_data_bytes)
+two_n=$(summary zero_none model_data_bytes)
+echo "no-master model data bytes: one process $one_n, rank 0 of 2 $two_n"
+[ "$((one_n / 2))" -eq "$two_n" ] || { echo "FAILED: ZeRO without a master holds more than half of one process's"; exit 1; }
 
 echo "== bf16 moments (optimizer.state_dtype): sharded like fp32 ones, 10/p bytes per parameter"
 run one_bf16s --set precision.dtype=bf16 --set optimizer.state_dtype=bf16 --set train.micro_batch_size=8
