@@ -23,6 +23,12 @@ ElemType ElemTypeOf(at::ScalarType t) {
   }
 }
 
+// bf16 weights without an fp32 master: kMaster is the bf16 compute chunk, stored with
+// stochastic rounding (the update's one difference from an fp32 run).
+static bool WeightsWithoutMaster(const chunkmem::ChunkRuntime& runtime) {
+  return runtime.compute_dtype() != at::kFloat && !runtime.separate_master();
+}
+
 static_assert(kQuantBlockNumel == chunkmem::kStateBlockNumel, "the kernels' block is the chunks' state block");
 
 void ChunkAdam::SetScales(int chunk, int64_t offset_numel, AdamSpan& span) const {
@@ -62,7 +68,7 @@ std::vector<chunkmem::ElementRange> ChunkAdam::AddHostWork(int chunk, double lr,
   const auto& c = config_;
   const bool adamw = c.type == OptimizerType::kAdamW;
   const bool separate_master = runtime_.separate_master();
-  const bool no_master = runtime_.compute_dtype() != at::kFloat && !separate_master;  // bf16 weights alone
+  const bool no_master = WeightsWithoutMaster(runtime_);
   std::vector<chunkmem::ElementRange> written;
   for (int i : runtime_.layout().chunks()[chunk].param_indices) {
     if (!runtime_.has_grad(i)) continue;
@@ -161,7 +167,7 @@ void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
   // the step (it is when it holds the gradients): it may be on the host.
   needs.compute = runtime_.separate_master() && !runtime_.grads_in_compute_chunks();
   needs.compute_dtype = runtime_.compute_dtype();
-  needs.master = runtime_.compute_dtype() != at::kFloat && !runtime_.separate_master();
+  needs.master = WeightsWithoutMaster(runtime_);
   device_adam_.Reserve(capacity, needs, runtime_.compute_device());
 }
 

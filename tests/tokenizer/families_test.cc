@@ -111,9 +111,10 @@ TEST_CASE("SentencePiece-style BPE matches HF: Llama 2, Mistral, Metaspace split
   CheckGolden(*LoadTokenizer(dir), "spm_legacy");
 }
 
-// The ids below are those transformers 4.57.6 gives for these folders (its
-// LlamaTokenizerFast applies the flags, PreTrainedTokenizerFast keeps tokenizer.json's
-// "<s> $A"); transformers 5 keeps tokenizer.json's in every case (docs/models.md).
+// The rule transformers 4.57.6 follows (checked by hand for LlamaTokenizerFast and
+// PreTrainedTokenizerFast with these flags: the first applies them, the second keeps
+// tokenizer.json's "<s> $A"; a null class is taken as the latter, not checked there);
+// transformers 5 keeps tokenizer.json's in every case (docs/tokenizers.md).
 TEST_CASE("add_bos_token / add_eos_token act for the Llama tokenizer classes only", "[tokenizer]") {
   const std::string text = "Hello world 12";
   const std::string json_text = ReadJson(kData + "spm_metaspace/tokenizer.json").dump();
