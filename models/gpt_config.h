@@ -66,7 +66,7 @@ struct ParameterShape {
   std::string name;
   int64_t numel;
   std::vector<int> used_by_blocks;
-  bool frozen = false;  // trains nothing (LoRA's base: trainer/model_factory.h)
+  bool frozen = false;  // trains nothing (LoRA's base: trainer/engine/model_factory.h)
 };
 std::vector<ParameterShape> GptParameterShapes(const GptConfig& config);
 

@@ -27,7 +27,7 @@ struct BertKeys {
 };
 
 // The model.* keys of model.type: llama only (the rest of its LlamaConfig comes from the
-// shared keys; trainer/llama_keys.h assembles it).
+// shared keys; trainer/config/llama_keys.h assembles it).
 struct LlamaKeys {
   int64_t num_key_value_heads = 0;  // 0 = n_head; must divide n_head (1 = multi-query)
   int64_t head_dim = 0;             // 0 = n_embd / n_head

@@ -1,5 +1,5 @@
 // RecomputedCall: activation recompute for one block (config key model.activation_checkpointing;
-// "checkpoint" elsewhere in this codebase means a saved training state, trainer/checkpoint.h).
+// "checkpoint" elsewhere in this codebase means a saved training state, trainer/io/checkpoint.h).
 //
 // Forward runs `fn(x)` without recording a graph, keeping only `x`. Backward calls
 // `before_recompute()` (a layer hook: the chunk runtime counts the moment and makes

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Layering check (docs/architecture.md, "Layers"): comm <- chunkmem <- optim <- trainer;
 # models and data depend on LibTorch only; tokenizer on ICU, JSON and c10 only; chat on
-# JSON only; trainer wires everything. Every project #include "x/..." and every Bazel
-# dependency "//x..." of a folder must name a folder it may use.
+# JSON only; trainer wires everything. Inside trainer, its rooms, lowest first:
+# trainer/config <- trainer/engine <- trainer/io <- trainer/logging <- trainer (the loop
+# and its components). Every project #include "x/..." and every Bazel dependency "//x..."
+# of a folder must name a folder (for trainer: a room) it may use.
 # The check first proves it can fail, on a planted violation.
 set -euo pipefail
 
@@ -15,11 +17,21 @@ allowed_for() {
     data) echo "data" ;;
     tokenizer) echo "tokenizer" ;;
     chat) echo "chat" ;;
-    trainer) echo "comm chunkmem optim models data tokenizer trainer third_party" ;;
+    trainer/config) echo "comm chunkmem optim models data tokenizer trainer/config" ;;
+    trainer/engine) echo "$(allowed_for trainer/config) trainer/engine" ;;
+    trainer/io) echo "$(allowed_for trainer/engine) trainer/io" ;;
+    trainer/logging) echo "$(allowed_for trainer/io) trainer/logging" ;;
+    trainer) echo "$(allowed_for trainer/logging) trainer" ;;
   esac
 }
 
-# Prints one line per violation found in folder $2 (layer $1) under root $3.
+# The unit a path names: trainer's room ("trainer/io/checkpoint.h" -> trainer/io), or
+# the top folder ("models/gpt.h" -> models, "trainer/trainer.h" -> trainer).
+unit_of() {
+  sed -E 's#^(trainer/(config|engine|io|logging))([/:].*)?$#\1#; t; s#^([a-z_]+).*#\1#'
+}
+
+# Prints one line per violation found in folder $2 (layer $1).
 violations() {
   local layer=$1 dir=$2 allowed used f
   allowed=" $(allowed_for "$layer") third_party "
@@ -28,9 +40,9 @@ violations() {
     if [ "$(basename "$f")" = BUILD ]; then
       # Dependencies only: visibility entries (__pkg__, __subpackages__, //visibility) are not.
       used=$(grep -oE '"//[a-z_]+[:/]?[^"]*"' "$f" | grep -vE '__pkg__|__subpackages__|^"//(visibility|conditions)' |
-             sed -E 's|^"//([a-z_]+).*|\1|' || true)
+             sed -E 's|^"//([^":]*).*|\1|' | unit_of || true)
     else
-      used=$(grep -oE '^#include "[a-z_]+/' "$f" | sed 's|#include "||; s|/$||' || true)
+      used=$(grep -oE '^#include "[a-z_]+/[^"]*' "$f" | sed 's|#include "||' | unit_of || true)
     fi
     for u in $used; do
       case "$allowed" in *" $u "*) ;; *) echo "$f uses $u, which layer '$layer' may not depend on" ;; esac
@@ -42,18 +54,21 @@ violations() {
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/comm"
-echo '#include "trainer/config.h"' > "$tmp/comm/bad.h"
+echo '#include "trainer/config/config.h"' > "$tmp/comm/bad.h"
 echo 'cc_library(name = "x", deps = ["//optim:lr_schedule"])' > "$tmp/comm/BUILD"
-planted=$(violations comm "$tmp/comm" | wc -l)
-if [ "$planted" -ne 2 ]; then
-  echo "FAIL: the layering check missed planted violations ($planted of 2 found)"
+mkdir -p "$tmp/trainer/config"
+echo '#include "trainer/engine/engine.h"' > "$tmp/trainer/config/bad.h"
+echo 'cc_library(name = "x", deps = ["//trainer/io:file_io"])' > "$tmp/trainer/config/BUILD"
+planted=$(( $(violations comm "$tmp/comm" | wc -l) + $(violations trainer/config "$tmp/trainer/config" | wc -l) ))
+if [ "$planted" -ne 4 ]; then
+  echo "FAIL: the layering check missed planted violations ($planted of 4 found)"
   exit 1
 fi
 
 # 2. The real tree.
 status=0
 checked=0
-for layer in comm chunkmem optim models data tokenizer chat trainer; do
+for layer in comm chunkmem optim models data tokenizer chat trainer/config trainer/engine trainer/io trainer/logging trainer; do
   [ -d "$layer" ] || { echo "FAIL: folder $layer missing from test data"; exit 1; }
   out=$(violations "$layer" "$layer")
   checked=$((checked + $(ls "$layer" | wc -l)))

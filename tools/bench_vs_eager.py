@@ -174,7 +174,7 @@ class Llama(nn.Module):  # embed_tokens, layers, norm, lm_head (tied: the embedd
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
-def flops_per_token(m, n_params):  # trainer/metrics.h: 6 N + 12 L A T, A = the queries' width
+def flops_per_token(m, n_params):  # trainer/logging/metrics.h: 6 N + 12 L A T, A = the queries' width
     width = m["n_head"] * m["head_dim"] if m["kind"] == "llama" else m["n_embd"]
     return 6.0 * n_params + 12.0 * m["n_layer"] * width * m["seq_len"]
 

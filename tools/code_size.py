@@ -25,7 +25,7 @@ import sys
 FOLDERS = ["chunkmem", "optim", "trainer", "models", "data", "tokenizer", "chat", "comm", "tools"]
 FILE_LIMIT_LINES = 400
 FUNCTION_LIMIT_LINES = 60
-EXEMPT = {"trainer/config_schema.cc"}  # declarative tables
+EXEMPT = {"trainer/config/config_schema.cc"}  # declarative tables
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINE = os.path.join(ROOT, "tools", "code_size_baseline.txt")
 

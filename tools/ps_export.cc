@@ -3,7 +3,7 @@
 // model.safetensors or shards + index, the run's tokenizer files and the source's
 // generation_config.json, which transformers' from_pretrained loads. A LoRA run's
 // checkpoint (lora.enabled) gives a PEFT adapter folder (PeftModel.from_pretrained over
-// the base), or with --merge the base with the adapters merged in (trainer/lora_io.h).
+// the base), or with --merge the base with the adapters merged in (trainer/io/lora_io.h).
 //
 //   ps_export --checkpoint runs/x/checkpoints[/step_N] --out runs/x/hf [--overwrite] [--dtype bf16]
 //   ps_export --checkpoint runs/lora/checkpoints --out runs/lora/adapter [--base-model meta-llama/Llama-3.1-8B]
@@ -17,10 +17,10 @@
 #include <exception>
 #include <iostream>
 
-#include "trainer/checkpoint.h"
-#include "trainer/config_loader.h"
-#include "trainer/hf_io.h"
-#include "trainer/lora_io.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/io/hf_io.h"
+#include "trainer/io/lora_io.h"
 
 namespace {
 

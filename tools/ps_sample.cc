@@ -8,7 +8,7 @@
 // Generation stops at the tokenizer's end-of-text token and at the eos ids of the
 // folder's generation_config.json (else config.json; for a checkpoint, those of its
 // model.init_from folder when it is still there), unless --ignore-eos. A LoRA run's
-// checkpoint is sampled with its adapters merged into the base (trainer/lora_io.h,
+// checkpoint is sampled with its adapters merged into the base (trainer/io/lora_io.h,
 // MergedParams: model.init_from must still be there); --adapter merges a PEFT adapter
 // folder into an HF model. The summary on stderr gives prefill and decode tokens/s.
 // --chat holds a conversation instead: each line of stdin is a user turn, rendered with
@@ -48,18 +48,18 @@
 #include "models/llama.h"
 #include "models/lora_config.h"
 #include "models/peft_adapter.h"
-#include "models/sampling.h"
 #include "models/safetensors.h"
+#include "models/sampling.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/chat_session.h"
 #include "tools/option_values.h"
 #include "tools/prep/chat_setup.h"
 #include "tools/prep/options.h"
 #include "tools/text_stream.h"
-#include "trainer/checkpoint.h"
-#include "trainer/hf_io.h"
-#include "trainer/llama_keys.h"
-#include "trainer/lora_io.h"
+#include "trainer/config/llama_keys.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/io/hf_io.h"
+#include "trainer/io/lora_io.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the config reference in README.md from the config schema (the field
-# table in trainer/config_schema.cc). //tests/trainer:config_test fails until this
+# table in trainer/config/config_schema.cc). //tests/trainer:config_test fails until this
 # has been run after a config key changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "tokenizer/tokenizer.h"
-#include "trainer/config_loader.h"
-#include "trainer/hf_io.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/io/hf_io.h"
 
 namespace ps::trainer {
 

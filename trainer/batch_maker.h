@@ -17,7 +17,7 @@
 
 #include "data/mlm_masking.h"
 #include "models/batch.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace ps::trainer {
 

@@ -13,9 +13,9 @@
 #include <functional>
 
 #include "comm/communicator.h"
-#include "trainer/checkpointer.h"
-#include "trainer/config.h"
-#include "trainer/step_logger.h"
+#include "trainer/config/config.h"
+#include "trainer/io/checkpointer.h"
+#include "trainer/logging/step_logger.h"
 
 namespace ps::trainer {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "optim/optim_config.h"
-#include "trainer/engine.h"
-#include "trainer/step_record.h"
+#include "trainer/engine/engine.h"
+#include "trainer/logging/step_record.h"
 
 namespace ps::trainer {
 

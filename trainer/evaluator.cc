@@ -4,7 +4,7 @@
 #include <limits>
 #include <utility>
 
-#include "trainer/step_record.h"
+#include "trainer/logging/step_record.h"
 
 namespace ps::trainer {
 

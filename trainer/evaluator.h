@@ -9,10 +9,10 @@
 #include <memory>
 #include <optional>
 
-#include "trainer/config.h"
-#include "trainer/engine.h"
+#include "trainer/config/config.h"
+#include "trainer/engine/engine.h"
+#include "trainer/logging/step_logger.h"
 #include "trainer/run_data.h"
-#include "trainer/step_logger.h"
 
 namespace ps::trainer {
 

@@ -23,12 +23,12 @@
 #include "comm/nccl_info.h"
 #include "comm/rank_env.h"
 #include "data/data_error.h"
-#include "trainer/chunk_setup.h"
-#include "trainer/config_loader.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/engine/chunk_setup.h"
+#include "trainer/io/version.h"
 #include "trainer/launcher.h"
 #include "trainer/stop_signals.h"
 #include "trainer/train_loop.h"
-#include "trainer/version.h"
 #include "trainer/wait_deadline.h"
 
 namespace {

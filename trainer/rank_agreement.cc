@@ -4,8 +4,8 @@
 #include <set>
 
 #include "comm/exchange.h"
-#include "trainer/config_loader.h"
-#include "trainer/run_folder.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/io/run_folder.h"
 
 namespace ps::trainer {
 namespace {

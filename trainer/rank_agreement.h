@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace ps::trainer {
 

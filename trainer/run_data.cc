@@ -14,7 +14,7 @@
 #include "data/sample_order.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/batch_maker.h"
-#include "trainer/hf_io.h"
+#include "trainer/io/hf_io.h"
 
 namespace ps::trainer {
 namespace {

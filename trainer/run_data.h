@@ -15,7 +15,7 @@
 #include "data/token_source.h"
 #include "models/batch.h"
 #include "trainer/classification_data.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace ps::trainer {
 

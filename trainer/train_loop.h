@@ -11,8 +11,8 @@
 #include <cstdint>
 
 #include "comm/communicator.h"
-#include "trainer/config.h"
-#include "trainer/train_result.h"
+#include "trainer/config/config.h"
+#include "trainer/engine/train_result.h"
 
 namespace ps::trainer {
 

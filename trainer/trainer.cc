@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/io/rng_state.h"
+#include "trainer/io/run_folder.h"
 #include "trainer/loss_divisors.h"
-#include "trainer/rng_state.h"
-#include "trainer/run_folder.h"
 
 namespace ps::trainer {
 namespace {

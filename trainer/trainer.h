@@ -14,14 +14,14 @@
 
 #include "comm/communicator.h"
 #include "optim/lr_schedule.h"
-#include "trainer/checkpoint.h"
 #include "trainer/checkpoint_policy.h"
 #include "trainer/divergence_guard.h"
-#include "trainer/engine.h"
+#include "trainer/engine/engine.h"
+#include "trainer/engine/train_result.h"
 #include "trainer/evaluator.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/logging/step_logger.h"
 #include "trainer/run_data.h"
-#include "trainer/step_logger.h"
-#include "trainer/train_result.h"
 
 namespace ps::trainer {
 

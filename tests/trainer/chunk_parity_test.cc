@@ -11,10 +11,10 @@
 #include "optim/cpu_adam.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
-#include "trainer/chunk_setup.h"
-#include "trainer/config_loader.h"
-#include "trainer/train_loop.h"
 #include "tests/temp_dir.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/engine/chunk_setup.h"
+#include "trainer/train_loop.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "tests/catch.h"
-#include "trainer/config_loader.h"
-#include "trainer/model_shape.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/config/model_shape.h"
 
 namespace ps::trainer {
 namespace {

@@ -13,12 +13,12 @@
 #include <iterator>
 #include <sstream>
 
-#include "trainer/checkpoint.h"
-#include "trainer/config_loader.h"
-#include "trainer/metrics.h"
-#include "trainer/train_loop.h"
 #include "tests/file_size_limit.h"
 #include "tests/temp_dir.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/logging/metrics.h"
+#include "trainer/train_loop.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 

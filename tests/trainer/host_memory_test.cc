@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "tests/catch.h"
-#include "trainer/host_memory.h"
+#include "trainer/logging/host_memory.h"
 
 namespace ps::trainer {
 namespace {

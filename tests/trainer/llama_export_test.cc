@@ -16,12 +16,12 @@
 #include "models/hf_llama.h"
 #include "models/hf_llama_export.h"
 #include "models/safetensors.h"
-#include "trainer/checkpoint.h"
-#include "trainer/config_loader.h"
-#include "trainer/hf_io.h"
-#include "trainer/llama_keys.h"
-#include "trainer/train_loop.h"
 #include "tests/temp_dir.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/config/llama_keys.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/io/hf_io.h"
+#include "trainer/train_loop.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 

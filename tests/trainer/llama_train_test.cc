@@ -12,10 +12,10 @@
 #include <ATen/ATen.h>
 
 #include "models/safetensors.h"
-#include "trainer/chunk_setup.h"
-#include "trainer/config_loader.h"
-#include "trainer/train_loop.h"
 #include "tests/temp_dir.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/engine/chunk_setup.h"
+#include "trainer/train_loop.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "tests/catch.h"
-#include "trainer/metrics.h"
+#include "trainer/logging/metrics.h"
 
 namespace ps::trainer {
 namespace {

@@ -14,10 +14,10 @@
 
 #include <ATen/ATen.h>
 
-#include "trainer/checkpoint.h"
-#include "trainer/config_loader.h"
-#include "trainer/train_loop.h"
 #include "tests/temp_dir.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/train_loop.h"
 
 #include "tests/catch.h"
 

@@ -18,13 +18,13 @@
 #include <iterator>
 #include <map>
 
-#include "trainer/checkpoint.h"
-#include "trainer/config_loader.h"
-#include "trainer/file_io.h"
-#include "trainer/hf_io.h"
-#include "trainer/run_lock.h"
-#include "trainer/train_loop.h"
 #include "tests/temp_dir.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/io/file_io.h"
+#include "trainer/io/hf_io.h"
+#include "trainer/io/run_lock.h"
+#include "trainer/train_loop.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 

@@ -16,9 +16,9 @@
 #include "data/megatron_format.h"
 #include "tests/catch.h"
 #include "tests/temp_dir.h"
-#include "trainer/config_loader.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/io/run_folder.h"
 #include "trainer/run_data.h"
-#include "trainer/run_folder.h"
 #include "trainer/train_loop.h"
 
 namespace ps::trainer {

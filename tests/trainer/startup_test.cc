@@ -8,12 +8,12 @@
 #include <map>
 #include <set>
 
-#include "trainer/config_loader.h"
-#include "trainer/engine.h"
-#include "trainer/hf_io.h"
-#include "trainer/model_factory.h"
-#include "trainer/train_loop.h"
 #include "tests/temp_dir.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/engine/engine.h"
+#include "trainer/engine/model_factory.h"
+#include "trainer/io/hf_io.h"
+#include "trainer/train_loop.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 

@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "models/param_init.h"
-#include "trainer/config_loader.h"
-#include "trainer/engine.h"
-#include "trainer/loss_divisors.h"
-#include "trainer/model_factory.h"
-#include "trainer/trainer.h"
 #include "tests/temp_dir.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/engine/engine.h"
+#include "trainer/engine/model_factory.h"
+#include "trainer/loss_divisors.h"
+#include "trainer/trainer.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 

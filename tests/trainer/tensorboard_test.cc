@@ -13,11 +13,11 @@
 #include "tests/catch.h"
 #include "tests/file_size_limit.h"
 #include "tests/temp_dir.h"
-#include "trainer/config_loader.h"
-#include "trainer/file_io.h"
-#include "trainer/tensorboard_event.pb.h"
-#include "trainer/tensorboard_record.h"
-#include "trainer/tensorboard_writer.h"
+#include "trainer/config/config_loader.h"
+#include "trainer/io/file_io.h"
+#include "trainer/logging/tensorboard_event.pb.h"
+#include "trainer/logging/tensorboard_record.h"
+#include "trainer/logging/tensorboard_writer.h"
 #include "trainer/train_loop.h"
 
 namespace ps::trainer {

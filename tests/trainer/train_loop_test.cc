@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "optim/lr_schedule.h"
-#include "tests/temp_dir.h"
 #include "tests/catch.h"
-#include "trainer/config_loader.h"
+#include "tests/temp_dir.h"
+#include "trainer/config/config_loader.h"
 #include "trainer/train_loop.h"
 
 namespace ps::trainer {

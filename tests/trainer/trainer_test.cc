@@ -24,12 +24,12 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "trainer/checkpoint_policy.h"
-#include "trainer/checkpointer.h"
-#include "trainer/evaluator.h"
-#include "trainer/step_logger.h"
-#include "trainer/trainer.h"
 #include "tests/temp_dir.h"
+#include "trainer/checkpoint_policy.h"
+#include "trainer/evaluator.h"
+#include "trainer/io/checkpointer.h"
+#include "trainer/logging/step_logger.h"
+#include "trainer/trainer.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
 

@@ -1,0 +1,83 @@
+#include "trainer/engine/engine.h"
+
+#include <ATen/TensorOperators.h>
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <string>
+
+#include "trainer/config/config_loader.h"
+#include "trainer/engine/chunk_engine.h"
+#include "trainer/engine/plain_engine.h"
+
+namespace ps::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+Clock::time_point TrainingEngine::PhaseBoundary() const {
+  const at::Device dev = device();
+  if (sync_phases_ && dev.is_cuda()) torch::cuda::synchronize(dev.index());
+  return Clock::now();
+}
+
+ForwardBackwardResult TrainingEngine::ForwardBackward(const std::vector<models::Batch>& micro_batches,
+                                                      const std::vector<double>& loss_divisors) {
+  const at::Device dev = device();
+  auto phase_end = [this]() { return PhaseBoundary(); };
+  const auto k = static_cast<int64_t>(micro_batches.size());
+  TORCH_CHECK(loss_divisors.empty() || loss_divisors.size() == micro_batches.size(),
+              "ForwardBackward: one loss divisor per micro-batch");
+  const std::vector<double> divisors =
+      loss_divisors.empty() ? std::vector<double>(micro_batches.size(), static_cast<double>(k)) : loss_divisors;
+  ForwardBackwardResult r;
+  if (vertical_) {  // each block over every micro-batch, one backward
+    std::vector<models::Batch> on_device;
+    for (const auto& batch : micro_batches) on_device.push_back(batch.To(dev));
+    const auto forward_start = phase_end();
+    r.outs = ForwardMany(on_device, divisors);
+    at::Tensor loss = r.outs.front().loss;
+    for (size_t m = 1; m < r.outs.size(); ++m) loss = loss + r.outs[m].loss;
+    const auto backward_start = phase_end();
+    r.forward_ms += MsBetween(forward_start, backward_start);
+    Backward(loss);
+    r.backward_ms += MsBetween(backward_start, phase_end());
+  } else {
+    for (size_t m = 0; m < micro_batches.size(); ++m) {
+      const models::Batch batch = micro_batches[m].To(dev);
+      const auto forward_start = phase_end();
+      r.outs.push_back(Forward(batch, k, divisors[m]));
+      const auto backward_start = phase_end();
+      r.forward_ms += MsBetween(forward_start, backward_start);
+      Backward(r.outs.back().loss);
+      r.backward_ms += MsBetween(backward_start, phase_end());
+      r.outs.back().loss = r.outs.back().loss.detach();  // the graph is not kept past its backward
+    }
+  }
+  for (auto& out : r.outs) out.loss = out.loss.detach();
+  return r;
+}
+
+std::unique_ptr<TrainingEngine> MakeEngine(std::unique_ptr<models::TrainableModel> model, const Config& config,
+                                           at::Device device, const models::InitPlan& init,
+                                           comm::Communicator* comm) {
+  // One rank runs without collectives unless distributed.force_collectives asks for them.
+  if (comm != nullptr && comm->world_size() == 1 && !config.distributed.force_collectives) comm = nullptr;
+  std::unique_ptr<TrainingEngine> engine;
+  if (config.chunk.enabled) {
+    engine = std::make_unique<ChunkEngine>(std::move(model), config, device, init, comm);
+  } else {
+    engine = std::make_unique<PlainEngine>(std::move(model), config, device, init, comm);
+  }
+  const int world = comm ? comm->world_size() : 1;
+  engine->set_accumulation(VerticalAccumulation(config.train, world), config.logging.step_breakdown);
+  return engine;
+}
+
+}  // namespace ps::trainer
