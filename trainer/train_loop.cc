@@ -23,6 +23,7 @@
 #include "trainer/config/model_shape.h"
 #include "trainer/engine/chunk_setup.h"
 #include "trainer/engine/engine.h"
+#include "trainer/engine/engine_factory.h"
 #include "trainer/engine/model_factory.h"
 #include "trainer/evaluator.h"
 #include "trainer/io/checkpointer.h"

@@ -22,6 +22,7 @@
 #include "trainer/config/config_loader.h"
 #include "trainer/engine/chunk_setup.h"
 #include "trainer/engine/engine.h"
+#include "trainer/engine/engine_factory.h"
 #include "trainer/engine/model_factory.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/io/hf_io.h"

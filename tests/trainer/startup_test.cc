@@ -11,6 +11,7 @@
 #include "tests/temp_dir.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/engine/engine.h"
+#include "trainer/engine/engine_factory.h"
 #include "trainer/engine/model_factory.h"
 #include "trainer/io/hf_io.h"
 #include "trainer/train_loop.h"

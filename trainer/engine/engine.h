@@ -158,12 +158,4 @@ class TrainingEngine {
   bool sync_phases_ = false;
 };
 
-// The engine `config` asks for, taking `model` (built uninitialised, on the host): the
-// engine writes every parameter's initial values as `init` says (models/param_init.h),
-// in place (plain) or in its chunk slots (chunks), in parallel over parameters.
-// `comm`: the ranks of a data-parallel run (null = one process); not owned.
-std::unique_ptr<TrainingEngine> MakeEngine(std::unique_ptr<models::TrainableModel> model, const Config& config,
-                                           at::Device device, const models::InitPlan& init,
-                                           comm::Communicator* comm = nullptr);
-
 }  // namespace ps::trainer
