@@ -286,7 +286,6 @@ TrainerSettings SettingsOf(const Config& c, const TrainOptions& options, const R
   s.run = IdentityOf(c);
   s.config_yaml = ConfigToYaml(c);
   s.version = std::string("ps_train ") + kVersion;
-  s.abort_after_step = options.abort_after_step;
   return s;
 }
 

@@ -20,9 +20,6 @@ namespace ps::trainer {
 struct TrainOptions {
   // Set (to a signal number) by StopSignals; polled after every step. Null = none.
   const std::atomic<int>* stop_requested = nullptr;
-  // Tests: return right after this step as a killed process would (no checkpoint, no
-  // summary). 0 = off.
-  int64_t abort_after_step = 0;
   // The ranks of a data-parallel run (main builds it from distributed.*); null = one
   // process. Rank 0 alone writes the output folder, metrics and checkpoints; every rank
   // reads its own micro-batches and the logged loss is the mean over ranks. Not owned.

@@ -55,9 +55,6 @@ struct TrainerSettings {
   RunIdentity run;
   std::string config_yaml;
   std::string version;
-  // Tests: return right after this step as a killed process would (no checkpoint, no
-  // summary). 0 = off.
-  int64_t abort_after_step = 0;
 };
 
 class Trainer {
@@ -73,7 +70,7 @@ class Trainer {
   TrainResult Run();
 
   int64_t start_step() const { return start_step_; }  // steps done before Run
-  // Whether Run reached max_steps (false: a stop signal, or abort_after_step).
+  // Whether Run reached max_steps (false: a stop signal).
   bool completed() const { return completed_; }
 
  private:

@@ -13,6 +13,7 @@
 
 #include "models/safetensors.h"
 #include "tests/temp_dir.h"
+#include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/train_loop.h"
@@ -149,9 +150,7 @@ TEST_CASE("a resumed BERT run masks and trains exactly as an uninterrupted one",
     };
     const TrainResult whole = Train(config("_whole"));
     Config first = config("_split");
-    TrainOptions stop;
-    stop.abort_after_step = 7;  // killed after step 7: the checkpoint of step 5 remains
-    Train(first, stop);
+    testing::TrainKilledAfter(first, 7);  // the checkpoint of step 5 remains
     Config second = config("_split");
     second.run.overwrite = false;
     second.checkpoint.resume = "auto";

@@ -15,6 +15,7 @@
 
 #include "tests/file_size_limit.h"
 #include "tests/temp_dir.h"
+#include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/logging/metrics.h"
@@ -78,9 +79,7 @@ TEST_CASE("a run whose checkpoint does not fit the disk fails; the earlier check
       "logging: {level: error}\n"
       "checkpoint: {every_steps: 3, async: false}\n",
       "test.yaml", {"data.train_path=" + corpus, "run.output_dir=" + dir, "run.threads=1"}, ProcessEnv());
-  TrainOptions first_half;
-  first_half.abort_after_step = 4;  // leaves a complete checkpoint at step 3
-  Train(c, first_half);
+  testing::TrainKilledAfter(c, 4);  // leaves a complete checkpoint at step 3
   const std::string saved = dir + "/checkpoints/step_3";
   REQUIRE(fs::exists(saved + "/state.json"));
   const int64_t checkpoint_bytes = static_cast<int64_t>(fs::file_size(saved + "/optimizer.safetensors"));

@@ -13,6 +13,7 @@
 
 #include "models/safetensors.h"
 #include "tests/temp_dir.h"
+#include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/engine/chunk_setup.h"
 #include "trainer/train_loop.h"
@@ -79,9 +80,7 @@ TEST_CASE("llama: a chunk run killed and resumed logs the same losses bitwise", 
   std::vector<std::string> interrupted = extra;
   interrupted.push_back("checkpoint.every_steps=4");
   const Config c = Tiny("resume_cut", interrupted);
-  TrainOptions kill;
-  kill.abort_after_step = 6;
-  REQUIRE(Train(c, kill).losses.size() == 6);
+  testing::TrainKilledAfter(c, 6);
   const TrainResult resumed = Train(c);
   REQUIRE(resumed.start_step == 4);
   REQUIRE(resumed.losses.size() == whole.losses.size() - 4);

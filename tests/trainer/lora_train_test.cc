@@ -19,6 +19,7 @@
 #include "models/safetensors.h"
 #include "models/trainable.h"
 #include "tests/temp_dir.h"
+#include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/engine/chunk_setup.h"
 #include "trainer/engine/engine.h"
@@ -174,9 +175,7 @@ TEST_CASE("lora: a killed run resumes bitwise; over another base it is an error 
   const TrainResult whole = Train(Tiny("lora_whole", {"run.overwrite=true", "checkpoint.resume=never"}));
   const Config cut = Tiny("lora_cut", {"checkpoint.every_steps=4"});
   fs::remove_all(cut.run.output_dir);
-  TrainOptions kill;
-  kill.abort_after_step = 6;
-  REQUIRE(Train(cut, kill).losses.size() == 6);
+  testing::TrainKilledAfter(cut, 6);
   const TrainResult resumed = Train(cut);
   REQUIRE(resumed.start_step == 4);
   REQUIRE(resumed.losses.size() == 4);
@@ -340,9 +339,7 @@ TEST_CASE("lora through chunks: bf16, a killed run resumes bitwise, another base
   cut_keys.push_back("checkpoint.every_steps=4");
   const Config cut = Tiny("lora_bf16_cut", cut_keys);
   fs::remove_all(cut.run.output_dir);
-  TrainOptions kill;
-  kill.abort_after_step = 6;
-  REQUIRE(Train(cut, kill).losses.size() == 6);
+  testing::TrainKilledAfter(cut, 6);
   const TrainResult resumed = Train(cut);
   REQUIRE(resumed.losses.size() == 4);
   for (size_t i = 0; i < resumed.losses.size(); ++i) CHECK(resumed.losses[i] == whole.losses[4 + i]);

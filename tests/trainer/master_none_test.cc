@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/temp_dir.h"
+#include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/train_loop.h"
@@ -59,9 +60,7 @@ double Mean(const std::vector<double>& v, size_t from) {
 void CheckKilledAndResumed(const std::string& name, std::vector<std::string> extra, const TrainResult& whole) {
   extra.push_back("checkpoint.every_steps=5");
   const Config c = Tiny(name, extra);
-  TrainOptions kill;
-  kill.abort_after_step = 7;
-  REQUIRE(Train(c, kill).losses.size() == 7);
+  testing::TrainKilledAfter(c, 7);
   const TrainResult resumed = Train(c);
   REQUIRE(resumed.start_step == 5);
   REQUIRE(resumed.losses.size() == 11);

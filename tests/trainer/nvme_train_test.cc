@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 
 #include "tests/temp_dir.h"
+#include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/train_loop.h"
@@ -160,9 +161,7 @@ TEST_CASE("NVMe tier: killed and resumed from a checkpoint, the same losses bitw
   std::vector<std::string> cut = extra;
   cut.push_back("checkpoint.every_steps=4");
   const Config c = Tiny("nvme_resume_cut", cut);
-  TrainOptions kill;
-  kill.abort_after_step = 6;
-  REQUIRE(Train(c, kill).losses.size() == 6);
+  testing::TrainKilledAfter(c, 6);
   const TrainResult resumed = Train(c);  // a new process's tier: its state from step 4's checkpoint
   REQUIRE(resumed.start_step == 4);
   REQUIRE(resumed.losses.size() == 8);

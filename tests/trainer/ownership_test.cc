@@ -19,6 +19,7 @@
 #include <map>
 
 #include "tests/temp_dir.h"
+#include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/io/file_io.h"
@@ -190,9 +191,7 @@ TEST_CASE("an edited manifest in the newest checkpoint: resume falls back and no
   for (const char* field : {"step", "consumed_samples"}) {
     INFO(field);
     const Config c = Tiny(std::string("edited_") + field, {"train.max_steps=6"});
-    TrainOptions kill;
-    kill.abort_after_step = 5;
-    Train(c, kill);
+    testing::TrainKilledAfter(c, 5);
     const std::string dir = c.run.output_dir + "/checkpoints";
     REQUIRE(ListCheckpoints(dir) == std::vector<std::string>{dir + "/step_4", dir + "/step_2"});
     // The newest manifest edited (no new hash): a negative step, or fewer samples.

@@ -1,6 +1,6 @@
 // Checkpoint and resume, end to end through Train(): a run interrupted after a
-// checkpoint (TrainOptions::abort_after_step: returns as a killed process would, losing
-// the steps after its last checkpoint) and resumed logs bitwise the losses of an
+// checkpoint (TrainKilledAfter, killed_run.h: what a killed process leaves, the steps
+// after its last checkpoint lost) and resumed logs bitwise the losses of an
 // uninterrupted run, for plain runs, chunk runs evicting on the simulated tier, fp16
 // with the dynamic scaler mid-hysteresis, gradient accumulation, CPU embeddings and
 // bf16 with gradients in the compute slots. Checkpoints are layout independent (plain
@@ -13,6 +13,7 @@
 #include <iterator>
 
 #include "tests/temp_dir.h"
+#include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/train_loop.h"
@@ -51,10 +52,7 @@ void CheckExactResume(const std::string& name, std::vector<std::string> extra, i
   std::vector<std::string> interrupted = extra;
   interrupted.push_back("checkpoint.every_steps=" + std::to_string(every));
   const Config c = Tiny(name + "_cut", interrupted);
-  TrainOptions kill;
-  kill.abort_after_step = kill_at;
-  const TrainResult first = Train(c, kill);
-  REQUIRE(first.losses.size() == static_cast<size_t>(kill_at));
+  testing::TrainKilledAfter(c, kill_at);
   const TrainResult resumed = Train(c);
   const int64_t saved = kill_at / every * every;
   REQUIRE(resumed.start_step == saved);
@@ -177,9 +175,7 @@ TEST_CASE("fp16 chunks, dynamic scaler saved mid-hysteresis: the same losses and
 TEST_CASE("checkpoints are layout independent: chunks <-> plain, another chunk size", "[resume][layout]") {
   const std::vector<std::string> chunked = {"chunk.enabled=true", "chunk.size_elements=20000", "checkpoint.every_steps=8"};
   const Config source = Tiny("layout_src", chunked);
-  TrainOptions kill;
-  kill.abort_after_step = 9;  // killed after step 9: step 8's checkpoint is the last
-  const TrainResult src = Train(source, kill);
+  testing::TrainKilledAfter(source, 9);  // step 8's checkpoint is the last
   const TrainResult whole = Train(Tiny("layout_whole", {"chunk.enabled=true", "chunk.size_elements=20000"}));
   const std::string ckpt = source.run.output_dir + "/checkpoints/step_8";
   for (const auto& target : std::vector<std::vector<std::string>>{
@@ -198,7 +194,6 @@ TEST_CASE("checkpoints are layout independent: chunks <-> plain, another chunk s
       CHECK(r.losses[i] == Approx(whole.losses[8 + i]).epsilon(1e-5));  // to kernel rounding
     }
   }
-  CHECK(src.losses.size() == 9);
 }
 
 TEST_CASE("checkpoint.keep prunes old checkpoints; latest names the newest", "[resume][keep]") {
@@ -216,9 +211,7 @@ TEST_CASE("checkpoint.keep prunes old checkpoints; latest names the newest", "[r
 
 TEST_CASE("resume: auto skips a corrupt newest checkpoint for the next older valid one", "[resume][corrupt]") {
   const Config c = Tiny("corrupt", {"checkpoint.every_steps=4", "checkpoint.keep=3"});
-  TrainOptions kill;
-  kill.abort_after_step = 13;  // checkpoints at 4, 8, 12
-  Train(c, kill);
+  testing::TrainKilledAfter(c, 13);  // checkpoints at 4, 8, 12
   {  // flip one byte in the newest checkpoint's optimizer state
     std::fstream f(c.run.output_dir + "/checkpoints/step_12/optimizer.safetensors", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-5, std::ios::end);

@@ -1,0 +1,37 @@
+// TrainKilledAfter: the run `config` describes, ended after step `kill_at` with what a
+// process killed there leaves on disk: the periodic checkpoints (checkpoint.every_steps)
+// of the steps before it, none of `kill_at` itself and none at the end. Built from the
+// public interface, with no hook in the training loop: the same config with
+// train.max_steps = kill_at and checkpoint.at_end = false, and the LR schedule's decay
+// length written out, so the rates of those steps are the full run's. Requires `kill_at`
+// before max_steps and off the checkpoint cadence (a checkpoint due at `kill_at` would be
+// written), and a schedule whose rates do not move with max_steps once the decay length
+// is given (not wsd, whose decay starts max_steps - decay_steps in).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "tests/catch.h"
+#include "trainer/config/config.h"
+#include "trainer/train_loop.h"
+
+namespace ps::testing {
+
+inline trainer::TrainResult TrainKilledAfter(trainer::Config config, int64_t kill_at,
+                                             const trainer::TrainOptions& options = {}) {
+  REQUIRE(kill_at < config.train.max_steps);
+  REQUIRE((config.checkpoint.every_steps == 0 || kill_at % config.checkpoint.every_steps != 0));
+  REQUIRE(config.checkpoint.every_minutes == 0);
+  REQUIRE(config.lr_schedule.type != optim::ScheduleType::kWsd);
+  if (config.lr_schedule.decay_steps == 0) {  // optim::LrSchedule's default: until max_steps
+    config.lr_schedule.decay_steps = std::max<int64_t>(1, config.train.max_steps - config.lr_schedule.warmup_steps);
+  }
+  config.train.max_steps = kill_at;
+  config.checkpoint.at_end = false;
+  const trainer::TrainResult result = trainer::Train(config, options);
+  REQUIRE(result.losses.size() == static_cast<size_t>(kill_at - result.start_step));
+  return result;
+}
+
+}  // namespace ps::testing
