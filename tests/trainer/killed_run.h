@@ -6,13 +6,15 @@
 // length written out, so the rates of those steps are the full run's. Requires `kill_at`
 // before max_steps and off the checkpoint cadence (a checkpoint due at `kill_at` would be
 // written), and a schedule whose rates do not move with max_steps once the decay length
-// is given (not wsd, whose decay starts max_steps - decay_steps in).
+// is given (not wsd, whose decay starts max_steps - decay_steps in); throws
+// std::logic_error otherwise (no Catch here: tests include tests/catch.h last, after c10).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
-#include "tests/catch.h"
 #include "trainer/config/config.h"
 #include "trainer/train_loop.h"
 
@@ -20,17 +22,21 @@ namespace ps::testing {
 
 inline trainer::TrainResult TrainKilledAfter(trainer::Config config, int64_t kill_at,
                                              const trainer::TrainOptions& options = {}) {
-  REQUIRE(kill_at < config.train.max_steps);
-  REQUIRE((config.checkpoint.every_steps == 0 || kill_at % config.checkpoint.every_steps != 0));
-  REQUIRE(config.checkpoint.every_minutes == 0);
-  REQUIRE(config.lr_schedule.type != optim::ScheduleType::kWsd);
+  const bool on_cadence = config.checkpoint.every_steps > 0 && kill_at % config.checkpoint.every_steps == 0;
+  if (kill_at >= config.train.max_steps || on_cadence || config.checkpoint.every_minutes != 0 ||
+      config.lr_schedule.type == optim::ScheduleType::kWsd) {
+    throw std::logic_error("TrainKilledAfter(" + std::to_string(kill_at) +
+                           "): needs a step before max_steps, off the checkpoint cadence, no every_minutes, not wsd");
+  }
   if (config.lr_schedule.decay_steps == 0) {  // optim::LrSchedule's default: until max_steps
     config.lr_schedule.decay_steps = std::max<int64_t>(1, config.train.max_steps - config.lr_schedule.warmup_steps);
   }
   config.train.max_steps = kill_at;
   config.checkpoint.at_end = false;
   const trainer::TrainResult result = trainer::Train(config, options);
-  REQUIRE(result.losses.size() == static_cast<size_t>(kill_at - result.start_step));
+  if (result.losses.size() != static_cast<size_t>(kill_at - result.start_step)) {
+    throw std::logic_error("TrainKilledAfter: the run did not reach step " + std::to_string(kill_at));
+  }
   return result;
 }
 

@@ -5,9 +5,7 @@
 // with the dynamic scaler mid-hysteresis, gradient accumulation, CPU embeddings and
 // bf16 with gradients in the compute slots. Checkpoints are layout independent (plain
 // <-> chunks, another chunk size), pruned to checkpoint.keep, a corrupt newest one is
-// skipped by resume: auto, and a stop signal leaves a checkpoint.
-#include <atomic>
-#include <csignal>
+// skipped by resume: auto. (Stop signals: trainer_test's fake engine and signal_test.sh.)
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -285,21 +283,6 @@ TEST_CASE("an output folder of another run is not overwritten silently", "[resum
   std::ifstream in(metrics);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(text.find("\"summary\"") == text.rfind("\"summary\""));  // replaced: one run's summary, not appended
-}
-
-TEST_CASE("a stop signal finishes the step, writes a checkpoint and reports the signal", "[resume][signal]") {
-  const Config c = Tiny("signal", {"checkpoint.every_steps=100"});
-  std::atomic<int> flag{SIGTERM};
-  TrainOptions options;
-  options.stop_requested = &flag;
-  const TrainResult r = Train(c, options);
-  CHECK(r.stop_signal == SIGTERM);
-  CHECK(r.losses.size() == 1);
-  const auto saved = ListCheckpoints(c.run.output_dir + "/checkpoints");
-  REQUIRE(saved.size() == 1);
-  CHECK(fs::path(saved[0]).filename() == "step_1");
-  flag = 0;
-  CHECK(Train(c, options).start_step == 1);  // and a requeued run picks up there
 }
 
 TEST_CASE("fp16 that only overflows at the minimum scale stops with an error", "[resume][fp16][diverge]") {
