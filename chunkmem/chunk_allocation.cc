@@ -1,8 +1,9 @@
 #include "chunkmem/chunk_allocation.h"
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 
 #include <chrono>
 

@@ -20,6 +20,7 @@
 
 #include "chunkmem/chunk_store.h"
 #include "chunkmem/layout.h"
+#include "chunkmem/master_rule.h"
 #include "chunkmem/nvme_state.h"
 #include "chunkmem/state_layout.h"
 
@@ -34,16 +35,16 @@ inline int64_t StatePayloadNumel(int64_t capacity_numel, at::ScalarType state_dt
 }
 constexpr int kNumChunkKinds = 5;
 
-// Whether the fp32 master is a chunk kind of its own: the compute dtype is lower and the
-// run keeps a master (optimizer.master_weights fp32). Otherwise kMaster is the compute
-// chunk: fp32 values, or without a master the weights' only copy in the compute dtype.
+// master_rule.h's rule for a compute dtype: whether the fp32 master is a chunk kind of
+// its own (otherwise kMaster is the compute chunk), and a grad chunk's dtype (the update
+// reads gradients of any float dtype).
 inline bool SeparateMaster(at::ScalarType compute_dtype, bool master_weights) {
-  return compute_dtype != at::kFloat && master_weights;
+  return SeparateMaster(static_cast<int64_t>(c10::elementSize(compute_dtype)), master_weights);
 }
-// A grad chunk's dtype: fp32, or without a master the compute dtype (the update reads
-// gradients of any float dtype; 2 bytes per parameter instead of 4).
 inline at::ScalarType GradChunkDtype(at::ScalarType compute_dtype, bool master_weights) {
-  return master_weights ? at::kFloat : compute_dtype;
+  return GradElementBytes(static_cast<int64_t>(c10::elementSize(compute_dtype)), master_weights) == 4
+             ? at::kFloat
+             : compute_dtype;
 }
 using ChunkIds = std::array<int, kNumChunkKinds>;  // [kind] -> store id; -1: none (not owned)
 

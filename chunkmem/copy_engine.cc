@@ -1,6 +1,6 @@
 #include "chunkmem/copy_engine.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <condition_variable>

@@ -1,6 +1,8 @@
 #include "chunkmem/device_arena.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>

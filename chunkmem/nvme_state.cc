@@ -1,6 +1,6 @@
 #include "chunkmem/nvme_state.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>

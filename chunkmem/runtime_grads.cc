@@ -4,7 +4,7 @@
 // with grads_in_compute_chunks the gradient overwrites the parameter's compute slot;
 // with ZeRO it goes into its group's buffer (zero_groups.h).
 // Called on the thread that runs backward (see runtime.h), never concurrently.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 

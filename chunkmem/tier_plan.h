@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "chunkmem/layout.h"
+#include "chunkmem/master_rule.h"
 
 namespace ps::chunkmem {
 
@@ -138,12 +139,14 @@ struct TierPlan {
   bool fits() const { return why_not.empty(); }
 };
 
-// Bytes per element of the separate fp32 master (SeparateMaster: 4, else 0) and of a
-// grad chunk (fp32 4; without a master the compute dtype's).
+// Bytes per element of the separate fp32 master (4, else 0) and of a grad chunk
+// (master_rule.h).
 inline int64_t SeparateMasterBytes(const TierPlanInput& in) {
-  return in.compute_element_bytes != 4 && in.master_weights ? 4 : 0;
+  return SeparateMaster(in.compute_element_bytes, in.master_weights) ? 4 : 0;
 }
-inline int64_t GradElementBytes(const TierPlanInput& in) { return in.master_weights ? 4 : in.compute_element_bytes; }
+inline int64_t GradElementBytes(const TierPlanInput& in) {
+  return GradElementBytes(in.compute_element_bytes, in.master_weights);
+}
 
 // Optimizer-state bytes of a trainable chunk of `capacity_numel`: m and v
 // (StatePayloadBytes each), plus the fp32 master when it is not the compute chunk.

@@ -1,6 +1,6 @@
 #include "chunkmem/zero_groups.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 

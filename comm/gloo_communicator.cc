@@ -1,6 +1,6 @@
 #include "comm/gloo_communicator.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 #include <gloo/allgather.h>

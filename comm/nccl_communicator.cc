@@ -3,7 +3,8 @@
 #include <c10/util/Exception.h>
 
 #ifdef PS_WITH_CUDA
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>

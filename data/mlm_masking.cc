@@ -1,6 +1,10 @@
 #include "data/mlm_masking.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
 namespace ps::data {

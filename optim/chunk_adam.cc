@@ -1,6 +1,8 @@
 #include "optim/chunk_adam.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/full.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>

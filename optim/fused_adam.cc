@@ -1,7 +1,14 @@
 #include "optim/fused_adam.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 #include "optim/host_params.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 
 namespace ps::optim {

@@ -1,7 +1,10 @@
 #include "optim/hybrid_adam.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/stack.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>

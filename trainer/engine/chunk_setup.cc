@@ -1,12 +1,12 @@
 #include "trainer/engine/chunk_setup.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 
-#include <unistd.h>
-
+#include "chunkmem/master_rule.h"
 #include "chunkmem/memory_plan.h"
 #include "chunkmem/nvme_file.h"
 #include "optim/cpu_topology.h"
@@ -347,10 +347,10 @@ void SetModelAndOptimizer(const Config& c, int world_size, chunkmem::PlanInput& 
   // compute chunk when it is separate from the master) per slot.
   input.speculation_slots = c.optimizer.speculation_slots;
   // (8-bit moments with their block scales: counted as 2 bytes each, a little more.)
-  const bool separate = input.compute_element_bytes != 4 && input.master_weights;
-  input.backup_bytes_per_element = (input.master_weights ? 4 : input.compute_element_bytes) +
+  const int64_t compute = input.compute_element_bytes;
+  input.backup_bytes_per_element = chunkmem::UpdatedWeightBytes(compute, input.master_weights) +
                                    2 * std::max<int64_t>(2, input.state_element_bytes) +
-                                   (separate ? input.compute_element_bytes : 0);
+                                   (chunkmem::SeparateMaster(compute, input.master_weights) ? compute : 0);
   input.margin_use_ratio = c.optimizer.hybrid_adam ? c.chunk.margin_use_ratio : 0.0;
   input.nvme = !c.chunk.nvme_dir.empty();
   input.nvme_host_budget_bytes = c.chunk.nvme_host_budget_bytes;
