@@ -71,7 +71,7 @@ checked=0
 for layer in comm chunkmem optim models data tokenizer chat trainer/config trainer/engine trainer/io trainer/logging trainer; do
   [ -d "$layer" ] || { echo "FAIL: folder $layer missing from test data"; exit 1; }
   out=$(violations "$layer" "$layer")
-  checked=$((checked + $(ls "$layer" | wc -l)))
+  checked=$((checked + $(ls -p "$layer" | grep -vc /)))
   if [ -n "$out" ]; then
     echo "$out"
     status=1

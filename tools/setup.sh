@@ -52,10 +52,12 @@ fi
 # /dev/shm is a tmpfs with room for the outputs that pass through it (4 GiB free). The
 # tests' TEST_TMPDIR then moves out of the sandbox to the output base (Bazel's: the md5
 # of the workspace path), so it stays on a disk: the NVMe tier's tests refuse a tmpfs.
-repo=$(cd "$(dirname "$0")/.." && pwd)
+# Under sudo the file would name root's output base, not the user's: not written then.
+repo=$(cd "$(dirname "$0")/.." && pwd -P)
 shm_free_kib=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1 | tr -d ' ' || true)
-if [ "$(stat -f -c %T /dev/shm 2>/dev/null || true)" = tmpfs ] && [ "${shm_free_kib:-0}" -ge 4194304 ]; then
-  test_tmp="$HOME/.cache/bazel/_bazel_$(id -un)/$(printf %s "$repo" | md5sum | cut -c1-32)/ps_test_tmp"
+if [ -z "${SUDO_USER:-}" ] && [ -n "${HOME:-}" ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null || true)" = tmpfs ] &&
+   [ "${shm_free_kib:-0}" -ge 4194304 ]; then
+  test_tmp="$HOME/.cache/bazel/_bazel_${USER:-$(id -un)}/$(printf %s "$repo" | md5sum | cut -c1-32)/ps_test_tmp"
   mkdir -p "$test_tmp"
   printf 'build --sandbox_base=/dev/shm\ntest --test_tmpdir=%s\n' "$test_tmp" > "$repo/.bazelrc.machine"
 else

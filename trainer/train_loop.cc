@@ -385,7 +385,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   TrainResult result = trainer.Run();
   result.startup_s = startup.seconds;
   result.startup_peak_rss_bytes = startup.peak_rss_bytes;
-  if (!trainer.completed()) return result;  // a stop signal (or a test's abort)
+  if (!trainer.completed()) return result;  // a stop signal
   ExportAtEndOfRun(engine, c, rank.writer, logger);
   engine.FillResult(result);
   result.packing_efficiency = data.train().handed_out().packing_efficiency();

@@ -6,8 +6,11 @@
 // length written out, so the rates of those steps are the full run's. Requires `kill_at`
 // before max_steps and off the checkpoint cadence (a checkpoint due at `kill_at` would be
 // written), and a schedule whose rates do not move with max_steps once the decay length
-// is given (not wsd, whose decay starts max_steps - decay_steps in); throws
-// std::logic_error otherwise (no Catch here: tests include tests/catch.h last, after c10).
+// is given (not wsd, whose decay starts max_steps - decay_steps in). What differs from a
+// real kill is only what a completed run logs: step k's eval, the summary line, and
+// the HF export when checkpoint.export_hf is on (no test here compares those). Throws
+// std::logic_error when a requirement fails (no Catch here: tests include tests/catch.h
+// last, after c10).
 #pragma once
 
 #include <algorithm>

@@ -118,7 +118,7 @@ echo "== bf16 weights without an fp32 master: the fp32 reductions added into bf1
 none=(--set precision.dtype=bf16 --set optimizer.state_dtype=int8 --set optimizer.master_weights=none)
 run one_none "${none[@]}" --set train.micro_batch_size=8
 run zero_none "${none[@]}" --set train.micro_batch_size=4 --nproc 2 \
-  --set checkpoint.every_steps=3 --set checkpoint.at_end=true --set checkpoint.export_hf=true
+  --set checkpoint.every_steps=3 --set checkpoint.export_hf=true
 compare zero_none one_none 3e-4
 one_n=$(summary one_none model_data_bytes)
 two_n=$(summary zero_none model_data_bytes)
@@ -136,8 +136,9 @@ run none_resume1 "${none[@]}" --set train.micro_batch_size=8 --set checkpoint.re
 compare none_resume1 zero_none 3e-4 4
 run none_resume4 "${none[@]}" --set train.micro_batch_size=2 --nproc 4 --set checkpoint.resume="$ckpt_n"
 compare none_resume4 zero_none 3e-4 4
-# The run's export gathers the bf16 weights over the ranks (GatherGroups); ps_export
-# reads the same step's shards from disk. The two folders' weights are the same bytes.
+# The run's export gathers the bf16 weights over the ranks (GatherGroups: at_end is off,
+# so the export does not read a final checkpoint); ps_export reads step 6's shards (a
+# periodic checkpoint) from disk. The two folders' weights are the same bytes.
 "$export_bin" --checkpoint "$tmp/zero_none/checkpoints/step_6" --out "$tmp/none_export" > "$tmp/none_export.log" 2>&1 ||
   { cat "$tmp/none_export.log"; exit 1; }
 cmp "$tmp/zero_none/hf/model.safetensors" "$tmp/none_export/model.safetensors" ||
