@@ -100,6 +100,9 @@ class FakeEngine final : public TrainingEngine {
     calls.push_back("end");
     if (on_end_step) on_end_step(step);
   }
+  void AddStepMetrics(MetricFields& fields, const StepOutcome&) override {
+    fields.Add("fake_moved_bytes", int64_t{5000000000}).Add("fake_move_ms", 0.25);
+  }
   void BeginEval() override { calls.push_back("eval"); }
   models::LossOutput EvalLoss(const models::Batch& batch) override { return {LossOf(batch), {}, {}}; }
   void EndEval() override {}
@@ -278,6 +281,27 @@ TEST_CASE("each component acts on its own cadence", "[trainer]") {
   CHECK(rig.StepsWith("checkpoint_step") == std::vector<int64_t>{3, 6, 9, 12});
   CHECK(rig.Checkpoints() == std::set<std::string>{"step_3", "step_6", "step_9", "step_12"});
   CHECK(r.final_eval_loss == Approx(rig.engine.w0() + 0.01 * 0.5).epsilon(1e-6));  // validation samples 0 and 1
+}
+
+TEST_CASE("an engine's step figures reach every logged line, after the loop's own", "[trainer][metrics]") {
+  Rig rig("engine_fields");
+  rig.logging.log_every = 4;
+  rig.Train();
+  int logged = 0;
+  for (const auto& line : rig.MetricsLines()) {
+    if (line.find("\"loss\"") == std::string::npos || line.find("\"step\"") == std::string::npos) continue;
+    ++logged;
+    INFO(line);
+    const size_t tokens = line.find("\"tokens\": ");
+    const size_t moves = line.find("\"fake_moved_bytes\": 5000000000,");  // an integer, not 5e+09
+    const size_t ms = line.find("\"fake_move_ms\": 0.25");
+    REQUIRE(tokens != std::string::npos);
+    REQUIRE(moves != std::string::npos);
+    REQUIRE(ms != std::string::npos);
+    CHECK(tokens < moves);
+    CHECK(moves < ms);
+  }
+  CHECK(logged == 4);  // steps 1, 4, 8, 12
 }
 
 TEST_CASE("a run killed after its last checkpoint resumes exactly as an uninterrupted run", "[trainer][resume]") {
