@@ -50,14 +50,18 @@ fi
 # about 1.1 s per action on this disk, 0.1 s on a tmpfs (docs/benchmarks.md, "The quick
 # start on a fresh clone"). .bazelrc imports .bazelrc.machine, written here where
 # /dev/shm is a tmpfs with room for the outputs that pass through it (4 GiB free). The
-# tests' TEST_TMPDIR then moves out of the sandbox to the output base (Bazel's: the md5
-# of the workspace path), so it stays on a disk: the NVMe tier's tests refuse a tmpfs.
-# Under sudo the file would name root's output base, not the user's: not written then.
+# tests' TEST_TMPDIR then moves out of the sandbox to the output base (as `bazel info`
+# names it), so it stays on a disk: the NVMe tier's tests refuse a tmpfs. Under sudo the
+# file would name root's output base, not the user's: not written then.
 repo=$(cd "$(dirname "$0")/.." && pwd -P)
 shm_free_kib=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1 | tr -d ' ' || true)
-if [ -z "${SUDO_USER:-}" ] && [ -n "${HOME:-}" ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null || true)" = tmpfs ] &&
+out_base=""
+if [ -z "${SUDO_USER:-}" ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null || true)" = tmpfs ] &&
    [ "${shm_free_kib:-0}" -ge 4194304 ]; then
-  test_tmp="$HOME/.cache/bazel/_bazel_${USER:-$(id -un)}/$(printf %s "$repo" | md5sum | cut -c1-32)/ps_test_tmp"
+  out_base=$(cd "$repo" && bazel info output_base 2>/dev/null || true)
+fi
+if [ -n "$out_base" ]; then
+  test_tmp="$out_base/ps_test_tmp"
   mkdir -p "$test_tmp"
   printf 'build --sandbox_base=/dev/shm\ntest --test_tmpdir=%s\n' "$test_tmp" > "$repo/.bazelrc.machine"
 else
