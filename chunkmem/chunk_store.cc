@@ -48,13 +48,17 @@ class DeviceAllocator final : public TierAllocator {
   at::Device device_;
 };
 
+static_assert(HostPoolSlackBytes(1) == DeviceArena::kAlignBytes * HostPoolMaxPayloads(1),
+              "HostPoolSlackBytes: one arena alignment per payload");
+
 // The device arena (chunk.device_arena) and the host pool: one DeviceArena each.
 class ArenaAllocator final : public TierAllocator {
  public:
   // The store counts exact payload bytes; the arena rounds each payload up to 64 bytes,
-  // so it reserves that rounding for payloads of 4 KiB or more on top of `bytes`.
-  ArenaAllocator(at::Device device, int64_t bytes, DeviceArena::Memory memory, bool keeps_home_slots)
-      : arena_(device, bytes + DeviceArena::kAlignBytes * (bytes / 4096 + 1), memory),
+  // so it reserves `slack_bytes` for that rounding on top of `bytes`.
+  ArenaAllocator(at::Device device, int64_t bytes, int64_t slack_bytes, DeviceArena::Memory memory,
+                 bool keeps_home_slots)
+      : arena_(device, bytes + slack_bytes, memory),
         device_(device),
         keeps_home_slots_(keeps_home_slots) {}
   at::Tensor Allocate(int64_t numel, at::ScalarType dtype) override { return Take(numel, dtype, false); }
@@ -83,16 +87,21 @@ class ArenaAllocator final : public TierAllocator {
 }  // namespace
 
 std::unique_ptr<TierAllocator> MakeArenaAllocator(at::Device device, int64_t bytes) {
-  return std::make_unique<ArenaAllocator>(device, bytes, DeviceArena::Memory::kOfDevice, /*keeps_home_slots=*/false);
+  // The rounding of payloads of 4 KiB or more.
+  return std::make_unique<ArenaAllocator>(device, bytes, DeviceArena::kAlignBytes * (bytes / 4096 + 1),
+                                          DeviceArena::Memory::kOfDevice, /*keeps_home_slots=*/false);
 }
 
-std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes, HostPoolPinning pinning) {
+std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes, int64_t max_payloads,
+                                                     HostPoolPinning pinning) {
   TORCH_CHECK(bytes > 0, "chunkmem: the host pool needs a size > 0, got ", bytes);
+  TORCH_CHECK(max_payloads > 0, "chunkmem: the host pool needs a payload count > 0, got ", max_payloads);
   const DeviceArena::Memory memory = !pinned                                  ? DeviceArena::Memory::kOfDevice
                                      : pinning == HostPoolPinning::kRegister ? DeviceArena::Memory::kRegisteredHost
                                                                                : DeviceArena::Memory::kPinnedHost;
   try {
-    return std::make_unique<ArenaAllocator>(at::kCPU, bytes, memory, /*keeps_home_slots=*/true);
+    return std::make_unique<ArenaAllocator>(at::kCPU, bytes, DeviceArena::kAlignBytes * max_payloads, memory,
+                                            /*keeps_home_slots=*/true);
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, "chunkmem: the host chunk pool of ", bytes, " bytes (", pinned ? "pinned" : "plain",
                 " host memory) cannot be reserved: ", e.what_without_backtrace(),

@@ -59,12 +59,23 @@ std::unique_ptr<TierAllocator> MakeDeviceAllocator(at::Device device);
 std::unique_ptr<TierAllocator> MakeArenaAllocator(at::Device device, int64_t bytes);
 // The host pool: `bytes` of host memory (pinned if `pinned`, CUDA builds: one
 // cudaHostAlloc, or with HostPoolPinning::kRegister mapped, made resident on many
-// threads and registered) reserved once, plus the arena's alignment rounding, carved
-// into payloads; chunks keep their slot while on the device (keeps_home_slots). Size it
-// to the most chunk bytes the host holds (TierPlan::host_chunk_bytes). A size that
-// cannot be reserved throws c10::Error naming the bytes.
-std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes,
+// threads and registered) reserved once, plus the arena's rounding of at most
+// `max_payloads` payloads up to 64 bytes each (HostPoolSlackBytes), carved into payloads;
+// chunks keep their slot while on the device (keeps_home_slots). Size it to the most
+// chunk bytes the host holds (TierPlan::host_chunk_bytes). A size that cannot be
+// reserved throws c10::Error naming the bytes.
+std::unique_ptr<TierAllocator> MakeHostPoolAllocator(bool pinned, int64_t bytes, int64_t max_payloads,
                                                      HostPoolPinning pinning = HostPoolPinning::kHostAlloc);
+
+// The most payloads a run's host pool holds for a layout of `chunks` chunks: a home slot
+// per chunk and kind (five kinds, chunk_allocation.h), speculation backups and the NVMe
+// ring's slots (together at most one per chunk and kind again), and up to 1,024 buffers
+// besides (gradient landing buffers).
+constexpr int64_t HostPoolMaxPayloads(int64_t chunks) { return 2 * 5 * chunks + 1024; }
+// What the pool reserves above its payload bytes for them: the arena rounds each up to
+// DeviceArena::kAlignBytes (64), so at most 63 bytes each, far
+// below the 1/64 of the bytes a bound by size would take (1 GiB of a 64 GiB pool).
+constexpr int64_t HostPoolSlackBytes(int64_t chunks) { return 64 * HostPoolMaxPayloads(chunks); }
 
 struct StoreStats {
   int64_t host_bytes = 0;         // payload bytes held now

@@ -148,10 +148,13 @@ void Residency::FetchToDevice(int chunk) {
   const int64_t need = chunk_bytes(chunk);
   const int64_t budget = ChunkBudgetNow();
   if (!EvictOrGiveWay([&] { return EvictDownTo(budget - need, chunk, need); })) {
-    // During a traced warm-up the small warm-up share may be exceeded when the chunks in
-    // use need it (up to the store's budget); otherwise the chunks in use do not fit.
-    const bool soft = traced_budget() && budget_at_.empty() && store_.CanHold(Tier::kDevice, need);
+    // With a traced budget the chunks in use get their room up to the store's budget:
+    // during warm-up (the small warm-up share), and while paused (evaluation, whose
+    // lowest-moment budget was traced for other chunks in use; an overrun). Otherwise
+    // the chunks in use do not fit.
+    const bool soft = traced_budget() && (budget_at_.empty() || paused_) && store_.CanHold(Tier::kDevice, need);
     if (!soft) FailNoRoom(chunk, need, budget);
+    if (paused_) ++stats_.budget_overruns;
   }
   MoveChunk(chunk, Tier::kDevice);
 }

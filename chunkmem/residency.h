@@ -13,7 +13,9 @@
 // - a chunk in use is on the device, and no chunk in use or pinned is evicted;
 // - an eviction or a fetch only happens here (MoveChunk), counted and timelined;
 // - after warm-up, the device chunk bytes at a moment stay within the moment's budget
-//   unless the chunks in use alone exceed it (counted in budget_overruns);
+//   unless the chunks in use alone exceed it (counted in budget_overruns; while paused
+//   the budget is the lowest moment's, and the chunks in use may exceed it too, up to
+//   the store's budget);
 // - a prefetch only evicts chunks needed later than the chunk it brings.
 // Single-threaded: the training thread and the backward thread, which never overlap.
 #pragma once
@@ -79,7 +81,7 @@ struct ResidencyStats {
   // After warm-up, with a probe: the most (device chunk bytes + non-model bytes) in any
   // moment's interval (both peaks of the interval added: an upper bound).
   int64_t peak_device_total_bytes = 0;
-  int64_t budget_overruns = 0;          // moments whose traced budget chunks in use exceeded
+  int64_t budget_overruns = 0;          // moments (or paused fetches) whose traced budget chunks in use exceeded
   double move_ms = 0;                   // training-thread time in chunk moves (async: submitting), cumulative
 };
 

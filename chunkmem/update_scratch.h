@@ -23,12 +23,15 @@ constexpr int64_t kDeviceUpdateSliceNumel = int64_t{1} << 23;
 // (de)quantisers' indices (`state_element_bytes` 1), and the compute dtype's bytes for
 // the new parameters when the compute chunk is not the master (`compute_element_bytes`
 // 2); without an fp32 master (`master_weights` false) instead 4 for the widened bf16
-// weights, plus the stochastic rounding's int64 temporaries (48 bytes per element at
-// their peak, over a step of at most 2^20 elements and at most the slice;
-// optim/device_rounding.h; LibTorch temporaries beside the borrowed scratch).
+// weights and the compute dtype's bytes for a stage of gradients that are on the host
+// (bf16 grad chunks), plus the stochastic rounding's int64 temporaries on devices other
+// than CUDA (48 bytes per element at their peak, over a step of at most 2^20 elements and
+// at most the slice; optim/device_rounding.h; LibTorch temporaries beside the borrowed
+// scratch; counted on every device).
 constexpr int64_t DeviceUpdateScratchBytes(int64_t slice_numel, int64_t state_element_bytes,
                                            int64_t compute_element_bytes, bool master_weights = true) {
-  const int64_t parameters = compute_element_bytes == 4 ? 0 : master_weights ? compute_element_bytes : 4;
+  const int64_t parameters =
+      compute_element_bytes == 4 ? 0 : master_weights ? compute_element_bytes : 4 + compute_element_bytes;
   const int64_t step = slice_numel < (int64_t{1} << 20) ? slice_numel : int64_t{1} << 20;
   const int64_t rounding = master_weights || compute_element_bytes == 4 ? 0 : 48 * step;
   return slice_numel * (4 + (state_element_bytes != 4 ? 8 : 0) + (state_element_bytes == 1 ? 4 : 0) + parameters) +

@@ -160,8 +160,13 @@ void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
     capacity = std::max(capacity, runtime_.layout().chunks()[c].capacity_numel);
     // Gradient chunks do not move during the step (the residency moves compute chunks).
     const int grad_id = runtime_.chunk_id(ChunkKind::kGrad, c);
-    needs.grads = needs.grads || store.payload(grad_id).scalar_type() != at::kFloat ||
-                  store.tier(grad_id) != chunkmem::Tier::kDevice;
+    const at::ScalarType grad_dtype = store.payload(grad_id).scalar_type();
+    const bool grads_on_host = store.tier(grad_id) != chunkmem::Tier::kDevice;
+    needs.grads = needs.grads || grad_dtype != at::kFloat || grads_on_host;
+    if (grads_on_host && grad_dtype != at::kFloat) {
+      needs.grad_stage = true;
+      needs.grad_dtype = grad_dtype;
+    }
   }
   if (capacity == 0) return;
   needs.moments = runtime_.state_dtype() != at::kFloat;

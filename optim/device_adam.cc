@@ -16,7 +16,7 @@
 namespace ps::optim {
 namespace {
 
-enum Scratch { kGrads = 0, kM = 1, kV = 2, kCompute = 3, kMaster = 4 };
+enum Scratch { kGrads = 0, kM = 1, kV = 2, kCompute = 3, kMaster = 4, kGradStage = 5 };
 
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
@@ -64,6 +64,7 @@ void DeviceAdam::Reserve(int64_t capacity_numel, const Needs& needs, at::Device 
   }
   if (needs.compute) Take(kCompute, needs.compute_dtype, numel, device);
   if (needs.master) Take(kMaster, at::kFloat, numel, device);
+  if (needs.grad_stage) Take(kGradStage, needs.grad_dtype, numel, device);
 }
 
 at::Tensor& DeviceAdam::Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk) {
@@ -93,6 +94,17 @@ at::Tensor DeviceAdam::Widen(const at::Tensor& payload, const DeviceChunk& chunk
   return wide;
 }
 
+at::Tensor DeviceAdam::WidenGrads(const DeviceChunk& chunk, const SliceBatch& b) {
+  const int64_t n = b.end_numel - b.begin_numel;
+  const at::Tensor grads = chunk.grads.narrow(0, b.begin_numel, n);
+  at::Tensor wide = Scratch(kGrads, at::kFloat, chunk).narrow(0, 0, n);
+  if (chunk.grads_on_device || grads.scalar_type() == at::kFloat) return wide.copy_(grads);
+  // From the host in a narrower dtype: across in that dtype, widened on the device (a
+  // copy across devices that also converts would go through an fp32 temporary on the
+  // host, converted there, and a pageable copy).
+  return wide.copy_(Scratch(kGradStage, grads.scalar_type(), chunk).narrow(0, 0, n).copy_(grads));
+}
+
 void DeviceAdam::Narrow(const at::Tensor& wide, const at::Tensor& payload, const DeviceChunk& chunk,
                         const SliceBatch& b, QuantCode code) {
   const int64_t n = b.end_numel - b.begin_numel;
@@ -110,9 +122,7 @@ void DeviceAdam::RunBatch(const DeviceChunk& chunk, const std::vector<DevicePara
                           double lr, const at::Tensor& unscale) {
   const int64_t n = b.end_numel - b.begin_numel;
   const bool grads_direct = chunk.grads.scalar_type() == at::kFloat && chunk.grads_on_device;
-  const at::Tensor grads = grads_direct ? chunk.grads.narrow(0, b.begin_numel, n)
-                                        : Scratch(kGrads, at::kFloat, chunk).narrow(0, 0, n).copy_(
-                                              chunk.grads.narrow(0, b.begin_numel, n));
+  const at::Tensor grads = grads_direct ? chunk.grads.narrow(0, b.begin_numel, n) : WidenGrads(chunk, b);
   const bool wide_state = chunk.m.scalar_type() == at::kFloat;
   const at::Tensor m = Widen(chunk.m, chunk, b, QuantCode::kSigned,
                              wide_state ? scratch_[kM] : Scratch(kM, at::kFloat, chunk));

@@ -82,6 +82,9 @@ class DeviceAdam {
     bool compute = true;
     at::ScalarType compute_dtype = at::kBFloat16;
     bool master = false;  // bf16 weights without an fp32 master: widened into fp32 scratch
+    // Some chunk's gradients are on the host in a narrower dtype: staged on the device in it.
+    bool grad_stage = false;
+    at::ScalarType grad_dtype = at::kBFloat16;
   };
   void Reserve(int64_t capacity_numel, const Needs& needs, at::Device device);
   int64_t slice_numel() const { return slice_numel_; }
@@ -96,6 +99,8 @@ class DeviceAdam {
                    at::Tensor& scratch);
   void Narrow(const at::Tensor& wide, const at::Tensor& payload, const DeviceChunk& chunk, const SliceBatch& b,
               QuantCode code);
+  // A batch's gradients in the fp32 scratch, from either tier.
+  at::Tensor WidenGrads(const DeviceChunk& chunk, const SliceBatch& b);
   void RunBatch(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, const SliceBatch& b, double lr,
                 const at::Tensor& unscale);
   const Int8DeviceCode& Code(QuantCode code, at::Device device);
@@ -109,8 +114,8 @@ class DeviceAdam {
   std::optional<Int8DeviceCode> codes_[2];  // [signed, unsigned], on codes_device_
   std::optional<at::Device> codes_device_;
   // fp32 gradients, m, v; compute dtype parameters; fp32 widened bf16 weights (no
-  // master): until ReleaseScratch
-  at::Tensor scratch_[5];
+  // master); host gradients staged in their dtype: until ReleaseScratch
+  at::Tensor scratch_[6];
 };
 
 }  // namespace ps::optim

@@ -5,6 +5,13 @@
 
 #include <algorithm>
 
+#ifdef PS_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "optim/device_rounding_cuda.h"
+#endif
+
 namespace ps::optim {
 namespace {
 
@@ -17,13 +24,32 @@ at::Tensor Mix(at::Tensor x) {
   return at::bitwise_xor(x, x.__rshift__(16));
 }
 
-}  // namespace
-
-void StochasticRoundInto(const at::Tensor& values, const at::Tensor& out, int64_t first_index, uint32_t seed) {
+void CheckRoundingArgs(const at::Tensor& values, const at::Tensor& out) {
   TORCH_CHECK(values.scalar_type() == at::kFloat && out.scalar_type() == at::kBFloat16 && values.dim() == 1 &&
                   out.dim() == 1 && values.numel() == out.numel() && values.is_contiguous() && out.is_contiguous() &&
                   values.device() == out.device(),
               "StochasticRoundInto: fp32 values and a bf16 output, contiguous, 1-D, of one length on one device");
+}
+
+}  // namespace
+
+void StochasticRoundInto(const at::Tensor& values, const at::Tensor& out, int64_t first_index, uint32_t seed) {
+#ifdef PS_WITH_CUDA
+  if (values.is_cuda()) {
+    CheckRoundingArgs(values, out);
+    const c10::cuda::CUDAGuard guard(values.device());
+    const char* error = LaunchStochasticRound(values.data_ptr<float>(), static_cast<uint16_t*>(out.data_ptr()),
+                                              values.numel(), first_index, seed,
+                                              c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(error == nullptr, "StochasticRoundInto: the CUDA kernel did not start: ", error);
+    return;
+  }
+#endif
+  StochasticRoundWithOps(values, out, first_index, seed);
+}
+
+void StochasticRoundWithOps(const at::Tensor& values, const at::Tensor& out, int64_t first_index, uint32_t seed) {
+  CheckRoundingArgs(values, out);
   const at::TensorOptions longs = values.options().dtype(at::kLong);
   for (int64_t at = 0; at < values.numel(); at += kRoundingStepNumel) {
     const int64_t n = std::min(kRoundingStepNumel, values.numel() - at);

@@ -99,6 +99,9 @@ cc_library(
     srcs = glob(["lib64/libcudart.so"], allow_empty = True),
 )
 
+# nvcc of this toolkit (a wrapper script: nvcc finds its own files next to the real one).
+exports_files(["nvcc"])
+
 cc_library(
     name = "nccl",
     srcs = glob(["lib64/libnccl.so"], allow_empty = True),
@@ -111,6 +114,7 @@ def _cuda_impl(ctx):
     if ctx.path(root + "/include").exists:
         ctx.symlink(root + "/include", "include")
         ctx.symlink(root + "/lib64", "lib64")
+    ctx.file("nvcc", "#!/bin/sh\nexec '{}/bin/nvcc' \"$@\"\n".format(root), executable = True)
     ctx.file("BUILD", _CUDA_BUILD.format(root = root))
 
 local_cuda = repository_rule(

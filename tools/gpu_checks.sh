@@ -7,7 +7,8 @@
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
 # CHECK: parity | eager | llama1b | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
-#        state_q | state6b | state8b | none8b | nvme (also needs .device/bench_nvme) |
+#        state_q | state6b | state8b | none8b | sr_cuda (needs .device/bench_device_rounding) |
+#        nvme (also needs .device/bench_nvme; NVME_BENCH=0 skips it, NVME_STEPS sets the 8B run's steps) |
 #        ds_prep | peers_ds | largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
@@ -148,18 +149,21 @@ check() {
       [ "$1" = none8b ] && E+=(--set optimizer.master_weights=none)
       $G "$PS" "${E[@]}" --plan > "$OUT/plan_$1.txt" 2>&1
       run "$1" 300 "${E[@]}" ;;
+    sr_cuda)  # issue #25 §1: the CUDA stochastic-rounding kernel bitwise against the CPU specification, and
+      # its bandwidth against a device copy (tools/bench_device_rounding)
+      $G timeout 120 "${BENCH_SR:-.device/bench_device_rounding}" > "$OUT/sr_cuda.log" 2>&1; log "sr_cuda rc=$?" ;;
     nvme)  # issue #25 §2: the NVMe tier's ring against this machine's disk (tools/bench_nvme, in .device/ with
       # ps_train), then Llama 3.1 8B exact (fp32 master, m, v) under a stated 24 GiB card and 64 GiB of host with
       # chunk.nvme_dir (the README's verdict: 41.16 GiB in the file), as state8b; the file goes under /tmp
       mkdir -p "$R/nvme"
-      timeout 200 "${BENCH_NVME:-.device/bench_nvme}" --dir "$R/nvme" --chunks 16 --chunk-elements 33554432 --slots 4 \
+      [ "${NVME_BENCH:-1}" = 0 ] || timeout 200 "${BENCH_NVME:-.device/bench_nvme}" --dir "$R/nvme" --chunks 16 --chunk-elements 33554432 --slots 4 \
         --steps 3 --threads 16 > "$OUT/bench_nvme.log" 2>&1; log "bench_nvme rc=$?"
       echo "run: {name: nvme8b}" > "$R/nvme8b.yaml"
       local N=(--config "$R/nvme8b.yaml" --set run.device=cuda --set model.type=llama --set model.preset=llama-3.1-8b
                --set model.activation_checkpointing=true --set data.format=synthetic --set data.train_path=
                --set data.valid_path= --set data.seq_len=2048 --set train.micro_batch_size=1 --set train.global_batch_size=1
-               --set train.max_steps=3 --set train.eval_every=0 --set precision.dtype=bf16 --set chunk.enabled=true
-               --set chunk.device_memory_bytes=$((24 << 30)) --set chunk.host_budget_bytes=$((64 << 30))
+               --set train.max_steps=${NVME_STEPS:-3} --set train.eval_every=0 --set precision.dtype=bf16
+               --set chunk.enabled=true --set chunk.device_memory_bytes=$((24 << 30)) --set chunk.host_budget_bytes=$((64 << 30))
                --set chunk.nvme_dir="$R/nvme")
       $G "$PS" "${N[@]}" --plan > "$OUT/plan_nvme8b.txt" 2>&1
       run nvme8b 400 "${N[@]}" ;;

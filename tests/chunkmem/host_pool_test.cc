@@ -16,8 +16,10 @@ namespace {
 
 constexpr int64_t kNumel = 1 << 12;       // fp32: 16 KiB per chunk
 constexpr int64_t kBytes = kNumel * 4;
-// What ArenaAllocator adds to a reservation for the arena's 64-byte rounding.
-int64_t WithRounding(int64_t bytes) { return bytes + 64 * (bytes / 4096 + 1); }
+constexpr int64_t kMaxPayloads = 16;
+// What the pool adds to a reservation for the arena's 64-byte rounding: 64 bytes for each
+// payload it may hold, whatever the bytes.
+int64_t WithRounding(int64_t bytes) { return bytes + 64 * kMaxPayloads; }
 
 // Bytes LibTorch's CPU allocator hands out while `moves` runs (the probe sees every
 // CPU allocation made on this thread).
@@ -39,7 +41,7 @@ void RoundTrips(ChunkStore& store, const std::vector<int>& ids) {
 }
 
 TEST_CASE("host pool: reserved once; moves allocate nothing and come back to the same slot", "[pool]") {
-  ChunkStore store(MakeHostPoolAllocator(/*pinned=*/false, 4 * kBytes), MakeArenaAllocator(at::kCPU, 4 * kBytes),
+  ChunkStore store(MakeHostPoolAllocator(/*pinned=*/false, 4 * kBytes, /*max_payloads=*/kMaxPayloads), MakeArenaAllocator(at::kCPU, 4 * kBytes),
                    8 * kBytes, 4 * kBytes);
   std::vector<int> ids;
   std::vector<const void*> slots;
@@ -77,7 +79,7 @@ TEST_CASE("without the pool every move to the host allocates (what the pool remo
 
 TEST_CASE("host pool: a chunk's slot stays its own while it is on the device; scratch uses the rest", "[pool]") {
   // Two chunk slots and room for two scratch buffers of one chunk each.
-  ChunkStore store(MakeHostPoolAllocator(false, 4 * kBytes), MakeDeviceAllocator(at::kCPU), 4 * kBytes, 4 * kBytes);
+  ChunkStore store(MakeHostPoolAllocator(false, 4 * kBytes, kMaxPayloads), MakeDeviceAllocator(at::kCPU), 4 * kBytes, 4 * kBytes);
   const int a = store.Add(kNumel, at::kFloat), b = store.Add(kNumel, at::kFloat);
   store.Allocate(a, Tier::kHost);
   store.Allocate(b, Tier::kHost);
@@ -102,7 +104,7 @@ TEST_CASE("host pool: a chunk's slot stays its own while it is on the device; sc
 TEST_CASE("host pool: scratch ranges fragment and coalesce; a chunk never lands in a hole too small", "[pool]") {
   // One chunk slot (4 units), then 4 units for scratch.
   constexpr int64_t kUnit = kBytes / 4;
-  ChunkStore store(MakeHostPoolAllocator(false, 8 * kUnit), MakeDeviceAllocator(at::kCPU), 64 * kBytes, 64 * kBytes);
+  ChunkStore store(MakeHostPoolAllocator(false, 8 * kUnit, kMaxPayloads), MakeDeviceAllocator(at::kCPU), 64 * kBytes, 64 * kBytes);
   const int a = store.Add(kNumel, at::kFloat);
   store.Allocate(a, Tier::kHost);
   at::Tensor s1 = store.Borrow(Tier::kHost, kUnit / 4, at::kFloat, false);  // 1 unit each
@@ -134,8 +136,22 @@ TEST_CASE("host pool: scratch ranges fragment and coalesce; a chunk never lands 
   CHECK(store.payload(b).data_ptr() == slot);
 }
 
+// The slack is per payload: a pool of exactly its payloads' bytes holds max_payloads
+// payloads of any odd size (each rounded up to 64 bytes), and reserves no more.
+TEST_CASE("host pool: its rounding slack is 64 bytes per payload it may hold", "[pool]") {
+  constexpr int64_t kOdd = 25;  // fp32: 100 bytes, rounded to 128 in the arena
+  ChunkStore store(MakeHostPoolAllocator(false, kMaxPayloads * kOdd * 4, kMaxPayloads), MakeDeviceAllocator(at::kCPU),
+                   1 << 20, 1 << 20);
+  CHECK(store.stats().host_pool_bytes == WithRounding(kMaxPayloads * kOdd * 4));
+  for (int i = 0; i < kMaxPayloads; ++i) {
+    const int id = store.Add(kOdd, at::kFloat);
+    store.Allocate(id, Tier::kHost);
+  }
+  CHECK(store.BytesUsed(Tier::kHost) == kMaxPayloads * kOdd * 4);
+}
+
 TEST_CASE("host pool: the budget still refuses first, with its own message", "[pool]") {
-  ChunkStore store(MakeHostPoolAllocator(false, 4 * kBytes), MakeDeviceAllocator(at::kCPU), kBytes, 4 * kBytes);
+  ChunkStore store(MakeHostPoolAllocator(false, 4 * kBytes, kMaxPayloads), MakeDeviceAllocator(at::kCPU), kBytes, 4 * kBytes);
   const int a = store.Add(kNumel, at::kFloat), b = store.Add(kNumel, at::kFloat);
   store.Allocate(a, Tier::kHost);
   CHECK_THROWS_WITH(store.Allocate(b, Tier::kHost),
@@ -143,16 +159,16 @@ TEST_CASE("host pool: the budget still refuses first, with its own message", "[p
 }
 
 TEST_CASE("host pool: a size that cannot be reserved fails at once, naming the bytes", "[pool]") {
-  CHECK_THROWS_WITH(MakeHostPoolAllocator(false, 0), Catch::Contains("needs a size > 0"));
+  CHECK_THROWS_WITH(MakeHostPoolAllocator(false, 0, kMaxPayloads), Catch::Contains("needs a size > 0"));
 #ifndef PS_WITH_CUDA
-  CHECK_THROWS_WITH(MakeHostPoolAllocator(/*pinned=*/true, kBytes),
+  CHECK_THROWS_WITH(MakeHostPoolAllocator(/*pinned=*/true, kBytes, kMaxPayloads),
                     Catch::Contains("pinned host memory needs a CUDA build"));
-  CHECK_THROWS_WITH(MakeHostPoolAllocator(/*pinned=*/true, kBytes, HostPoolPinning::kRegister),
+  CHECK_THROWS_WITH(MakeHostPoolAllocator(/*pinned=*/true, kBytes, kMaxPayloads, HostPoolPinning::kRegister),
                     Catch::Contains("registered host memory needs a CUDA build"));
 #endif
 #if !defined(__SANITIZE_ADDRESS__)  // ASan aborts on an allocation this size instead of failing it
   const int64_t huge = int64_t{1} << 60;  // beyond any address space: the allocation fails
-  CHECK_THROWS_WITH(MakeHostPoolAllocator(false, huge),
+  CHECK_THROWS_WITH(MakeHostPoolAllocator(false, huge, kMaxPayloads),
                     Catch::Contains("the host chunk pool of " + std::to_string(huge) + " bytes (plain host memory) cannot be reserved"));
 #endif
 }

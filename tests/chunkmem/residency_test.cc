@@ -277,6 +277,36 @@ TEST_CASE("traced budget: the last moment keeps room for the optimizer's scratch
   });
 }
 
+// Evaluation (paused) runs at the lowest moment's budget, traced for other chunks in
+// use: chunks in use beyond it still get their room up to the store's budget (an
+// overrun), and beyond the store's budget it is the error naming them.
+TEST_CASE("traced budget: while paused, chunks in use beyond the lowest budget get their room", "[residency][budget]") {
+  const Script script = {{0}, {1}};
+  Fixture f(4, 3);
+  ResidencySettings s = Settings(EvictionPolicyKind::kOpt, 0);
+  s.device_memory_bytes = 4 * kChunkBytes;
+  auto r = f.Make(s, {/*warmup_device_bytes=*/kChunkBytes, 0});
+  ScriptedProbe probe;
+  r->set_probe(&probe);
+  // Activations leave 1 chunk at moment 0 and 4 at moment 1 (the store holds 3).
+  RunIteration(*r, script, [&](int t) { probe.peak = t == 0 ? 3 * kChunkBytes : 0; });
+  RunIteration(*r, script, [&](int t) { probe.peak = t == 0 ? 3 * kChunkBytes : 0; });
+  REQUIRE(r->MinChunkBudgetBytes() == kChunkBytes);
+  const int64_t overruns = r->stats().budget_overruns;
+  r->set_paused(true);
+  CHECK(r->ChunkBudgetNow() == kChunkBytes);
+  r->Acquire(2);
+  r->Acquire(3);  // two chunks in use: over the lowest budget, within the store's
+  CHECK(r->on_device(2));
+  CHECK(r->on_device(3));
+  CHECK(r->stats().budget_overruns == overruns + 1);
+  r->Acquire(0);  // three: still within the store's 3 chunks
+  CHECK(r->on_device(0));
+  CHECK_THROWS_WITH(r->Acquire(1), Catch::Contains("does not fit the device budget"));
+  for (int c : {2, 3, 0}) r->Release(c);
+  r->set_paused(false);
+}
+
 TEST_CASE("a restored warm-up is used from the first iteration", "[residency][resume]") {
   const Script script = {{0}, {1, 3}, {2}, {0}, {3}};
   Fixture f(4, 2);

@@ -59,8 +59,7 @@ int64_t MicroBatchesKept(const Config& c, int world_size) {
   return VerticalAccumulation(c.train, world_size) ? GradAccumSteps(c.train, world_size) : 1;
 }
 
-// PatrickStar's reuse is safe with one backward per step and a compute dtype that is
-// not the master's (fp32 needs its parameters intact).
+// PatrickStar's reuse: safe with one backward per step and a compute dtype not the master's.
 // ZeRO reduces gradients in fp32 group buffers, then (one micro-batch per step) into the
 // owned compute slots: 14/p bytes per parameter.
 // Without an fp32 master the compute slots hold the weights' only copy: never.
@@ -138,6 +137,7 @@ double MakeStore(ChunkSetup& s, const Config& c, at::Device device, const RunPla
   const bool arena = c.chunk.device_arena && budgets.traced_capacity_bytes == 0 && budgets.device_bytes < kUnlimitedBytes;
   s.store = std::make_unique<chunkmem::ChunkStore>(
       chunkmem::MakeHostPoolAllocator(/*pinned=*/device.is_cuda(), run_plan.plan.tiers.host_chunk_bytes,
+                                      chunkmem::HostPoolMaxPayloads(run_plan.plan.layout.num_chunks()),
                                       c.chunk.host_pool_pinning),
       arena ? chunkmem::MakeArenaAllocator(device, budgets.device_bytes) : chunkmem::MakeDeviceAllocator(device),
       budgets.host_bytes, budgets.device_bytes);
@@ -198,7 +198,7 @@ void LogStartup(const ChunkSetup& s, const Config& c, at::Device device, const R
   const auto& startup = s.runtime->startup_seconds();
   spdlog::info("chunk start-up: host pool of {:.2f} GiB ({}) reserved in {:.1f} s; payloads allocated in {:.1f} s, "
                "zeroed in {:.1f} s; initial values written in {:.1f} s",
-               run_plan.plan.tiers.host_chunk_bytes / 1073741824.0,
+               s.store->stats().host_pool_bytes / 1073741824.0,
                !device.is_cuda()                                                  ? "pageable"
                : c.chunk.host_pool_pinning == chunkmem::HostPoolPinning::kRegister ? "pinned: mapped, cudaHostRegister"
                                                                                   : "pinned: cudaHostAlloc",
