@@ -154,7 +154,7 @@ void Residency::FetchToDevice(int chunk) {
     // the chunks in use do not fit.
     const bool soft = traced_budget() && (budget_at_.empty() || paused_) && store_.CanHold(Tier::kDevice, need);
     if (!soft) FailNoRoom(chunk, need, budget);
-    if (paused_) ++stats_.budget_overruns;
+    if (paused_ && !budget_at_.empty()) ++stats_.budget_overruns;
   }
   MoveChunk(chunk, Tier::kDevice);
 }

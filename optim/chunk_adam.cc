@@ -163,7 +163,8 @@ void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
     const at::ScalarType grad_dtype = store.payload(grad_id).scalar_type();
     const bool grads_on_host = store.tier(grad_id) != chunkmem::Tier::kDevice;
     needs.grads = needs.grads || grad_dtype != at::kFloat || grads_on_host;
-    if (grads_on_host && grad_dtype != at::kFloat) {
+    // (Gradients in the compute chunks reach the device with them: PlaceOnDevice.)
+    if (grads_on_host && grad_dtype != at::kFloat && !runtime_.grads_in_compute_chunks()) {
       needs.grad_stage = true;
       needs.grad_dtype = grad_dtype;
     }

@@ -17,10 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double MsBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 }  // namespace
 
 Trainer::Trainer(TrainerParts parts, const optim::LrSchedule& schedule, const optim::PrecisionConfig& precision,

@@ -302,6 +302,7 @@ TEST_CASE("traced budget: while paused, chunks in use beyond the lowest budget g
   CHECK(r->stats().budget_overruns == overruns + 1);
   r->Acquire(0);  // three: still within the store's 3 chunks
   CHECK(r->on_device(0));
+  CHECK(r->stats().budget_overruns == overruns + 2);  // one per fetch beyond the budget
   CHECK_THROWS_WITH(r->Acquire(1), Catch::Contains("does not fit the device budget"));
   for (int c : {2, 3, 0}) r->Release(c);
   r->set_paused(false);

@@ -158,4 +158,9 @@ class TrainingEngine {
   bool sync_phases_ = false;
 };
 
+// Milliseconds from `a` to `b` (phase boundaries: PhaseBoundary).
+inline double MsBetween(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 }  // namespace ps::trainer
