@@ -19,7 +19,7 @@ constexpr int64_t UpdatedWeightBytes(int64_t compute_element_bytes, bool master_
   return master_weights ? 4 : compute_element_bytes;
 }
 constexpr int64_t GradElementBytes(int64_t compute_element_bytes, bool master_weights) {
-  return master_weights ? 4 : compute_element_bytes;
+  return UpdatedWeightBytes(compute_element_bytes, master_weights);  // gradients in the dtype the update writes
 }
 
 }  // namespace ps::chunkmem

@@ -20,18 +20,17 @@ constexpr int64_t kDeviceUpdateSliceNumel = int64_t{1} << 23;
 // The scratch of a device update with slices of `slice_numel` elements, per slice
 // element: 4 for the gradients (fp32 ones may be on the host; others are converted), 8
 // for m and v unless they are fp32 (`state_element_bytes` 4), 4 for the 8-bit
-// (de)quantisers' indices (`state_element_bytes` 1), and the compute dtype's bytes for
-// the new parameters when the compute chunk is not the master (`compute_element_bytes`
-// 2); without an fp32 master (`master_weights` false) instead 4 for the widened bf16
-// weights and the compute dtype's bytes for a stage of gradients that are on the host
-// (bf16 grad chunks), plus the stochastic rounding's int64 temporaries on devices other
-// than CUDA (48 bytes per element at their peak, over a step of at most 2^20 elements and
-// at most the slice; optim/device_rounding.h; LibTorch temporaries beside the borrowed
-// scratch; counted on every device).
+// (de)quantisers' indices (`state_element_bytes` 1), and a compute-dtype slice
+// (`compute_element_bytes` 2): the new parameters of a separate compute chunk on the
+// host or, without an fp32 master (`master_weights` false), the stage of bf16 grad
+// chunks on the host, with 4 more for the widened bf16 weights; plus the stochastic rounding's int64 temporaries (48 bytes per element at their peak,
+// over a step of at most 2^20 elements and at most the slice; optim/device_rounding.h;
+// LibTorch temporaries beside the borrowed scratch). Those temporaries exist only off
+// CUDA (on CUDA one kernel rounds); the plan does not know the device and counts them
+// everywhere: 48 MiB of a GPU's room.
 constexpr int64_t DeviceUpdateScratchBytes(int64_t slice_numel, int64_t state_element_bytes,
                                            int64_t compute_element_bytes, bool master_weights = true) {
-  const int64_t parameters =
-      compute_element_bytes == 4 ? 0 : master_weights ? compute_element_bytes : 4 + compute_element_bytes;
+  const int64_t parameters = compute_element_bytes == 4 ? 0 : compute_element_bytes + (master_weights ? 0 : 4);
   const int64_t step = slice_numel < (int64_t{1} << 20) ? slice_numel : int64_t{1} << 20;
   const int64_t rounding = master_weights || compute_element_bytes == 4 ? 0 : 48 * step;
   return slice_numel * (4 + (state_element_bytes != 4 ? 8 : 0) + (state_element_bytes == 1 ? 4 : 0) + parameters) +

@@ -156,6 +156,7 @@ void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
   int64_t capacity = 0;
   DeviceAdam::Needs needs;
   needs.grads = false;
+  bool grad_stage = false;  // narrower gradients on the host, staged in the compute slice
   for (int c : chunks) {
     capacity = std::max(capacity, runtime_.layout().chunks()[c].capacity_numel);
     // Gradient chunks do not move during the step (the residency moves compute chunks).
@@ -164,16 +165,14 @@ void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
     const bool grads_on_host = store.tier(grad_id) != chunkmem::Tier::kDevice;
     needs.grads = needs.grads || grad_dtype != at::kFloat || grads_on_host;
     // (Gradients in the compute chunks reach the device with them: PlaceOnDevice.)
-    if (grads_on_host && grad_dtype != at::kFloat && !runtime_.grads_in_compute_chunks()) {
-      needs.grad_stage = true;
-      needs.grad_dtype = grad_dtype;
-    }
+    grad_stage = grad_stage || (grads_on_host && grad_dtype != at::kFloat && !runtime_.grads_in_compute_chunks());
   }
   if (capacity == 0) return;
   needs.moments = runtime_.state_dtype() != at::kFloat;
   // The compute chunk is separate (not the fp32 master) and not placed on the device by
-  // the step (it is when it holds the gradients): it may be on the host.
-  needs.compute = runtime_.separate_master() && !runtime_.grads_in_compute_chunks();
+  // the step (it is when it holds the gradients): it may be on the host. Or gradients
+  // in the compute dtype (no master) cross through the same slice.
+  needs.compute = (runtime_.separate_master() && !runtime_.grads_in_compute_chunks()) || grad_stage;
   needs.compute_dtype = runtime_.compute_dtype();
   needs.master = WeightsWithoutMaster(runtime_);
   device_adam_.Reserve(capacity, needs, runtime_.compute_device());

@@ -16,7 +16,7 @@
 namespace ps::optim {
 namespace {
 
-enum Scratch { kGrads = 0, kM = 1, kV = 2, kCompute = 3, kMaster = 4, kGradStage = 5 };
+enum Scratch { kGrads = 0, kM = 1, kV = 2, kCompute = 3, kMaster = 4 };
 
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
@@ -64,7 +64,6 @@ void DeviceAdam::Reserve(int64_t capacity_numel, const Needs& needs, at::Device 
   }
   if (needs.compute) Take(kCompute, needs.compute_dtype, numel, device);
   if (needs.master) Take(kMaster, at::kFloat, numel, device);
-  if (needs.grad_stage) Take(kGradStage, needs.grad_dtype, numel, device);
 }
 
 at::Tensor& DeviceAdam::Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk) {
@@ -99,10 +98,10 @@ at::Tensor DeviceAdam::WidenGrads(const DeviceChunk& chunk, const SliceBatch& b)
   const at::Tensor grads = chunk.grads.narrow(0, b.begin_numel, n);
   at::Tensor wide = Scratch(kGrads, at::kFloat, chunk).narrow(0, 0, n);
   if (chunk.grads_on_device || grads.scalar_type() == at::kFloat) return wide.copy_(grads);
-  // From the host in a narrower dtype: across in that dtype, widened on the device (a
-  // copy across devices that also converts would go through an fp32 temporary on the
-  // host, converted there, and a pageable copy).
-  return wide.copy_(Scratch(kGradStage, grads.scalar_type(), chunk).narrow(0, 0, n).copy_(grads));
+  // From the host in the compute dtype (no master, so the compute slice is free): across
+  // in that dtype, widened on the device (a copy across devices that also converts would
+  // go through an fp32 temporary on the host, converted there, and a pageable copy).
+  return wide.copy_(Scratch(kCompute, grads.scalar_type(), chunk).narrow(0, 0, n).copy_(grads));
 }
 
 void DeviceAdam::Narrow(const at::Tensor& wide, const at::Tensor& payload, const DeviceChunk& chunk,

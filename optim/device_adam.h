@@ -75,16 +75,14 @@ class DeviceAdam {
   // tier), which must not happen while an Update holds a chunk's payloads. Which parts:
   // the gradient slice when some chunk's gradients are not fp32 on the device, m and v
   // when the state is not fp32, the compute slice when a compute chunk may be on the
-  // host (the caller decides; after this call, eviction may have put it there).
+  // host (the caller decides; after this call, eviction may have put it there) or
+  // gradients in the compute dtype on the host cross through it.
   struct Needs {
     bool grads = true;
     bool moments = true;
     bool compute = true;
     at::ScalarType compute_dtype = at::kBFloat16;
     bool master = false;  // bf16 weights without an fp32 master: widened into fp32 scratch
-    // Some chunk's gradients are on the host in a narrower dtype: staged on the device in it.
-    bool grad_stage = false;
-    at::ScalarType grad_dtype = at::kBFloat16;
   };
   void Reserve(int64_t capacity_numel, const Needs& needs, at::Device device);
   int64_t slice_numel() const { return slice_numel_; }
@@ -114,8 +112,8 @@ class DeviceAdam {
   std::optional<Int8DeviceCode> codes_[2];  // [signed, unsigned], on codes_device_
   std::optional<at::Device> codes_device_;
   // fp32 gradients, m, v; compute dtype parameters; fp32 widened bf16 weights (no
-  // master); host gradients staged in their dtype: until ReleaseScratch
-  at::Tensor scratch_[6];
+  // master): until ReleaseScratch
+  at::Tensor scratch_[5];
 };
 
 }  // namespace ps::optim

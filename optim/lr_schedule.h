@@ -17,6 +17,8 @@ class LrSchedule {
 
   // Learning rate for optimizer step `step` (0-based).
   double LrAt(int64_t step) const;
+  // The decay's length in steps: config.decay_steps, or by default until max_steps.
+  int64_t decay_steps() const { return decay_steps_; }
 
  private:
   double peak_lr_;

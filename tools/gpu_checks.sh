@@ -7,7 +7,7 @@
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
 # CHECK: parity | eager | llama1b | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
-#        state_q | state6b | state8b | none8b | sr_cuda (needs .device/bench_device_rounding) |
+#        state_q | state6b | state8b | none8b | sr_cuda (needs .device/device_rounding_test and bench_device_rounding) |
 #        nvme (also needs .device/bench_nvme; NVME_BENCH=0 skips it, NVME_STEPS sets the 8B run's steps) |
 #        ds_prep | peers_ds | largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
@@ -149,8 +149,10 @@ check() {
       [ "$1" = none8b ] && E+=(--set optimizer.master_weights=none)
       $G "$PS" "${E[@]}" --plan > "$OUT/plan_$1.txt" 2>&1
       run "$1" 300 "${E[@]}" ;;
-    sr_cuda)  # issue #25 §1: the CUDA stochastic-rounding kernel bitwise against the CPU specification, and
-      # its bandwidth against a device copy (tools/bench_device_rounding)
+    sr_cuda)  # issue #25 §1: the CUDA stochastic-rounding kernel bitwise against the CPU specification
+      # (device_rounding_test's CUDA case, of a --config=cuda build) and its bandwidth against a device copy
+      # (tools/bench_device_rounding)
+      $G timeout 120 .device/device_rounding_test > "$OUT/sr_cuda_test.log" 2>&1; log "sr_cuda test rc=$?"
       $G timeout 120 "${BENCH_SR:-.device/bench_device_rounding}" > "$OUT/sr_cuda.log" 2>&1; log "sr_cuda rc=$?" ;;
     nvme)  # issue #25 §2: the NVMe tier's ring against this machine's disk (tools/bench_nvme, in .device/ with
       # ps_train), then Llama 3.1 8B exact (fp32 master, m, v) under a stated 24 GiB card and 64 GiB of host with

@@ -13,11 +13,8 @@
 #include "trainer/loss_divisors.h"
 
 namespace ps::trainer {
-namespace {
 
 using Clock = std::chrono::steady_clock;
-
-}  // namespace
 
 Trainer::Trainer(TrainerParts parts, const optim::LrSchedule& schedule, const optim::PrecisionConfig& precision,
                  TrainerSettings settings)

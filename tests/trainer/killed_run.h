@@ -13,11 +13,11 @@
 // last, after c10).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "optim/lr_schedule.h"
 #include "trainer/config/config.h"
 #include "trainer/train_loop.h"
 
@@ -31,9 +31,9 @@ inline trainer::TrainResult TrainKilledAfter(trainer::Config config, int64_t kil
     throw std::logic_error("TrainKilledAfter(" + std::to_string(kill_at) +
                            "): needs a step before max_steps, off the checkpoint cadence, no every_minutes, not wsd");
   }
-  if (config.lr_schedule.decay_steps == 0) {  // optim::LrSchedule's default: until max_steps
-    config.lr_schedule.decay_steps = std::max<int64_t>(1, config.train.max_steps - config.lr_schedule.warmup_steps);
-  }
+  // The decay's length as the whole run has it (by default until max_steps).
+  config.lr_schedule.decay_steps =
+      optim::LrSchedule(config.optimizer.lr, config.lr_schedule, config.train.max_steps).decay_steps();
   config.train.max_steps = kill_at;
   config.checkpoint.at_end = false;
   const trainer::TrainResult result = trainer::Train(config, options);

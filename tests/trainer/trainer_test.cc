@@ -100,7 +100,7 @@ class FakeEngine final : public TrainingEngine {
     calls.push_back("end");
     if (on_end_step) on_end_step(step);
   }
-  void AddStepMetrics(MetricFields& fields, const StepOutcome&) override {
+  void AddStepMetrics(MetricFields& fields) override {
     fields.Add("fake_moved_bytes", int64_t{5000000000}).Add("fake_move_ms", 0.25);
   }
   void BeginEval() override { calls.push_back("eval"); }

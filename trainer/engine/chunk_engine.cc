@@ -172,7 +172,7 @@ void ChunkEngine::EndEval() {
   model_->module().train();
 }
 
-void ChunkEngine::AddStepMetrics(MetricFields& fields, const StepOutcome& /*outcome*/) {
+void ChunkEngine::AddStepMetrics(MetricFields& fields) {
   const auto& ss = chunks_.store->stats();
   const auto& rs = chunks_.runtime->stats();
   fields.Add("device_chunk_bytes", ss.device_bytes)

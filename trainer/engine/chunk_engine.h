@@ -36,7 +36,7 @@ class ChunkEngine final : public TrainingEngine {
   void BeginEval() override;
   models::LossOutput EvalLoss(const models::Batch& batch) override;
   void EndEval() override;
-  void AddStepMetrics(MetricFields& fields, const StepOutcome& outcome) override;
+  void AddStepMetrics(MetricFields& fields) override;
   void FillResult(TrainResult& result) const override;
   EngineState Save() const override;
   models::TensorMap GatherParams() const override;

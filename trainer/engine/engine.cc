@@ -4,15 +4,10 @@
 #include <torch/cuda.h>
 
 #include <chrono>
-#include <string>
-
 
 namespace ps::trainer {
-namespace {
 
 using Clock = std::chrono::steady_clock;
-
-}  // namespace
 
 Clock::time_point TrainingEngine::PhaseBoundary() const {
   const at::Device dev = device();

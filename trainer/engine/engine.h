@@ -133,7 +133,7 @@ class TrainingEngine {
   virtual void EndEval() = 0;
 
   // Engine fields of the metrics line of a logged step (chunk counters), and of the result.
-  virtual void AddStepMetrics(MetricFields& fields, const StepOutcome& outcome) {}
+  virtual void AddStepMetrics(MetricFields& fields) {}
   virtual void FillResult(TrainResult& result) const {}
 
   // The state by name; with collective_save(), this rank's share of it (every parameter

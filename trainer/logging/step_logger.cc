@@ -73,7 +73,7 @@ void StepLogger::Write(int64_t step, const StepRecord& r, int64_t tokens_seen, d
     line.Add("forward_ms", r.forward_ms).Add("backward_ms", r.backward_ms).Add("optimizer_ms", r.optimizer_ms);
   }
   MetricFields engine_fields;
-  engine.AddStepMetrics(engine_fields, r.outcome);
+  engine.AddStepMetrics(engine_fields);
   for (const auto& [key, value] : engine_fields.fields()) {
     std::visit([&line, &key = key](auto v) { line.Add(key, v); }, value);
   }
