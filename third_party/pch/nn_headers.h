@@ -1,0 +1,9 @@
+// The precompiled form of ATen, autograd and torch::nn::Module: //third_party/pch:nn
+// (pch.bzl), for targets whose every file includes torch/nn/module.h
+// (third_party/copts.bzl, PS_PCH_NN_COPTS). Exactly what those files include: a header
+// more costs every file that does not use it the compile time of its inline code.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/nn/module.h>
