@@ -15,6 +15,13 @@ PS_CUDA_DEFINES = select({
     "//conditions:default": [],
 })
 
+# The include path of CUDA's headers, for the targets that include them; they depend on
+# //third_party:cuda or :nccl, which declare the headers but no path (cc_without_paths.bzl).
+PS_CUDA_COPTS = select({
+    "//third_party:cuda_enabled": ["-isystem", "external/local_cuda/include"],
+    "//conditions:default": [],
+})
+
 # LibTorch: the CPU libraries, plus the CUDA ones in --config=cuda.
 PS_TORCH_DEPS = ["@local_torch//:torch"] + select({
     "//third_party:cuda_enabled": ["@local_torch//:torch_cuda"],

@@ -7,7 +7,7 @@ BUILD file with:
   :torch       CPU LibTorch (libtorch_cpu, libc10)
   :torch_cuda  CUDA LibTorch (adds libtorch_cuda, libc10_cuda); CUDA's own
                dependencies are resolved at run time on the GPU machine.
-CUDA: $CUDA_HOME > /usr/local/cuda; exposes :cuda (cudart) and :nccl. Targets
+CUDA: $CUDA_HOME > /usr/local/cuda; exposes :cuda (cudart), :nccl and :headers. Targets
 that need a missing library fail when built, not when the workspace loads.
 """
 
@@ -97,6 +97,12 @@ cc_library(
     hdrs = glob(["include/**/*.h", "include/**/*.hpp"], allow_empty = True),
     includes = ["include"],
     srcs = glob(["lib64/libcudart.so"], allow_empty = True),
+)
+
+# The headers alone (//third_party:cuda passes them on in every configuration).
+cc_library(
+    name = "headers",
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp"], allow_empty = True),
 )
 
 # nvcc of this toolkit (a wrapper script: nvcc finds its own files next to the real one).
