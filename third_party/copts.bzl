@@ -33,9 +33,12 @@ PS_TORCH_DEPS = ["@local_torch//:torch"] + select({
 # torch/nn/module.h, PS_PCH_NN_*: its files compile 2-3 times as fast. Not for a target
 # with lighter files: a file that includes less pays for the inline code of what it did not
 # include (3.5 s -> 15 s for a file of ATen/core/Tensor.h with the nn header forced in).
-# -Winvalid-pch reports a .gch that GCC found but could not use (it then reads the
-# headers' text: slower, never wrong).
-PS_PCH_ATEN_COPTS = PS_COPTS + ["-include", "third_party/pch/aten.h", "-Winvalid-pch"]
+# -fpch-deps lists the headers inside the .gch in the .d file, so Bazel recompiles a user
+# when one of them changes. To see whether GCC uses a .gch, build with
+# --copt=-Winvalid-pch: it names each variant it found but could not use (in -c opt the
+# `pic` one, for binaries' objects, which take `nopic`).
+PS_PCH_FLAGS = ["-fpch-deps"]
+PS_PCH_ATEN_COPTS = PS_COPTS + ["-include", "third_party/pch/aten.h"] + PS_PCH_FLAGS
 PS_PCH_ATEN_DEPS = ["//third_party/pch:aten"]
-PS_PCH_NN_COPTS = PS_COPTS + ["-include", "third_party/pch/nn.h", "-Winvalid-pch"]
+PS_PCH_NN_COPTS = PS_COPTS + ["-include", "third_party/pch/nn.h"] + PS_PCH_FLAGS
 PS_PCH_NN_DEPS = ["//third_party/pch:nn"]

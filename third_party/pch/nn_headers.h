@@ -2,7 +2,8 @@
 // (pch.bzl), for targets whose every file includes torch/nn/module.h
 // (third_party/copts.bzl, PS_PCH_NN_COPTS). Exactly what those files include: a header
 // more costs every file that does not use it the compile time of its inline code.
-#pragma once
+// No include guard: it is only ever the -include of a compile, and GCC warns of one in
+// the precompile's main file.
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>

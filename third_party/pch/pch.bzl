@@ -2,41 +2,34 @@
 
 `ps_pch(name, src, deps, copts)` compiles `src` with the C++ compile command line of the
 current configuration (toolchain flags, --copt/--cxxopt, `copts`, the deps' includes and
-defines, -fPIC like every object of this tree) into `<name>.h.gch`, next to a copy of the
-header named `<name>.h`. A target that depends on it and has `-include
-<package>/<name>.h` in its copts loads the precompiled form instead of parsing the
-headers again. GCC takes a precompiled header only where the flags that matter agree
-(GCC manual, "Using Precompiled Headers"); where they do not it reads the header's text
-instead, so a mismatch costs time, never correctness. Each configuration (plain, ubsan,
-cuda) builds its own, since the command line is the configuration's.
+defines) into `<name>.h.gch/`, next to a copy of the header named `<name>.h`. A target
+that depends on it and has `-include <package>/<name>.h` in its copts loads the
+precompiled form instead of parsing the headers again. GCC takes a precompiled header
+only where the flags that matter agree (GCC manual, "Using Precompiled Headers"); where
+they do not, it reads the header's text instead (slower, same object). Position-
+independent code must agree too: `<name>.h.gch/` is a directory of variants, GCC uses
+the one that fits: `pic` always, and `nopic` in `-c opt`, where this toolchain compiles
+the objects of binaries without -fPIC (those of libraries built alone keep it). Each
+output tree (plain and cuda share one; ubsan, asan and opt have their own) builds its own.
+
+The precompile writes a dependency file, so GCC records the headers it read; users pass
+-fpch-deps (PS_PCH_*_COPTS do) so their .d files list those headers, and Bazel
+recompiles a user when one of them changes. Without both, a user's .d names neither the
+.gch nor the headers inside it.
 """
 
 load("@bazel_tools//tools/build_defs/cc:action_names.bzl", "CPP_COMPILE_ACTION_NAME")
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
 
-def _ps_pch_impl(ctx):
-    cc_toolchain = find_cpp_toolchain(ctx)
-    features = cc_common.configure_features(
-        ctx = ctx,
-        cc_toolchain = cc_toolchain,
-        requested_features = ctx.features,
-        unsupported_features = ctx.disabled_features,
-    )
-    deps_context = cc_common.merge_cc_infos(
-        cc_infos = [dep[CcInfo] for dep in ctx.attr.deps],
-    ).compilation_context
-
-    header = ctx.actions.declare_file(ctx.attr.name + ".h")
-    ctx.actions.expand_template(template = ctx.file.src, output = header, substitutions = {})
-    gch = ctx.actions.declare_file(ctx.attr.name + ".h.gch")
-
-    variables = cc_common.create_compile_variables(
+def _compile_variables(ctx, cc_toolchain, features, deps_context, header, gch, deps_file, pic):
+    """The variables of a C++ compile of `header` into `gch`, as cc_library's would be."""
+    return cc_common.create_compile_variables(
         cc_toolchain = cc_toolchain,
         feature_configuration = features,
         source_file = header.path,
         output_file = gch.path,
         user_compile_flags = ctx.fragments.cpp.copts + ctx.fragments.cpp.cxxopts +
-                             ctx.attr.copts + ["-x", "c++-header"],
+                             ctx.attr.copts + ["-x", "c++-header", "-MD", "-MF", deps_file.path],
         include_directories = deps_context.includes,
         quote_include_directories = depset(
             [".", ctx.genfiles_dir.path],
@@ -44,14 +37,19 @@ def _ps_pch_impl(ctx):
         ),
         system_include_directories = deps_context.system_includes,
         preprocessor_defines = deps_context.defines,
-        use_pic = True,
+        use_pic = pic,
     )
-    compiler = cc_common.get_tool_for_action(
-        feature_configuration = features,
-        action_name = CPP_COMPILE_ACTION_NAME,
-    )
+
+def _precompile(ctx, cc_toolchain, features, deps_context, header, variant, pic):
+    """Runs the compile of one variant; returns its .gch."""
+    gch = ctx.actions.declare_file("%s.h.gch/%s" % (ctx.attr.name, variant))
+    deps_file = ctx.actions.declare_file("%s_%s.d" % (ctx.attr.name, variant))
+    variables = _compile_variables(ctx, cc_toolchain, features, deps_context, header, gch, deps_file, pic)
     ctx.actions.run(
-        executable = compiler,
+        executable = cc_common.get_tool_for_action(
+            feature_configuration = features,
+            action_name = CPP_COMPILE_ACTION_NAME,
+        ),
         arguments = cc_common.get_memory_inefficient_command_line(
             feature_configuration = features,
             action_name = CPP_COMPILE_ACTION_NAME,
@@ -62,22 +60,38 @@ def _ps_pch_impl(ctx):
             action_name = CPP_COMPILE_ACTION_NAME,
             variables = variables,
         ),
-        inputs = depset(
-            [header],
-            transitive = [deps_context.headers, cc_toolchain.all_files],
-        ),
-        outputs = [gch],
+        inputs = depset([header], transitive = [deps_context.headers, cc_toolchain.all_files]),
+        outputs = [gch, deps_file],
         mnemonic = "CppPch",
-        progress_message = "Precompiling %s" % header.short_path,
+        progress_message = "Precompiling %s (%s)" % (header.short_path, variant),
     )
+    return gch
 
+def _ps_pch_impl(ctx):
+    cc_toolchain = find_cpp_toolchain(ctx)
+    features = cc_common.configure_features(
+        ctx = ctx,
+        cc_toolchain = cc_toolchain,
+        requested_features = ctx.features,
+        unsupported_features = ctx.disabled_features,
+    )
+    deps_info = cc_common.merge_cc_infos(cc_infos = [dep[CcInfo] for dep in ctx.attr.deps])
+    header = ctx.actions.declare_file(ctx.attr.name + ".h")
+    ctx.actions.expand_template(template = ctx.file.src, output = header, substitutions = {})
+    variants = {"pic": True}
+    if ctx.var["COMPILATION_MODE"] == "opt":
+        variants["nopic"] = False
+    outputs = [header] + [
+        _precompile(ctx, cc_toolchain, features, deps_info.compilation_context, header, variant, pic)
+        for variant, pic in variants.items()
+    ]
     own = CcInfo(compilation_context = cc_common.create_compilation_context(
-        headers = depset([header, gch]),
+        headers = depset(outputs),
     ))
-    return [DefaultInfo(files = depset([header, gch])), cc_common.merge_cc_infos(
-        direct_cc_infos = [own],
-        cc_infos = [dep[CcInfo] for dep in ctx.attr.deps],
-    )]
+    return [
+        DefaultInfo(files = depset(outputs)),
+        cc_common.merge_cc_infos(direct_cc_infos = [own], cc_infos = [deps_info]),
+    ]
 
 ps_pch = rule(
     implementation = _ps_pch_impl,
