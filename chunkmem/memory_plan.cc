@@ -172,7 +172,7 @@ std::string FormatTiers(const MemoryPlan& p, const PlanInput& in) {
   out += "host              " + Bytes(static_cast<double>(p.host_bytes)) + " of budget " +
          Bytes(static_cast<double>(in.host_budget_bytes)) +
          " (at start-up, its most: every compute chunk is there; chunks only: the process's own memory, "
-         "about 2-3 GiB with CUDA, and the OS's come on top)\n";
+         "2.2 GiB on an 8B GPU run, and the OS's come on top)\n";
   return out;
 }
 

@@ -30,9 +30,10 @@ PS_TORCH_DEPS = ["@local_torch//:torch"] + select({
 
 # The precompiled LibTorch headers (third_party/pch/BUILD). A target whose every file
 # includes ATen/ATen.h takes PS_PCH_ATEN_*; one whose every file also includes
-# torch/nn/module.h, PS_PCH_NN_*: its files compile 2-3 times as fast. Not for a target
-# with lighter files: a file that includes less pays for the inline code of what it did not
-# include (3.5 s -> 15 s for a file of ATen/core/Tensor.h with the nn header forced in).
+# torch/nn/module.h, PS_PCH_NN_*: its files compile 1.5-3.6 times as fast. Not for a
+# target with lighter files: a file that includes less pays for the inline code of what it
+# did not include (trainer/config/config_loader.cc, no LibTorch: 2.8 s -> 15.2 s with the
+# nn header forced in; docs/benchmarks.md).
 # -fpch-deps lists the headers inside the .gch in the .d file, so Bazel recompiles a user
 # when one of them changes. To see whether GCC uses a .gch, build with
 # --copt=-Winvalid-pch: it names each variant it found but could not use (in -c opt the

@@ -11,11 +11,11 @@
 # Every run: bf16 compute, activation checkpointing, micro-batch 1 with no accumulation
 # (gradients in the compute slots), seq 2048 (1024 for GPT-2), the default chunk.size_elements.
 #
-# The budgets are the machine's memory less what ps_train cannot have of it: on the card
-# 1 GiB (the CUDA context, about 0.5 GiB, and a desktop's display), on the host 6 GiB
-# (the OS and a desktop, about 3 GiB, and ps_train's own memory outside its chunks,
-# which chunk.host_budget_bytes does not count: 2.2 GiB measured on the 8B run,
-# docs/benchmarks.md: the CUDA context, LibTorch, the data).
+# The budgets are the machine's memory less what ps_train cannot have of it, allowances
+# rather than measurements except where stated: on the card 1 GiB (the CUDA context and a
+# desktop's display), on the host 6 GiB (the OS and a desktop, and ps_train's own memory
+# outside its chunks, which chunk.host_budget_bytes does not count: 2.2 GiB measured on
+# the 8B run, docs/benchmarks.md).
 DEVICE_RESERVE_GIB=1
 HOST_RESERVE_GIB=6
 set -euo pipefail
