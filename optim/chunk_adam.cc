@@ -178,7 +178,7 @@ void ChunkAdam::BeginDeviceUpdates(const std::vector<int>& chunks) {
   device_adam_.Reserve(capacity, needs, runtime_.compute_device());
 }
 
-void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) {
+void ChunkAdam::UpdateOnDevice(int chunk, double lr, double grad_scale, const at::Tensor& unscale) {
   const auto& spec = runtime_.layout().chunks()[chunk];
   const DeviceChunk d = DeviceChunkOf(chunk);
   const at::Device device = d.master.device();
@@ -196,12 +196,13 @@ void ChunkAdam::UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale) 
       p.step = device_steps_[i];
       advanced.push_back(p.step);
       p.sr_seed = RoundingSeed(chunk, ++steps_[i]);
+      p.step_count = steps_[i];
     }
     params.push_back(std::move(p));
   }
   if (advanced.empty()) return;
   at::_foreach_add_(advanced, 1);  // the fused op reads the step; the caller advances it
-  device_adam_.Update(d, params, lr, unscale);
+  device_adam_.Update(d, params, lr, grad_scale, unscale);
 }
 
 }  // namespace ps::optim

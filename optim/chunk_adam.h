@@ -50,9 +50,10 @@ class ChunkAdam {
   void UndoSteps(int chunk);
   // The fused update of `chunk`, whose master, m and v are on the device (gradients
   // and the compute chunk on either tier), in bounded batches (optim/device_adam.h),
-  // then the compute chunk rewritten from the master. `unscale`: 1 / grad_scale as a
-  // 0-dim fp32 tensor on the device, as the fused op wants.
-  void UpdateOnDevice(int chunk, double lr, const at::Tensor& unscale);
+  // then the compute chunk rewritten from the master. `grad_scale`: the gradients'
+  // multiplier; `unscale`: 1 / grad_scale as a 0-dim fp32 tensor on the device, as
+  // LibTorch's fused op wants.
+  void UpdateOnDevice(int chunk, double lr, double grad_scale, const at::Tensor& unscale);
   // After an overflow (fp16): `chunk`'s compute chunk rewritten from its fp32 master
   // (the gradients in its slots dropped), wherever the two are, a slice at a time
   // across tiers; call EndDeviceUpdates after the last one.

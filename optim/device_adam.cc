@@ -11,7 +11,16 @@
 #include <utility>
 
 #include "optim/block_quant.h"
+#include "optim/cpu_adam.h"
 #include "optim/device_rounding.h"
+
+#ifdef PS_WITH_CUDA
+#include <ATen/ops/from_blob.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "optim/device_adam_cuda.h"
+#endif
 
 namespace ps::optim {
 namespace {
@@ -27,6 +36,24 @@ bool Int8(const at::Tensor& payload) { return payload.scalar_type() == at::kByte
 bool OnDevice(at::Device actual, at::Device wanted) {
   return actual.type() == wanted.type() && (!wanted.has_index() || actual.index() == wanted.index());
 }
+
+#ifdef PS_WITH_CUDA
+ElemType ElemTypeOf(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ElemType::kFp32;
+    case at::kHalf: return ElemType::kFp16;
+    case at::kBFloat16: return ElemType::kBf16;
+    case at::kByte: return ElemType::kInt8;
+    default: TORCH_CHECK(false, "DeviceAdam: no fused update for ", t, " payloads");
+  }
+  return ElemType::kFp32;
+}
+
+// Element `offset_numel` of a 1-D payload.
+void* At(const at::Tensor& payload, int64_t offset_numel) {
+  return static_cast<char*>(payload.data_ptr()) + offset_numel * payload.element_size();
+}
+#endif
 
 }  // namespace
 
@@ -55,8 +82,19 @@ at::Tensor& DeviceAdam::Take(int which, at::ScalarType dtype, int64_t numel, at:
   return s;
 }
 
-void DeviceAdam::Reserve(int64_t capacity_numel, const Needs& needs, at::Device device) {
+void DeviceAdam::Reserve(int64_t capacity_numel, const Needs& wanted, at::Device device) {
   const int64_t numel = std::min(slice_numel_, std::max<int64_t>(capacity_numel, 1));
+  Needs needs = wanted;
+#ifdef PS_WITH_CUDA
+  if (fused_kernel_ && device.is_cuda()) {
+    // The fused kernel takes every chunk whose moments or weights are not fp32: it reads
+    // them in place, and host gradients cross into the gradient slice. Without a master
+    // there is no separate compute chunk, so the compute slice would only stage those.
+    needs.moments = false;
+    if (needs.master) needs.compute = false;
+    needs.master = false;
+  }
+#endif
   if (needs.grads) Take(kGrads, at::kFloat, numel, device);
   if (needs.moments) {
     Take(kM, at::kFloat, numel, device);
@@ -192,8 +230,98 @@ void DeviceAdam::ReleaseScratch() {
   for (at::Tensor& s : scratch_) Release(s);
 }
 
+bool DeviceAdam::Fused(const DeviceChunk& chunk) const {
+#ifdef PS_WITH_CUDA
+  return fused_kernel_ && chunk.master.is_cuda() &&
+         (chunk.m.scalar_type() != at::kFloat || chunk.master.scalar_type() != at::kFloat);
+#else
+  (void)chunk;
+  return false;
+#endif
+}
+
+#ifdef PS_WITH_CUDA
+const at::Tensor& DeviceAdam::FusedTables(at::Device device) {
+  if (!fused_tables_.defined() || !OnDevice(fused_tables_.device(), device)) {
+    std::vector<float> tables;
+    for (QuantCode code : {QuantCode::kSigned, QuantCode::kUnsigned}) {
+      tables.insert(tables.end(), CodeValues(code).begin(), CodeValues(code).end());
+      tables.insert(tables.end(), CodeThresholds(code).begin(), CodeThresholds(code).end());
+    }
+    TORCH_INTERNAL_ASSERT(static_cast<int>(tables.size()) == kFusedAdamTableFloats);
+    fused_tables_ = at::from_blob(tables.data(), {kFusedAdamTableFloats}, at::kFloat).to(device);
+  }
+  return fused_tables_;
+}
+
+void DeviceAdam::RunBatchFused(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, const SliceBatch& b,
+                               double lr, double grad_scale) {
+  const at::Device device = chunk.master.device();
+  const at::ScalarType state = chunk.m.scalar_type();
+  TORCH_CHECK(chunk.m.device() == device && chunk.v.device() == device && chunk.v.scalar_type() == state &&
+                  (state == at::kFloat || state == at::kBFloat16 || state == at::kByte),
+              "DeviceAdam: the fused update needs m and v on the weights' device (", device, "), both fp32, bf16 or "
+              "8-bit, not ", chunk.m.device(), " ", state, " and ", chunk.v.device(), " ", chunk.v.scalar_type());
+  TORCH_CHECK(chunk.master.scalar_type() == at::kFloat || chunk.master.scalar_type() == at::kBFloat16,
+              "DeviceAdam: the fused update needs an fp32 master or bf16 weights, not ", chunk.master.scalar_type());
+  TORCH_CHECK(chunk.grads_on_device ? chunk.grads.device() == device : chunk.grads.is_cpu(),
+              "DeviceAdam: gradients said to be on ", chunk.grads_on_device ? "the device" : "the host", " are on ",
+              chunk.grads.device());
+  const int64_t n = b.end_numel - b.begin_numel;
+  at::Tensor grads = chunk.grads.narrow(0, b.begin_numel, n);
+  if (!chunk.grads_on_device) {  // across in their own dtype, into the gradient scratch's bytes
+    grads = Scratch(kGrads, at::kFloat, chunk).view(grads.scalar_type()).narrow(0, 0, n).copy_(grads);
+  }
+  const bool int8 = Int8(chunk.m), bf16_weights = chunk.master.scalar_type() != at::kFloat;
+  const auto& c = config_;
+  std::vector<FusedAdamPiece> pieces;
+  size_t next = 0;  // params are in layout order, as the pieces
+  for (const SlicePiece& piece : b.pieces) {
+    while (params[next].slice.index != piece.index) ++next;
+    const DeviceParam& param = params[next];
+    FusedAdamPiece f;
+    if (bf16_weights) {
+      f.weights = static_cast<uint16_t*>(At(chunk.master, piece.offset_numel));
+    } else {
+      f.master = static_cast<float*>(At(chunk.master, piece.offset_numel));
+    }
+    f.grad = At(grads, piece.offset_numel - b.begin_numel);
+    f.grad_type = ElemTypeOf(grads.scalar_type());
+    f.state_type = ElemTypeOf(chunk.m.scalar_type());
+    if (int8) {  // Int8MomentOf checks the piece starts at a block boundary
+      const Int8Moment m = Int8MomentOf(chunk.m, chunk.capacity_numel, piece.offset_numel, piece.numel);
+      const Int8Moment v = Int8MomentOf(chunk.v, chunk.capacity_numel, piece.offset_numel, piece.numel);
+      f.m = m.codes.data_ptr();
+      f.v = v.codes.data_ptr();
+      f.m_scale = m.scales.data_ptr<float>();
+      f.v_scale = v.scales.data_ptr<float>();
+    } else {
+      f.m = At(chunk.m, piece.offset_numel);
+      f.v = At(chunk.v, piece.offset_numel);
+    }
+    f.numel = piece.numel;
+    f.sr_index = piece.offset_numel;
+    f.sr_seed = param.sr_seed;
+    f.hyper = AdamHyper::Make(lr, c.betas[0], c.betas[1], c.eps, param.decay ? c.weight_decay : 0.0,
+                              c.type == OptimizerType::kAdamW, param.step_count, grad_scale);
+    pieces.push_back(f);
+  }
+  const c10::cuda::CUDAGuard guard(device);
+  const float* tables = int8 ? FusedTables(device).data_ptr<float>() : nullptr;
+  const char* error = LaunchFusedAdam(pieces, tables, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(error == nullptr, "DeviceAdam: the fused CUDA update did not start: ", error);
+}
+#else
+const at::Tensor& DeviceAdam::FusedTables(at::Device) { return fused_tables_; }
+
+void DeviceAdam::RunBatchFused(const DeviceChunk&, const std::vector<DeviceParam>&, const SliceBatch&, double,
+                               double) {
+  TORCH_CHECK(false, "DeviceAdam: the fused CUDA update needs a --config=cuda build");
+}
+#endif
+
 void DeviceAdam::Update(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, double lr,
-                        const at::Tensor& unscale) {
+                        double grad_scale, const at::Tensor& unscale) {
   const bool grads_direct = chunk.grads.scalar_type() == at::kFloat && chunk.grads_on_device;
   const bool direct = grads_direct && chunk.m.scalar_type() == at::kFloat;
   std::vector<SliceParam> slices;
@@ -204,7 +332,14 @@ void DeviceAdam::Update(const DeviceChunk& chunk, const std::vector<DeviceParam>
   TORCH_CHECK(chunk.capacity_numel % align == 0, "DeviceAdam: 8-bit state needs a capacity of whole blocks, not ",
               chunk.capacity_numel, " elements");
   const int64_t max_numel = direct ? AlignUp(std::max<int64_t>(chunk.capacity_numel, 1), align) : slice_numel_;
-  for (const SliceBatch& b : SliceUpdate(slices, max_numel, align)) RunBatch(chunk, params, b, lr, unscale);
+  const bool fused = Fused(chunk);
+  for (const SliceBatch& b : SliceUpdate(slices, max_numel, align)) {
+    if (fused) {
+      RunBatchFused(chunk, params, b, lr, grad_scale);
+    } else {
+      RunBatch(chunk, params, b, lr, unscale);
+    }
+  }
   if (chunk.compute.defined()) WriteCompute(chunk);
 }
 

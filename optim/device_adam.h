@@ -11,6 +11,12 @@
 // device needs no gradient or moment scratch: one batch per run of updated parameters.
 // The scratch comes from a DeviceScratchSource (the chunk store's device tier in a run),
 // taken by Reserve before the step's updates.
+// On CUDA (--config=cuda), a chunk whose moments or weights are not fp32 (bf16 or 8-bit
+// state, or no fp32 master) is updated by one fused kernel instead
+// (optim/device_adam_cuda.h): the CPU kernels' bits, one pass, no widening scratch; fp32
+// state with an fp32 master keeps LibTorch's fused op (at a device copy's bandwidth).
+// The kernel's bits equal the CPU kernels' for finite values (a step with non-finite
+// gradients is skipped before any update).
 // Training thread only.
 #pragma once
 
@@ -49,6 +55,7 @@ struct DeviceParam {
   SliceParam slice;
   bool decay = false;  // weight decay applies
   at::Tensor step;     // the fused op's fp32 step counter, already advanced (updated parameters)
+  int64_t step_count = 0;  // the same count on the host (the CUDA kernel's hyper-parameters)
   uint32_t sr_seed = 0;  // a bf16 master's stochastic rounding (ChunkAdam::RoundingSeed)
 };
 
@@ -64,8 +71,10 @@ class DeviceAdam {
   DeviceAdam(const OptimizerConfig& config, int64_t slice_numel, DeviceScratchSource source = {});
 
   // Updates the parameters of `chunk` marked updated in `params` (layout order).
-  // `unscale`: the gradients' divisor as a 0-dim fp32 tensor on the device.
-  void Update(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, double lr, const at::Tensor& unscale);
+  // `grad_scale`: the gradients' multiplier (clip coefficient / loss scale); `unscale`:
+  // its inverse as a 0-dim fp32 tensor on the device (the fused op divides by it).
+  void Update(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, double lr, double grad_scale,
+              const at::Tensor& unscale);
   // Rewrites the compute chunk [0, used_numel) from the master (on the device): in one
   // conversion where the compute chunk is on the device too, else through a
   // device-converted slice of scratch and one copy per slice (no fp32 host copy).
@@ -84,8 +93,13 @@ class DeviceAdam {
     at::ScalarType compute_dtype = at::kBFloat16;
     bool master = false;  // bf16 weights without an fp32 master: widened into fp32 scratch
   };
+  // On CUDA with the fused kernel only the gradient and compute slices are taken (what
+  // the kernel's chunks need of them).
   void Reserve(int64_t capacity_numel, const Needs& needs, at::Device device);
   int64_t slice_numel() const { return slice_numel_; }
+  // Off: chunks that would take the fused CUDA kernel take the LibTorch-ops path
+  // (tools/bench_device_adam's baseline). On by default.
+  void UseFusedKernel(bool on) { fused_kernel_ = on; }
   // Gives the scratch back after the step's last Update (it counts in the source's
   // tier only while the optimizer runs).
   void ReleaseScratch();
@@ -97,10 +111,20 @@ class DeviceAdam {
                    at::Tensor& scratch);
   void Narrow(const at::Tensor& wide, const at::Tensor& payload, const DeviceChunk& chunk, const SliceBatch& b,
               QuantCode code);
+  // Whether `chunk` takes the fused CUDA kernel (CUDA payloads in a --config=cuda build,
+  // moments or weights not fp32).
+  bool Fused(const DeviceChunk& chunk) const;
   // A batch's gradients in the fp32 scratch, from either tier.
   at::Tensor WidenGrads(const DeviceChunk& chunk, const SliceBatch& b);
   void RunBatch(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, const SliceBatch& b, double lr,
                 const at::Tensor& unscale);
+  // The same batch in the fused CUDA kernel (optim/device_adam_cuda.h): the CPU kernels'
+  // arithmetic and bits, the payloads read and written in place (gradients on the host
+  // staged in their own dtype).
+  void RunBatchFused(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, const SliceBatch& b, double lr,
+                     double grad_scale);
+  // The kernel's code tables (device_adam_cuda.h) on `device`, made once.
+  const at::Tensor& FusedTables(at::Device device);
   const Int8DeviceCode& Code(QuantCode code, at::Device device);
   at::Tensor& Take(int which, at::ScalarType dtype, int64_t numel, at::Device device);
   at::Tensor& Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk);
@@ -111,6 +135,8 @@ class DeviceAdam {
   DeviceScratchSource source_;
   std::optional<Int8DeviceCode> codes_[2];  // [signed, unsigned], on codes_device_
   std::optional<at::Device> codes_device_;
+  at::Tensor fused_tables_;
+  bool fused_kernel_ = true;
   // fp32 gradients, m, v; compute dtype parameters; fp32 widened bf16 weights (no
   // master): until ReleaseScratch
   at::Tensor scratch_[5];

@@ -328,7 +328,7 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
       // The fused op reads the compute chunk on the device where it is the master (fp32)
       // or holds the gradients.
       if (runtime_.grads_in_compute_chunks() || !runtime_.separate_master()) pipeline_.PlaceOnDevice(chunk);
-      chunk_adam_.UpdateOnDevice(chunk, lr, unscale);
+      chunk_adam_.UpdateOnDevice(chunk, lr, grad_scale, unscale);
     }
   }
   r.device_chunks = static_cast<int>(device_chunks_.size());

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): ps_train against the offload peers on one model and batch.
 
-Issue #9 §8. Runs, each in its own process (one at a time, so none sees another's
-memory), the same GPT (tools/bench_vs_eager.py's model: learned positions, pre-LN,
-GELU-tanh, tied head, causal SDPA) with the same micro-batch, sequence length, AdamW
-(betas, eps, weight decay) and clip 1.0 on random tokens, and prints one table with
-tokens/s (median step after the first two), ms/step, peak GPU memory and the ratio of
-ps_train to each peer. None of the peers is part of ps_train. Peers:
+Issue #9 §8, issue #25. Runs, each in its own process (one at a time, so none sees
+another's memory), the same model (tools/bench_vs_eager.py's: its GPT, learned positions,
+pre-LN, GELU-tanh, tied head, causal SDPA; or with a Llama --preset its Llama, RMSNorm,
+rotary, GQA, SwiGLU) with the same micro-batch, sequence length, AdamW (betas, eps,
+weight decay) and clip 1.0 on random tokens, and prints one table with tokens/s (median
+step after the first two), ms/step, peak GPU memory, peak resident host memory and the
+ratio of ps_train to each peer. None of the peers is part of ps_train. Peers:
 
   eager      PyTorch eager, bf16 autocast, fp32 weights, fused AdamW (model must fit)
   compile    the same under torch.compile
@@ -17,6 +18,10 @@ ps_train to each peer. None of the peers is part of ps_train. Peers:
 ps_train runs with --set ps-set options on top of a shape-free base config (bf16, chunks
 on, the model from --preset), e.g. `--ps-set optimizer.hybrid_adam=false` for "optimizer
 on the host". --checkpointing turns activation checkpointing on in every runner.
+--gpu-cap-gib caps every runner's GPU memory the same way (the peers' caching allocator
+by torch.cuda.set_per_process_memory_fraction, ps_train's by chunk.device_memory_bytes),
+as a smaller card would. --ds-nvme DIR puts the DeepSpeed peers' optimizer state in files
+under DIR (ZeRO-Infinity's NVMe offload; DeepSpeed builds its async_io op with libaio).
 
 DeepSpeed is not on the GPU machine and it has no network: fetch it here first (PyPI is
 reachable here), into the git-ignored .device/wheels that travels with the checkout:
@@ -34,6 +39,15 @@ Adam JIT-compiles on first use with the machine's g++/nvcc). The goal commands o
   tools/gpu_run.sh python3 tools/bench_offload.py --ps-train .device/ps_train \\
       --preset GPT2_4B --batch-size 8 --steps 8 --checkpointing --peers ds_zero3 \\
       --out "$OUT/offload_4b.json"
+
+Issue #25's peer: Llama 3.1 8B full fine-tune under a 24 GiB cap, ps_train with int8
+moments and a 64 GiB host budget, against ZeRO-3 with CPU offload (--ds-nvme DIR: the
+optimizer state on NVMe):
+
+  tools/gpu_run.sh python3 tools/bench_offload.py --ps-train .device/ps_train \\
+      --preset llama-3.1-8b --seq-len 2048 --batch-size 1 --steps 4 --checkpointing \\
+      --gpu-cap-gib 24 --peers ds_zero3 --ps-set optimizer.state_dtype=int8 \\
+      --ps-set chunk.host_budget_bytes=68719476736 --out "$OUT/ds8b.json"
 
 The third goal, the largest model (at least 2x the largest DeepSpeed ZeRO-3 offload
 trains on the same machine, PatrickStar's claim), is `--largest`: for each of --runners
@@ -60,6 +74,7 @@ import contextlib
 import glob
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -150,12 +165,17 @@ def one_rank_env():
 
 
 def deepspeed_config(args, bve, stage):
-    """DeepSpeed ZeRO-`stage` with the optimizer (stage 3: and parameters) offloaded to pinned host memory."""
-    zero = {"stage": stage, "offload_optimizer": {"device": "cpu", "pin_memory": True},
-            "overlap_comm": True, "contiguous_gradients": True}
+    """DeepSpeed ZeRO-`stage` with the optimizer (stage 3: and parameters) offloaded to pinned host
+    memory; with --ds-nvme the optimizer state in files there instead."""
+    optimizer = {"device": "cpu", "pin_memory": True}
+    if args.ds_nvme:
+        optimizer = {"device": "nvme", "nvme_path": args.ds_nvme, "pin_memory": True}
+    zero = {"stage": stage, "offload_optimizer": optimizer, "overlap_comm": True, "contiguous_gradients": True}
     if stage == 3:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    return {"train_micro_batch_size_per_gpu": args.batch_size, "gradient_accumulation_steps": 1,
+    extra = {"aio": {"block_size": 1 << 20, "queue_depth": 8, "single_submit": False, "overlap_events": True,
+                     "thread_count": 1}} if args.ds_nvme else {}
+    return extra | {"train_micro_batch_size_per_gpu": args.batch_size, "gradient_accumulation_steps": 1,
             "bf16": {"enabled": args.dtype == "bf16"}, "gradient_clipping": bve.CLIP,
             "optimizer": {"type": "AdamW", "params": {"lr": bve.LR, "betas": list(bve.BETAS),
                                                       "eps": bve.EPS, "weight_decay": bve.WD}},
@@ -172,6 +192,7 @@ class Peer:
         self.torch, self.name, self.args = torch, name, args
         device = args.device
         torch.manual_seed(1234)
+        llama = m.get("kind") == "llama"
         build = contextlib.nullcontext()
         if name.startswith("ds_"):
             ensure_deepspeed()
@@ -184,16 +205,22 @@ class Peer:
                 # beyond one device: the fp32 model never exists whole on the host (fair for --largest).
                 build = deepspeed.zero.Init(config_dict_or_path=ds_config, remote_device="cpu", pin_memory=True)
         with build:
-            model = bve.Gpt(m)
+            model = bve.Llama(m) if llama else bve.Gpt(m)
         if name == "ds_zero3":
-            # Gpt's initialisation wrote into empty partitions: again, one gathered parameter at
-            # a time, so the loss is comparable with the other runners'.
+            # The model's initialisation wrote into empty partitions: again, one gathered parameter
+            # at a time, so the loss is comparable with the other runners'.
             for pname, p in model.named_parameters():
                 with deepspeed.zero.GatheredParameters([p], modifier_rank=0):
-                    bve.init_parameter(pname, p, m["n_layer"])
-            deepspeed.zero.register_external_parameter(model, model.wte.weight)  # the LM head reads it
+                    if llama:
+                        bve.init_llama_parameter(pname, p)
+                    else:
+                        bve.init_parameter(pname, p, m["n_layer"])
+            tied = model.embed_tokens.weight if llama and m["tied"] else None if llama else model.wte.weight
+            if tied is not None:
+                deepspeed.zero.register_external_parameter(model, tied)  # the LM head reads it
+        blocks = "layers" if llama else "h"
         if args.checkpointing:
-            model.h = torch.nn.ModuleList(checkpointed(b) for b in model.h)
+            setattr(model, blocks, torch.nn.ModuleList(checkpointed(b) for b in getattr(model, blocks)))
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": bve.WD}, {"params": no_decay, "weight_decay": 0.0}]
@@ -213,7 +240,7 @@ class Peer:
             dist.init_process_group("nccl" if device == "cuda" else "gloo")
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float32,
                                       reduce_dtype=torch.float32)
-            for block in model.h:
+            for block in getattr(model, blocks):
                 fully_shard(block, offload_policy=CPUOffloadPolicy(), mp_policy=mp)
             fully_shard(model, offload_policy=CPUOffloadPolicy(), mp_policy=mp)
             self.params = list(model.parameters())
@@ -253,8 +280,8 @@ def checkpointed(block):
             super().__init__()
             self.inner = block
 
-        def forward(self, x):
-            return checkpoint(self.inner, x, use_reentrant=False)
+        def forward(self, *inputs):
+            return checkpoint(self.inner, *inputs, use_reentrant=False)
 
     return Wrapped()
 
@@ -262,6 +289,9 @@ def checkpointed(block):
 def run_peer(name, args, m):
     import torch
     torch.set_num_threads(args.threads)
+    if args.gpu_cap_gib and args.device == "cuda":  # the caching allocator refuses beyond the cap
+        torch.cuda.set_per_process_memory_fraction(
+            min(1.0, args.gpu_cap_gib * 2**30 / torch.cuda.get_device_properties(0).total_memory))
     peer = Peer(name, args, m)
     device = args.device
     if device == "cuda":
@@ -274,7 +304,8 @@ def run_peer(name, args, m):
         step_s.append(time.perf_counter() - t0)
     return {"tokens_per_s": args.batch_size * m["seq_len"] / statistics.median(step_s[WARMUP_STEPS:] or step_s),
             "final_loss": loss, "params": peer.n_params,
-            "peak_gpu_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else 0}
+            "peak_gpu_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else 0,
+            "peak_host_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 def ps_command(args, m, out):
@@ -286,6 +317,10 @@ def ps_command(args, m, out):
             "data.seq_len": m["seq_len"], "model.n_layer": m["n_layer"], "model.n_head": m["n_head"],
             "model.n_embd": m["n_embd"], "model.n_positions": m["n_positions"], "model.vocab_size": m["vocab_size"],
             "chunk.enabled": "true", "model.activation_checkpointing": str(args.checkpointing).lower()}
+    if m.get("kind") == "llama":  # the preset fills the other keys; those above agree with it
+        sets.update({"model.type": "llama", "model.preset": m["preset"]})
+    if args.gpu_cap_gib:
+        sets["chunk.device_memory_bytes"] = int(args.gpu_cap_gib * 2**30)
     cmd = [args.ps_train, "--config", "configs/quickstart.yaml"]
     return cmd + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + [a for kv in args.ps_set for a in ("--set", kv)]
 
@@ -304,6 +339,7 @@ def run_ps(args, m):
             "final_loss": summary.get("final_loss", steps[-1]["loss"]), "params": summary.get("params"),
             # the chunk runtime's measured peak (chunks + the rest), logged with each step's metrics
             "peak_gpu_bytes": max(r.get("peak_device_total_bytes", 0) for r in rows),
+            "peak_host_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,  # ps_train's
             "startup_s": summary.get("startup_s")}
 
 
@@ -371,16 +407,20 @@ def compare(args, m, peers):
     rows = [spawn(name, args, m) for name in ["ps_train"] + peers]
     ps = rows[0].get("tokens_per_s")
     tokens_per_step = args.batch_size * m["seq_len"]
-    print(f"GPT {m}, micro-batch {args.batch_size}, {args.steps} steps (median after {WARMUP_STEPS}), "
-          f"{args.dtype} {args.device}{', checkpointing' if args.checkpointing else ''}; ps_train --set {args.ps_set}")
-    print(f"{'runner':<10} {'tokens/s':>10} {'ms/step':>9} {'peak GPU GiB':>13} {'ps_train / it':>14} {'final loss':>11}")
+    cap = f", GPU capped at {args.gpu_cap_gib} GiB" if args.gpu_cap_gib else ""
+    print(f"{m.get('kind', 'gpt')} {m}, micro-batch {args.batch_size}, {args.steps} steps (median after "
+          f"{WARMUP_STEPS}), {args.dtype} {args.device}{', checkpointing' if args.checkpointing else ''}{cap}; "
+          f"ps_train --set {args.ps_set}")
+    print(f"{'runner':<10} {'tokens/s':>10} {'ms/step':>9} {'peak GPU GiB':>13} {'peak host GiB':>14} "
+          f"{'ps_train / it':>14} {'final loss':>11}")
     for r in rows:
         if "error" in r:
             print(f"{r['name']:<10} failed: {r['error']}")
             continue
         ratio = f"{ps / r['tokens_per_s']:.2f}x" if ps else "-"
         print(f"{r['name']:<10} {r['tokens_per_s']:>10.0f} {1e3 * tokens_per_step / r['tokens_per_s']:>9.1f} "
-              f"{r['peak_gpu_bytes'] / 2**30:>13.2f} {ratio:>14} {r['final_loss']:>11.4f}")
+              f"{r['peak_gpu_bytes'] / 2**30:>13.2f} {r.get('peak_host_bytes', 0) / 2**30:>14.2f} {ratio:>14} "
+              f"{r['final_loss']:>11.4f}")
     counts = {r.get("params") for r in rows if r.get("params")}
     if len(counts) > 1:
         print(f"warning: parameter counts differ ({sorted(counts)}): not the same model")
@@ -456,7 +496,8 @@ def main():
     ap.add_argument("--peers", default="eager,compile,fsdp2,ds_zero2,ds_zero3",
                     help=f"comma-separated, of {','.join(PEERS)}")
     ap.add_argument("--ps-set", action="append", default=[], help="extra ps_train --set k=v (repeatable)")
-    ap.add_argument("--preset", choices=sorted(PRESETS), help="model shape (overrides --n-*)")
+    ap.add_argument("--preset", help=f"model shape (overrides --n-*): {', '.join(PRESETS)}, or a Llama preset of "
+                    "tools/bench_vs_eager.py (llama-3.2-1b, llama-3.1-8b, ...)")
     ap.add_argument("--n-layer", type=int, default=2)
     ap.add_argument("--n-head", type=int, default=2)
     ap.add_argument("--n-embd", type=int, default=64)
@@ -469,6 +510,8 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--timeout-s", type=int, default=1800, help="per runner (per trial with --largest)")
+    ap.add_argument("--gpu-cap-gib", type=float, help="every runner's GPU memory capped at this many GiB")
+    ap.add_argument("--ds-nvme", help="the DeepSpeed peers' optimizer state in files under this folder")
     ap.add_argument("--out", help="also write the rows as JSON here")
     ap.add_argument("--largest", action="store_true", help="the largest model of --ladder each of --runners trains")
     ap.add_argument("--ladder", default=DEFAULT_LADDER,
@@ -481,10 +524,16 @@ def main():
         return fetch_deepspeed()
     if args.prepare_deepspeed:
         return prepare_deepspeed()
-    if args.preset:
+    if args.preset in PRESETS:
         args.n_layer, args.n_head, args.n_embd, args.seq_len, args.vocab_size = PRESETS[args.preset]
-    m = {"n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd, "n_positions": args.seq_len,
-         "vocab_size": args.vocab_size, "seq_len": args.seq_len}
+    m = {"kind": "gpt", "n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
+         "n_positions": args.seq_len, "vocab_size": args.vocab_size, "seq_len": args.seq_len}
+    if args.preset and args.preset not in PRESETS:
+        sys.path.insert(0, HERE)
+        import bench_vs_eager as bve  # its Llama presets (imports torch)
+        if args.preset not in bve.LLAMA_PRESETS:
+            ap.error(f"--preset {args.preset}: not one of {', '.join(list(PRESETS) + list(bve.LLAMA_PRESETS))}")
+        m = bve.llama_shape(args.preset, args.seq_len)
     if args.model_json:
         m = json.loads(args.model_json)
     args.ps_train = os.path.abspath(args.ps_train)

@@ -51,6 +51,7 @@ PRESETS = {"gpt2-124m": (12, 12, 768, 1024, 50257), "gpt2-350m": (24, 16, 1024, 
 LLAMA_PRESETS = {"smollm2-135m": (30, 9, 3, 576, 64, 1536, 49152, 1e-5, 100000.0, True, 8192),
                  "llama-3.2-1b": (16, 32, 8, 2048, 64, 8192, 128256, 1e-5, 500000.0, True, 131072),
                  "llama-3.2-3b": (28, 24, 8, 3072, 128, 8192, 128256, 1e-5, 500000.0, True, 131072),
+                 "llama-3.1-8b": (32, 32, 8, 4096, 128, 14336, 128256, 1e-5, 500000.0, False, 131072),
                  "qwen3-0.6b": (28, 16, 8, 1024, 128, 3072, 151936, 1e-6, 1e6, True, 40960)}
 CONFIG = "configs/quickstart.yaml"  # ps_train side; its optimizer and schedule are mirrored below
 LR, MIN_LR, WARMUP, BETAS, EPS, WD, CLIP, INIT_STD = 3e-3, 3e-4, 20, (0.9, 0.95), 1e-8, 0.1, 1.0, 0.02
@@ -148,6 +149,20 @@ class LlamaBlock(nn.Module):  # models/llama_layers.cc: GQA through SDPA, SwiGLU
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
+def init_llama_parameter(name, p):  # norms 1, the rest N(0, INIT_STD)
+    with torch.no_grad():
+        p.fill_(1.0) if "norm" in name else p.normal_(0.0, INIT_STD)
+
+
+def llama_shape(preset, seq_len):
+    """A LLAMA_PRESETS entry as the model dict of Llama (and of ps_train's --set keys)."""
+    n_layer, n_head, n_kv, n_embd, head_dim, inter, vocab, eps, theta, tied, positions = LLAMA_PRESETS[preset]
+    return {"kind": "llama", "preset": preset, "n_layer": n_layer, "n_head": n_head, "n_kv_head": n_kv,
+            "n_embd": n_embd, "head_dim": head_dim, "intermediate_size": inter, "vocab_size": vocab, "eps": eps,
+            "rope_theta": theta, "tied": tied, "max_positions": positions, "n_positions": positions,
+            "seq_len": seq_len}
+
+
 class Llama(nn.Module):  # embed_tokens, layers, norm, lm_head (tied: the embedding)
     def __init__(self, m):
         super().__init__()
@@ -157,9 +172,8 @@ class Llama(nn.Module):  # embed_tokens, layers, norm, lm_head (tied: the embedd
         self.lm_head = None if m["tied"] else nn.Linear(m["n_embd"], m["vocab_size"], bias=False)
         inv = 1.0 / (m["rope_theta"] ** (torch.arange(0, m["head_dim"], 2, dtype=torch.float32) / m["head_dim"]))
         self.register_buffer("inv_freq", inv, persistent=False)
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                p.fill_(1.0) if "norm" in name else p.normal_(0.0, INIT_STD)
+        for name, p in self.named_parameters():
+            init_llama_parameter(name, p)
 
     def forward(self, idx, targets):
         pos = torch.arange(idx.size(1), device=idx.device, dtype=torch.float32)
@@ -269,10 +283,9 @@ def main():
     args = ap.parse_args()
     m = {"kind": "gpt", "preset": args.preset}
     if args.preset in LLAMA_PRESETS:
-        (args.n_layer, args.n_head, n_kv, args.n_embd, head_dim, inter, args.vocab_size, eps, theta,
-         tied, positions) = LLAMA_PRESETS[args.preset]
-        m.update(kind="llama", n_kv_head=n_kv, head_dim=head_dim, intermediate_size=inter, eps=eps,
-                 rope_theta=theta, tied=tied, max_positions=positions)
+        m = llama_shape(args.preset, args.seq_len)
+        args.n_layer, args.n_head, args.n_embd, args.vocab_size = (m[k] for k in ("n_layer", "n_head", "n_embd",
+                                                                                   "vocab_size"))
     elif args.preset:
         args.n_layer, args.n_head, args.n_embd, args.seq_len, args.vocab_size = PRESETS[args.preset]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,6 +8,7 @@
 #
 # CHECK: parity | eager | llama1b | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
 #        state_q | state6b | state8b | none8b | sr_cuda (needs .device/device_rounding_test and bench_device_rounding) |
+#        adam_cuda (needs .device/device_adam_cuda_test and bench_device_adam) |
 #        nvme (also needs .device/bench_nvme; NVME_BENCH=0 skips it, NVME_STEPS sets the 8B run's steps) |
 #        ds_prep | peers_ds | largest_ds | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
@@ -154,6 +155,11 @@ check() {
       # (tools/bench_device_rounding)
       $G timeout 120 .device/device_rounding_test > "$OUT/sr_cuda_test.log" 2>&1; log "sr_cuda test rc=$?"
       $G timeout 120 "${BENCH_SR:-.device/bench_device_rounding}" > "$OUT/sr_cuda.log" 2>&1; log "sr_cuda rc=$?" ;;
+    adam_cuda)  # issue #25 §1: the fused CUDA device update (bf16/8-bit state, no master) bitwise against the CPU
+      # kernels (device_adam_cuda_test of a --config=cuda build) and per mode against a device copy's bandwidth
+      # (tools/bench_device_adam); both in .device/
+      $G timeout 120 .device/device_adam_cuda_test > "$OUT/adam_cuda_test.log" 2>&1; log "adam_cuda test rc=$?"
+      $G timeout 120 "${BENCH_ADAM:-.device/bench_device_adam}" > "$OUT/adam_cuda.log" 2>&1; log "adam_cuda rc=$?" ;;
     nvme)  # issue #25 §2: the NVMe tier's ring against this machine's disk (tools/bench_nvme, in .device/ with
       # ps_train), then Llama 3.1 8B exact (fp32 master, m, v) under a stated 24 GiB card and 64 GiB of host with
       # chunk.nvme_dir (the README's verdict: 41.16 GiB in the file), as state8b; the file goes under /tmp
