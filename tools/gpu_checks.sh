@@ -6,11 +6,11 @@
 #
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
-# CHECK: parity | eager | llama1b | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
+# CHECK: parity | eager | llama1b | llama1b_slice | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
 #        state_q | state6b | state8b | none8b | sr_cuda (needs .device/device_rounding_test and bench_device_rounding) |
 #        adam_cuda (needs .device/device_adam_cuda_test and bench_device_adam) |
 #        nvme (also needs .device/bench_nvme; NVME_BENCH=0 skips it, NVME_STEPS sets the 8B run's steps) |
-#        ds_prep | peers_ds | largest_ds | all.
+#        ds_prep | peers_ds | largest_ds | ds8b | ds3b_nvme | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
 # a log per check and one line per check in OUT/timeline.txt with its exit code and time.
 # Runs go to /tmp/gpu_checks; every ps_train run has a time limit (SIGKILL: no checkpoint).
@@ -78,6 +78,12 @@ check() {
           "${extra[@]}" > "$OUT/llama1b_$mode.log" 2>&1
         log "llama1b_$mode rc=$?"
       done ;;
+    llama1b_slice)  # issue #23: as llama1b's plain run with one LM-head slice of all 8,192 tokens (the default is
+      # 16 of 512): how much of the gap to eager the slicing costs (the logits' recompute in backward stays)
+      timeout 240 $G python3 "$here/bench_vs_eager.py" --device cuda --dtype bf16 --preset llama-3.2-1b \
+        --seq-len 2048 --batch-size 4 --steps 10 --repeats 1 --peak-tflops 989 --ps-train "$PS" \
+        --ps-set model.loss_slice_tokens=8192 > "$OUT/llama1b_slice.log" 2>&1
+      log "llama1b_slice rc=$?" ;;
     accum)  # issue #9 §1: gpt2-1.5b micro 8 x 2 (plain, chunks x2, chunks x1)
       timeout 300 $G python3 "$here/bench_accum.py" --ps-train "$PS" --out "$R/accum" --steps 4 \
         --cases gpt2-1.5b:8:2 > "$OUT/accum.log" 2>&1; log "accum rc=$?" ;;
@@ -209,6 +215,25 @@ check() {
       timeout 260 $G python3 "$here/bench_offload.py" "${PEER_ARGS[@]}" --preset GPT2_4B --batch-size 8 --steps 8 \
         --checkpointing --peers ds_zero3 --timeout-s 200 --out "$OUT/peers_4b.json" > "$OUT/peers_4b.log" 2>&1
       log "peers_4b rc=$?" ;;
+    ds8b)  # issue #25 §3: Llama 3.1 8B full fine-tune under a 24 GiB cap (every runner's allocator capped), ps_train
+      # with int8 moments and a 64 GiB host budget, against DeepSpeed ZeRO-3 with CPU offload (its fp32 master, m, v
+      # and gradients on the host: ~16 bytes per parameter, more than this machine's RAM, so it may fail: a row
+      # with its error); seq 2048, micro 1, checkpointing, 4 steps; after ds_prep
+      timeout 560 $G python3 "$here/bench_offload.py" --ps-train "$PS" --preset llama-3.1-8b --seq-len 2048 \
+        --batch-size 1 --steps 4 --checkpointing --gpu-cap-gib 24 --peers ds_zero3 --timeout-s 260 \
+        --ps-set chunk.size_elements=auto --ps-set chunk.device_budget_bytes=0 --ps-set optimizer.state_dtype=int8 \
+        --ps-set chunk.host_budget_bytes=$((64 << 30)) --out "$OUT/ds8b.json" > "$OUT/ds8b.log" 2>&1
+      log "ds8b rc=$?" ;;
+    ds3b_nvme)  # issue #25 §3: exact fp32 state on the disk, Llama 3.2 3B (8B's 96 GB of DeepSpeed optimizer state
+      # exceeds this machine's 64 GiB disk): ps_train with chunk.nvme_dir against ZeRO-3 with the optimizer on NVMe
+      # (ZeRO-Infinity; DeepSpeed builds its async_io op, which needs libaio), 24 GiB cap, 4 steps; after ds_prep
+      mkdir -p "$R/nvme_ps" "$R/nvme_ds"
+      timeout 560 $G python3 "$here/bench_offload.py" --ps-train "$PS" --preset llama-3.2-3b --seq-len 2048 \
+        --batch-size 1 --steps 4 --checkpointing --gpu-cap-gib 24 --peers ds_zero3 --ds-nvme "$R/nvme_ds" \
+        --timeout-s 260 --ps-set chunk.size_elements=auto --ps-set chunk.device_budget_bytes=0 \
+        --ps-set chunk.host_budget_bytes=$((64 << 30)) --ps-set chunk.nvme_dir="$R/nvme_ps" \
+        --out "$OUT/ds3b_nvme.json" > "$OUT/ds3b_nvme.log" 2>&1
+      log "ds3b_nvme rc=$?" ;;
     largest_ds)  # issue #9 §8: the largest ladder model DeepSpeed ZeRO-3 offload trains (micro 1, checkpointing),
       # against the `largest` check's ps_train figure; both in one table: --runners ps_train,ds_zero3 (over 10 min)
       timeout 590 $G python3 "$here/bench_offload.py" --ps-train "$PS" --largest --runners ds_zero3 --batch-size 1 \
