@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "optim/block_quant.h"
+#include "optim/element_bits.h"
 
 namespace ps::optim {
 namespace {
@@ -29,29 +30,11 @@ struct Launch {
 };
 static_assert(sizeof(Launch) <= 4096, "kernel arguments are limited to 4 KB");
 
-__device__ __forceinline__ float Bf16ToFloat(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-
-// ScalarFloatToBf16: round to nearest even, NaN to 0x7fc0.
-__device__ __forceinline__ uint16_t FloatToBf16(float f) {
-  const uint32_t x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-// ScalarHalfToFloat (exact).
-__device__ __forceinline__ float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) return __uint_as_float(__float_as_uint(__fmul_rn(static_cast<float>(mant), 5.9604644775390625e-8f)) | sign);
-  if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
-  return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
 __device__ __forceinline__ float Load(const void* base, ElemType type, int64_t i) {
   switch (type) {
     case ElemType::kFp32: return static_cast<const float*>(base)[i];
-    case ElemType::kFp16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
-    case ElemType::kBf16: return Bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case ElemType::kFp16: return internal::ScalarHalfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case ElemType::kBf16: return internal::ScalarBf16ToFloat(static_cast<const uint16_t*>(base)[i]);
     case ElemType::kInt8: break;
   }
   return 0.0f;
@@ -59,13 +42,7 @@ __device__ __forceinline__ float Load(const void* base, ElemType type, int64_t i
 
 __device__ __forceinline__ void Store(void* base, ElemType type, int64_t i, float value) {
   if (type == ElemType::kFp32) static_cast<float*>(base)[i] = value;
-  if (type == ElemType::kBf16) static_cast<uint16_t*>(base)[i] = FloatToBf16(value);
-}
-
-__device__ __forceinline__ uint32_t SrMix(uint32_t x) {
-  x = ((x >> 16) ^ x) * 0x45d9f3bu;
-  x = ((x >> 16) ^ x) * 0x45d9f3bu;
-  return (x >> 16) ^ x;
+  if (type == ElemType::kBf16) static_cast<uint16_t*>(base)[i] = internal::ScalarFloatToBf16(value);
 }
 
 // AdamElement, operation for operation.
@@ -115,15 +92,13 @@ __device__ __forceinline__ void UpdateBlock(const FusedAdamPiece& p, int64_t blo
     v = Load(p.v, p.state_type, i);
   }
   if (live) {
-    float w = p.master != nullptr ? p.master[i] : Bf16ToFloat(p.weights[i]);
+    float w = p.master != nullptr ? p.master[i] : internal::ScalarBf16ToFloat(p.weights[i]);
     Element(Load(p.grad, p.grad_type, i), w, m, v, p.hyper);
     if (p.master != nullptr) {
       p.master[i] = w;
-    } else {  // FloatToBf16Stochastic(w, SrHash(sr_index + i, sr_seed))
-      const uint32_t bits = __float_as_uint(w);
-      const uint32_t hash = SrMix(SrMix(static_cast<uint32_t>(p.sr_index + i)) ^ p.sr_seed);
-      p.weights[i] = (bits & 0x7fffffffu) > 0x7f800000u ? uint16_t{0x7fc0}
-                                                         : static_cast<uint16_t>((bits + (hash >> 16)) >> 16);
+    } else {
+      p.weights[i] = internal::ScalarFloatToBf16Stochastic(
+          w, internal::ScalarSrHash(static_cast<uint32_t>(p.sr_index + i), p.sr_seed));
     }
     if (!int8) {
       Store(p.m, p.state_type, i, m);

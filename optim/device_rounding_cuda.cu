@@ -6,24 +6,18 @@
 
 #include <algorithm>
 
+#include "optim/element_bits.h"
+
 namespace ps::optim {
 namespace {
-
-__device__ __forceinline__ uint32_t SrMix(uint32_t x) {
-  x = ((x >> 16) ^ x) * 0x45d9f3bu;
-  x = ((x >> 16) ^ x) * 0x45d9f3bu;
-  return (x >> 16) ^ x;
-}
 
 // Grid-stride: element i's index is first_index + i mod 2^32, as the CPU kernels' uint32.
 __global__ void StochasticRoundKernel(const float* __restrict__ values, uint16_t* __restrict__ out, int64_t numel,
                                       uint32_t first_index, uint32_t seed) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
-    const uint32_t bits = __float_as_uint(values[i]);
-    const uint32_t hash = SrMix(SrMix(first_index + static_cast<uint32_t>(i)) ^ seed);
-    // NaN gives 0x7fc0; otherwise bits + (hash >> 16) stays below 2^32 (bits <= 0xff800000).
-    out[i] = (bits & 0x7fffffffu) > 0x7f800000u ? uint16_t{0x7fc0} : static_cast<uint16_t>((bits + (hash >> 16)) >> 16);
+    out[i] = internal::ScalarFloatToBf16Stochastic(values[i],
+                                                   internal::ScalarSrHash(first_index + static_cast<uint32_t>(i), seed));
   }
 }
 

@@ -1,6 +1,6 @@
-"""cc_library / cc_binary for targets whose sources include CUDA's headers.
+"""cc_library for targets whose sources include CUDA's headers.
 
-Each adds what such a target needs on top of its own attributes: CUDA's include path
+It adds what such a target needs on top of its own attributes: CUDA's include path
 (PS_CUDA_COPTS, only in --config=cuda), the PS_WITH_CUDA define (PS_CUDA_DEFINES) and
 //third_party:cuda (the headers in every build, the libraries in --config=cuda). Other
 targets take plain cc_library, so a --config=cuda build recompiles only these.
@@ -16,6 +16,3 @@ def _cuda_attrs(kwargs):
 
 def ps_cuda_cc_library(name, **kwargs):
     native.cc_library(name = name, **_cuda_attrs(kwargs))
-
-def ps_cuda_cc_binary(name, **kwargs):
-    native.cc_binary(name = name, **_cuda_attrs(kwargs))

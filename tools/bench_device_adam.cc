@@ -4,52 +4,26 @@
 // runs' slices, per mode: fp32 state with an fp32 master (LibTorch's fused op), bf16 and
 // 8-bit state with the master, 8-bit and bf16 state without it (the fused CUDA kernel,
 // and the LibTorch-ops path it replaced as the baseline). Each mode's bytes per element
-// (read + written) against a device copy's bandwidth, best of `--iters`. The kernel's bitwise check is device_adam_cuda_test (tools/
-// gpu_checks.sh adam_cuda runs both). The last line is one JSON object. Without CUDA it
-// says so and exits 2.
+// (read + written) against a device copy's bandwidth, best of `--iters`. The kernel's
+// bitwise check is device_adam_cuda_test (tools/gpu_checks.sh adam_cuda runs both). The
+// last line is one JSON object. Without CUDA it says so and exits 2.
 #include <ATen/ATen.h>
 #include <cxxopts.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
-#include <limits>
 #include <string>
 
 #include "chunkmem/update_scratch.h"
 #include "optim/device_adam.h"
-
-#ifdef PS_WITH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
+#include "tools/device_timing.h"
 
 namespace {
 
 using ps::optim::DeviceAdam;
 using ps::optim::DeviceChunk;
 using ps::optim::DeviceParam;
-
-void Synchronize() {
-#ifdef PS_WITH_CUDA
-  c10::cuda::device_synchronize();
-#endif
-}
-
-// Best of `iters` timed runs of `fn` in milliseconds (the device synchronised around each).
-double BestMs(int iters, const std::function<void()>& fn) {
-  double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i <= iters; ++i) {  // the first is a warm-up
-    Synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    Synchronize();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) best = std::min(best, ms);
-  }
-  return best;
-}
 
 struct Mode {
   const char* name;
@@ -87,7 +61,7 @@ double UpdateMs(const Mode& mode, int64_t n, int iters, bool fused) {
   needs.master = !mode.master;
   adam.Reserve(n, needs, d.master.device());
   const at::Tensor unscale = at::full({}, 1.0, cuda.dtype(at::kFloat));
-  return BestMs(iters, [&] { adam.Update(d, {p}, 1e-3, 1.0, unscale); });
+  return ps::tools::BestMs(iters, [&] { adam.Update(d, {p}, 1e-3, 1.0, unscale); });
 }
 
 }  // namespace
@@ -110,7 +84,7 @@ int main(int argc, char** argv) {
   const int iters = args["iters"].as<int>();
   const at::TensorOptions cuda = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   at::Tensor copy_src = at::empty({n * 8}, cuda), copy_dst = at::empty({n * 8}, cuda);
-  const double copy_gbs = 2.0 * 16.0 * static_cast<double>(n) / BestMs(iters, [&] { copy_dst.copy_(copy_src); }) / 1e6;
+  const double copy_gbs = 2.0 * 16.0 * static_cast<double>(n) / ps::tools::BestMs(iters, [&] { copy_dst.copy_(copy_src); }) / 1e6;
   copy_src = copy_dst = at::Tensor();
   const Mode modes[] = {{"fp32", at::kFloat, true, 28}, {"bf16", at::kBFloat16, true, 18},
                         {"int8", at::kByte, true, 14 + 16.0 / 256}, {"none-int8", at::kByte, false, 10 + 16.0 / 256},

@@ -8,41 +8,11 @@
 #include <cxxopts.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
-#include <limits>
 
 #include "optim/device_rounding.h"
-
-#ifdef PS_WITH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
-
-namespace {
-
-void Synchronize() {
-#ifdef PS_WITH_CUDA
-  c10::cuda::device_synchronize();
-#endif
-}
-
-// Best of `iters` timed runs of `fn` in milliseconds (the device synchronised around each).
-double BestMs(int iters, const std::function<void()>& fn) {
-  double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i <= iters; ++i) {  // the first is a warm-up
-    Synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    Synchronize();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) best = std::min(best, ms);
-  }
-  return best;
-}
-
-}  // namespace
+#include "tools/device_timing.h"
 
 int main(int argc, char** argv) {
   cxxopts::Options options("bench_device_rounding", "the CUDA stochastic-rounding kernel's speed");
@@ -63,9 +33,9 @@ int main(int argc, char** argv) {
   at::Tensor out = at::empty({n}, values.options().dtype(at::kBFloat16));
   at::Tensor copy_src = at::empty({n * 3}, out.options());  // the kernel's 6 bytes per element, read and written
   at::Tensor copy_dst = at::empty({n * 3}, out.options());
-  const double kernel_ms = BestMs(iters, [&] { ps::optim::StochasticRoundInto(values, out, 0, 99u); });
-  const double ops_ms = BestMs(iters, [&] { ps::optim::StochasticRoundWithOps(values, out, 0, 99u); });
-  const double copy_ms = BestMs(iters, [&] { copy_dst.copy_(copy_src); });  // 6 bytes read, 6 written per element
+  const double kernel_ms = ps::tools::BestMs(iters, [&] { ps::optim::StochasticRoundInto(values, out, 0, 99u); });
+  const double ops_ms = ps::tools::BestMs(iters, [&] { ps::optim::StochasticRoundWithOps(values, out, 0, 99u); });
+  const double copy_ms = ps::tools::BestMs(iters, [&] { copy_dst.copy_(copy_src); });  // 6 bytes read, 6 written per element
   const double bytes = 6.0 * static_cast<double>(n);
   const double kernel_gbs = bytes / kernel_ms / 1e6, copy_gbs = 2 * bytes / copy_ms / 1e6;
   std::printf("speed on %lld elements: kernel %.3f ms (%.0f GB/s), LibTorch ops %.3f ms (%.1fx the kernel), device "
