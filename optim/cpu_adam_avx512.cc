@@ -76,6 +76,62 @@ void DequantizeAvx512(const uint8_t* codes, int64_t n, float scale, QuantCode co
   for (int64_t i = vec_end; i < n; ++i) out[i] = values[codes[i]] * scale;
 }
 
+// DequantizeBlock with AVX-512 VBMI, 64 codes at a time and no gather: the code table's
+// fp32 values as four byte planes (plane b holds byte b of each value: 256 bytes, four
+// registers), each looked up with two two-register byte permutes (a code's low seven
+// bits) and a blend (its top bit), then the planes interleaved back into fp32. The
+// interleave leaves 128-bit lane L of output q with elements 16L + 4q .. + 3, so the codes
+// are first transposed as a 4 x 4 grid of four-byte groups, which puts them in order.
+namespace {
+
+struct VbmiPlanes {
+  __m512i plane[4][4];  // [byte of the value][64 codes: 0-63, 64-127, 128-191, 192-255]
+};
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) VbmiPlanes MakeVbmiPlanes(QuantCode code) {
+  alignas(64) uint8_t bytes[4][256];
+  const std::array<float, 256>& values = CodeValues(code);
+  for (int c = 0; c < 256; ++c) {
+    const uint32_t bits = FloatBits(values[c]);
+    for (int b = 0; b < 4; ++b) bytes[b][c] = static_cast<uint8_t>(bits >> (8 * b));
+  }
+  VbmiPlanes p;
+  for (int b = 0; b < 4; ++b) {
+    for (int q = 0; q < 4; ++q) p.plane[b][q] = _mm512_load_si512(bytes[b] + 64 * q);
+  }
+  return p;
+}
+
+}  // namespace
+
+bool CpuHasAvx512Vbmi() { return CpuSupports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512vbmi"); }
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void DequantizeAvx512Vbmi(const uint8_t* codes, int64_t n,
+                                                                                float scale, QuantCode code,
+                                                                                float* out) {
+  static const VbmiPlanes kSigned = MakeVbmiPlanes(QuantCode::kSigned);
+  static const VbmiPlanes kUnsigned = MakeVbmiPlanes(QuantCode::kUnsigned);
+  const VbmiPlanes& t = code == QuantCode::kSigned ? kSigned : kUnsigned;
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512i transpose = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const int64_t vec_end = n - n % 64;
+  for (int64_t i = 0; i < vec_end; i += 64) {
+    const __m512i idx = _mm512_permutexvar_epi32(transpose, _mm512_loadu_si512(codes + i));
+    const __mmask64 high = _mm512_movepi8_mask(idx);
+    __m512i r[4];
+    for (int b = 0; b < 4; ++b) {
+      r[b] = _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(t.plane[b][0], idx, t.plane[b][1]),
+                                    _mm512_permutex2var_epi8(t.plane[b][2], idx, t.plane[b][3]));
+    }
+    const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
+    const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
+    const __m512i f[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                          _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+    for (int q = 0; q < 4; ++q) _mm512_storeu_ps(out + i + 16 * q, _mm512_mul_ps(_mm512_castsi512_ps(f[q]), s));
+  }
+  DequantizeAvx512(codes + vec_end, n - vec_end, scale, code, out + vec_end);
+}
+
 // QuantizeBlock, 16 lanes: the same largest magnitude (max with the running value second,
 // so a NaN is ignored as there), the same division and bucket look-up (block_quant.h).
 float QuantizeAvx512(const float* x, int64_t n, QuantCode code, uint8_t* codes) {
@@ -158,8 +214,9 @@ static void AdamLoop(const AdamSpan& s, const AdamHyper& h) {
 void AdamAvx512(const AdamSpan& s, const AdamHyper& h) {
   const bool none = s.master == nullptr;  // master_weights none
   if (s.state_type == ElemType::kInt8) {
-    AdamInt8Blocks(s, h, none ? AdamLoop<ElemType::kFp32, true> : AdamLoop<ElemType::kFp32, false>, DequantizeAvx512,
-                   QuantizeAvx512);
+    static const bool vbmi = CpuHasAvx512Vbmi();
+    AdamInt8Blocks(s, h, none ? AdamLoop<ElemType::kFp32, true> : AdamLoop<ElemType::kFp32, false>,
+                   vbmi ? DequantizeAvx512Vbmi : DequantizeAvx512, QuantizeAvx512);
   } else if (s.state_type == ElemType::kBf16) {
     none ? AdamLoop<ElemType::kBf16, true>(s, h) : AdamLoop<ElemType::kBf16, false>(s, h);
   } else {

@@ -125,6 +125,9 @@ void AdamScalar(const AdamSpan& span, const AdamHyper& hyper);
 void DequantizeAvx2(const uint8_t* codes, int64_t n, float scale, QuantCode code, float* out);
 float QuantizeAvx2(const float* x, int64_t n, QuantCode code, uint8_t* codes);
 void DequantizeAvx512(const uint8_t* codes, int64_t n, float scale, QuantCode code, float* out);
+// The AVX-512 variant's dequantiser on CPUs with VBMI (byte permutes instead of gathers).
+bool CpuHasAvx512Vbmi();
+void DequantizeAvx512Vbmi(const uint8_t* codes, int64_t n, float scale, QuantCode code, float* out);
 float QuantizeAvx512(const float* x, int64_t n, QuantCode code, uint8_t* codes);
 double SumSquaresScalar(const void* grad, ElemType type, int64_t numel);
 void AdamAvx2(const AdamSpan& span, const AdamHyper& hyper);

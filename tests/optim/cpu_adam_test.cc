@@ -244,6 +244,11 @@ TEST_CASE("int8: the AVX2 and AVX-512 block quantisers equal QuantizeBlock / Deq
   std::vector<std::pair<QuantFn, DequantFn>> variants;
   if (CpuSupports(CpuIsa::kAvx2)) variants.emplace_back(internal::QuantizeAvx2, internal::DequantizeAvx2);
   if (CpuSupports(CpuIsa::kAvx512)) variants.emplace_back(internal::QuantizeAvx512, internal::DequantizeAvx512);
+  if (internal::CpuHasAvx512Vbmi()) {
+    variants.emplace_back(internal::QuantizeAvx512, internal::DequantizeAvx512Vbmi);
+  } else {
+    WARN("this CPU lacks AVX-512 VBMI: that dequantiser is NOT tested here");
+  }
   if (variants.size() < 2) WARN("this CPU lacks AVX2 or AVX-512: those block quantisers are NOT tested here");
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
@@ -268,6 +273,21 @@ TEST_CASE("int8: the AVX2 and AVX-512 block quantisers equal QuantizeBlock / Deq
       CHECK(got == ref);
       dequant(ref.data(), n, ref_scale, code, got_back.data());
       CHECK(std::memcmp(got_back.data(), ref_back.data(), n * sizeof(float)) == 0);
+    }
+  }
+  // Every code of both codes in one block, in an order that is not the codes' (the VBMI
+  // dequantiser transposes its input), at scales of several magnitudes.
+  std::vector<uint8_t> all(kQuantBlockNumel);
+  for (int c = 0; c < kQuantBlockNumel; ++c) all[c] = static_cast<uint8_t>((c * 37 + 11) % kQuantBlockNumel);
+  for (QuantCode code : {QuantCode::kSigned, QuantCode::kUnsigned}) {
+    for (float scale : {1.0f, 0.37f, 3.1e-9f, 0.0f}) {
+      std::vector<float> ref_back(kQuantBlockNumel), got_back(kQuantBlockNumel);
+      DequantizeBlock(all.data(), kQuantBlockNumel, scale, code, ref_back.data());
+      for (const auto& variant : variants) {
+        CAPTURE(scale);
+        variant.second(all.data(), kQuantBlockNumel, scale, code, got_back.data());
+        CHECK(std::memcmp(got_back.data(), ref_back.data(), sizeof(float) * kQuantBlockNumel) == 0);
+      }
     }
   }
 }
