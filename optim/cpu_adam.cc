@@ -46,6 +46,11 @@ bool CpuSupports(CpuIsa isa) {
   return false;
 }
 
+namespace internal {
+// Here, not in the AVX-512 translation unit: this check runs on any CPU.
+bool CpuHasAvx512Vbmi() { return CpuSupports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512vbmi"); }
+}  // namespace internal
+
 CpuIsa BestCpuIsa() {
   if (CpuSupports(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
   if (CpuSupports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;

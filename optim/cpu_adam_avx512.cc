@@ -104,8 +104,6 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) VbmiPlanes MakeVbmiPlanes
 
 }  // namespace
 
-bool CpuHasAvx512Vbmi() { return CpuSupports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512vbmi"); }
-
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void DequantizeAvx512Vbmi(const uint8_t* codes, int64_t n,
                                                                                 float scale, QuantCode code,
                                                                                 float* out) {

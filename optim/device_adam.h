@@ -14,7 +14,7 @@
 // On CUDA (--config=cuda), a chunk whose moments or weights are not fp32 (bf16 or 8-bit
 // state, or no fp32 master) is updated by one fused kernel instead
 // (optim/device_adam_cuda.h): the CPU kernels' bits, one pass, no widening scratch; fp32
-// state with an fp32 master keeps LibTorch's fused op (at a device copy's bandwidth).
+// state with an fp32 master keeps LibTorch's fused op.
 // The kernel's bits equal the CPU kernels' for finite values (a step with non-finite
 // gradients is skipped before any update).
 // Training thread only.

@@ -154,6 +154,10 @@ def init_llama_parameter(name, p):  # norms 1, the rest N(0, INIT_STD)
         p.fill_(1.0) if "norm" in name else p.normal_(0.0, INIT_STD)
 
 
+def rope_inv_freq(m):  # fp32 rotary frequencies of plain rope_theta
+    return 1.0 / (m["rope_theta"] ** (torch.arange(0, m["head_dim"], 2, dtype=torch.float32) / m["head_dim"]))
+
+
 def llama_shape(preset, seq_len):
     """A LLAMA_PRESETS entry as the model dict of Llama (and of ps_train's --set keys)."""
     n_layer, n_head, n_kv, n_embd, head_dim, inter, vocab, eps, theta, tied, positions = LLAMA_PRESETS[preset]
@@ -170,8 +174,7 @@ class Llama(nn.Module):  # embed_tokens, layers, norm, lm_head (tied: the embedd
         self.layers = nn.ModuleList(LlamaBlock(m) for _ in range(m["n_layer"]))
         self.norm = RmsNorm(m["n_embd"], m["eps"])
         self.lm_head = None if m["tied"] else nn.Linear(m["n_embd"], m["vocab_size"], bias=False)
-        inv = 1.0 / (m["rope_theta"] ** (torch.arange(0, m["head_dim"], 2, dtype=torch.float32) / m["head_dim"]))
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.register_buffer("inv_freq", rope_inv_freq(m), persistent=False)
         for name, p in self.named_parameters():
             init_llama_parameter(name, p)
 

@@ -219,21 +219,25 @@ check() {
       # with int8 moments and a 64 GiB host budget, against DeepSpeed ZeRO-3 with CPU offload (its fp32 master, m, v
       # and gradients on the host: ~16 bytes per parameter, more than this machine's RAM, so it may fail: a row
       # with its error); seq 2048, micro 1, checkpointing, 4 steps; after ds_prep
+      # (chunk size: the default, as state8b and the README's verdict; runners at most 2 x (200 + 60) s)
       timeout 560 $G python3 "$here/bench_offload.py" --ps-train "$PS" --preset llama-3.1-8b --seq-len 2048 \
-        --batch-size 1 --steps 4 --checkpointing --gpu-cap-gib 24 --peers ds_zero3 --timeout-s 260 \
-        --ps-set chunk.size_elements=auto --ps-set chunk.device_budget_bytes=0 --ps-set optimizer.state_dtype=int8 \
-        --ps-set chunk.host_budget_bytes=$((64 << 30)) --out "$OUT/ds8b.json" > "$OUT/ds8b.log" 2>&1
+        --batch-size 1 --steps 4 --checkpointing --gpu-cap-gib 24 --peers ds_zero3 --timeout-s 200 \
+        --ps-set optimizer.state_dtype=int8 --ps-set chunk.host_budget_bytes=$((64 << 30)) \
+        --out "$OUT/ds8b.json" > "$OUT/ds8b.log" 2>&1
       log "ds8b rc=$?" ;;
     ds3b_nvme)  # issue #25 §3: exact fp32 state on the disk, Llama 3.2 3B (8B's 96 GB of DeepSpeed optimizer state
       # exceeds this machine's 64 GiB disk): ps_train with chunk.nvme_dir against ZeRO-3 with the optimizer on NVMe
       # (ZeRO-Infinity; DeepSpeed builds its async_io op, which needs libaio), 24 GiB cap, 4 steps; after ds_prep
+      # ps_train: every host-updated chunk's state in the file (chunk.nvme_host_budget_bytes 0: 3B would
+      # otherwise fit the 64 GiB of RAM)
       mkdir -p "$R/nvme_ps" "$R/nvme_ds"
+      local NV=(--ps-set chunk.host_budget_bytes=$((64 << 30)) --ps-set chunk.nvme_dir="$R/nvme_ps"
+                --ps-set chunk.nvme_host_budget_bytes=0)
       timeout 560 $G python3 "$here/bench_offload.py" --ps-train "$PS" --preset llama-3.2-3b --seq-len 2048 \
         --batch-size 1 --steps 4 --checkpointing --gpu-cap-gib 24 --peers ds_zero3 --ds-nvme "$R/nvme_ds" \
-        --timeout-s 260 --ps-set chunk.size_elements=auto --ps-set chunk.device_budget_bytes=0 \
-        --ps-set chunk.host_budget_bytes=$((64 << 30)) --ps-set chunk.nvme_dir="$R/nvme_ps" \
-        --out "$OUT/ds3b_nvme.json" > "$OUT/ds3b_nvme.log" 2>&1
-      log "ds3b_nvme rc=$?" ;;
+        --timeout-s 200 "${NV[@]}" --out "$OUT/ds3b_nvme.json" > "$OUT/ds3b_nvme.log" 2>&1
+      log "ds3b_nvme rc=$?"
+      rm -rf "$R/nvme_ds" ;;  # DeepSpeed's swap files (ps_train's are unlinked at exit)
     largest_ds)  # issue #9 §8: the largest ladder model DeepSpeed ZeRO-3 offload trains (micro 1, checkpointing),
       # against the `largest` check's ps_train figure; both in one table: --runners ps_train,ds_zero3 (over 10 min)
       timeout 590 $G python3 "$here/bench_offload.py" --ps-train "$PS" --largest --runners ds_zero3 --batch-size 1 \
