@@ -5,7 +5,11 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <chrono>
+#include <numeric>
+
+#include "base/parallel_tasks.h"
 
 namespace ps::chunkmem {
 namespace {
@@ -67,46 +71,50 @@ ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::ve
 }
 
 void ZeroPayloads(const ChunkLayout& layout, std::vector<Zeroing>& zeroing) {
-  at::parallel_for(0, static_cast<int64_t>(zeroing.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      at::Tensor& payload = zeroing[i].payload;
-      if (zeroing[i].chunk < 0) {
-        payload.zero_();
-        continue;
-      }
-      const ChunkSpec& spec = layout.chunks()[zeroing[i].chunk];
-      int64_t from = 0;  // parameters lie in offset order (ChunkSpec::param_indices)
-      for (int index : spec.param_indices) {
-        const ParamPlacement& pl = layout.placements()[index];
-        if (pl.offset_numel > from) payload.narrow(0, from, pl.offset_numel - from).zero_();
-        from = pl.offset_numel + pl.numel;
-      }
-      if (payload.numel() > spec.used_numel) payload.narrow(0, spec.used_numel, payload.numel() - spec.used_numel).zero_();
+  ps::base::ParallelTasks(static_cast<int64_t>(zeroing.size()), at::get_num_threads(), [&](int64_t i, int) {
+    at::Tensor& payload = zeroing[i].payload;
+    if (zeroing[i].chunk < 0) {
+      payload.zero_();
+      return;
     }
+    const ChunkSpec& spec = layout.chunks()[zeroing[i].chunk];
+    int64_t from = 0;  // parameters lie in offset order (ChunkSpec::param_indices)
+    for (int index : spec.param_indices) {
+      const ParamPlacement& pl = layout.placements()[index];
+      if (pl.offset_numel > from) payload.narrow(0, from, pl.offset_numel - from).zero_();
+      from = pl.offset_numel + pl.numel;
+    }
+    if (payload.numel() > spec.used_numel) payload.narrow(0, spec.used_numel, payload.numel() - spec.used_numel).zero_();
   });
 }
 
 // One parameter per task: each depends on the parameter alone (models/param_init.h), so
-// the order and the threads do not matter. Masters on the host (or the simulated device,
-// host memory too) are written in place; a master on a CUDA device through one host
-// buffer per task, reused for its parameters.
+// the order and the threads do not matter: the largest first, on run.threads threads,
+// each taking the next when free. Masters on the host (or the simulated device, host
+// memory too) are written in place; a master on a CUDA device through one host buffer
+// per thread, reused.
 void WriteInitialValues(const std::vector<Slots>& fill, const ChunkValues& values, bool separate_master) {
-  at::parallel_for(0, static_cast<int64_t>(fill.size()), 1, [&](int64_t begin, int64_t end) {
-    at::Tensor staging;  // host fp32, grown to the largest slot of the task not written in place
-    for (int64_t i = begin; i < end; ++i) {
-      const Slots& f = fill[i];
-      // Written in place: a fp32 master on the host. Else through staging: a master on
-      // a CUDA device, or a frozen parameter's compute slot (rounded when copied).
-      const at::Tensor& target = f.master.defined() ? f.master : f.compute;
-      at::Tensor v = target;
-      if (!target.device().is_cpu() || target.scalar_type() != at::kFloat) {
-        if (!staging.defined() || staging.numel() < target.numel()) staging = at::empty({target.numel()}, at::kFloat);
-        v = staging.narrow(0, 0, target.numel()).view(target.sizes());
-      }
-      if (!values.initial(f.index, v)) v.zero_();
-      if (!v.is_same(target)) target.copy_(v);
-      if (separate_master && f.master.defined()) f.compute.copy_(v);
+  std::vector<int64_t> order(fill.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  auto numel = [&](int64_t i) { return fill[i].compute.numel(); };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return numel(a) > numel(b); });
+  const int threads = at::get_num_threads();
+  // per thread: host fp32, grown to the largest slot of the thread not written in place
+  std::vector<at::Tensor> staging_of(threads);
+  ps::base::ParallelTasks(static_cast<int64_t>(order.size()), threads, [&](int64_t task, int thread) {
+    at::Tensor& staging = staging_of[thread];
+    const Slots& f = fill[order[task]];
+    // Written in place: a fp32 master on the host. Else through staging: a master on
+    // a CUDA device, or a frozen parameter's compute slot (rounded when copied).
+    const at::Tensor& target = f.master.defined() ? f.master : f.compute;
+    at::Tensor v = target;
+    if (!target.device().is_cpu() || target.scalar_type() != at::kFloat) {
+      if (!staging.defined() || staging.numel() < target.numel()) staging = at::empty({target.numel()}, at::kFloat);
+      v = staging.narrow(0, 0, target.numel()).view(target.sizes());
     }
+    if (!values.initial(f.index, v)) v.zero_();
+    if (!v.is_same(target)) target.copy_(v);
+    if (separate_master && f.master.defined()) f.compute.copy_(v);
   });
 }
 
@@ -166,17 +174,15 @@ void WriteNvmeChunks(ChunkStore& store, const ChunkAllocation& r, const std::vec
     const int compute_id = ids[c][static_cast<int>(ChunkKind::kCompute)];
     store.payload(master_id).zero_();  // the gaps between parameters, and what is not written
     const std::vector<int>& params = r.layout.chunks()[c].param_indices;
-    at::parallel_for(0, static_cast<int64_t>(params.size()), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t k = begin; k < end; ++k) {
-        const int index = params[k];
-        const at::Tensor master = SlotView(store, r, master_id, index);  // fp32, host, contiguous
-        if (values.initial) {
-          if (!values.initial(index, master)) master.zero_();
-        } else {
-          master.copy_(values.current(index));
-        }
-        SlotView(store, r, compute_id, index).copy_(master);
+    ps::base::ParallelTasks(static_cast<int64_t>(params.size()), at::get_num_threads(), [&](int64_t k, int) {
+      const int index = params[k];
+      const at::Tensor master = SlotView(store, r, master_id, index);  // fp32, host, contiguous
+      if (values.initial) {
+        if (!values.initial(index, master)) master.zero_();
+      } else {
+        master.copy_(values.current(index));
       }
+      SlotView(store, r, compute_id, index).copy_(master);
     });
     filled(c);
   }

@@ -14,6 +14,8 @@
 #include <fstream>
 #include <string>
 
+#include "base/parallel_tasks.h"
+
 namespace ps::chunkmem {
 
 namespace {
@@ -64,12 +66,12 @@ at::Tensor MapResidentHostBytes(int64_t bytes) {
   }
   char* base = reinterpret_cast<char*>(aligned);
   (void)madvise(base, mapped, MADV_HUGEPAGE);  // a hint: kernels without THP ignore it
-  // One write per base page faults it in (the kernel zeroes it); slices of huge pages
-  // on the intra-op threads.
+  // One write per base page faults it in (the kernel zeroes it); a huge page per task on
+  // run.threads threads.
   const int64_t slices = (bytes + kHugePageBytes - 1) / kHugePageBytes;
-  at::parallel_for(0, slices, 1, [&](int64_t begin, int64_t end) {
-    const int64_t last = std::min(end * kHugePageBytes, bytes);
-    for (int64_t at = begin * kHugePageBytes; at < last; at += page) {
+  ps::base::ParallelTasks(slices, at::get_num_threads(), [&](int64_t slice, int) {
+    const int64_t last = std::min((slice + 1) * kHugePageBytes, bytes);
+    for (int64_t at = slice * kHugePageBytes; at < last; at += page) {
       *reinterpret_cast<volatile char*>(base + at) = 0;
     }
   });

@@ -88,7 +88,7 @@ struct RuntimeOptions {
   // Start-up: when set, the runtime writes parameter `index`'s initial
   // values itself, into its slot in the fp32 master chunk (the compute chunk in fp32;
   // a lower compute dtype gets a rounded copy), in parallel over parameters
-  // (at::parallel_for, so calls run on several threads at once), instead of copying the
+  // (base::ParallelTasks, so calls run on several threads at once), instead of copying the
   // parameter tensors, whose storage is then never read. `values`: fp32, contiguous,
   // host, the parameter's shape, uninitialised; returns whether it wrote them (false:
   // the runtime zeroes them, e.g. for values a checkpoint provides later).

@@ -6,9 +6,11 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 
+#include "base/parallel_tasks.h"
 #include "models/block_parameter.h"
 
 namespace ps::models {
@@ -55,10 +57,12 @@ void InitParameters(const std::vector<BlockParameter>& params, const InitPlan& p
   for (const auto& p : params) {
     if (plan.Initialises(p.name)) todo.push_back(&p);
   }
-  // One parameter per task: each call is single-threaded with its own generator.
-  at::parallel_for(0, static_cast<int64_t>(todo.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) init(todo[i]->name, todo[i]->tensor.detach());
-  });
+  // One parameter per task, the largest first, each call single-threaded with its own
+  // generator, on run.threads threads (base/parallel_tasks.h).
+  std::stable_sort(todo.begin(), todo.end(),
+                   [](const BlockParameter* a, const BlockParameter* b) { return a->tensor.numel() > b->tensor.numel(); });
+  ps::base::ParallelTasks(static_cast<int64_t>(todo.size()), at::get_num_threads(),
+                          [&](int64_t i, int) { init(todo[i]->name, todo[i]->tensor.detach()); });
 }
 
 }  // namespace ps::models

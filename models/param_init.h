@@ -60,7 +60,7 @@ uint64_t SeedFromDefaultGenerator();
 
 // Fills each parameter of `params` (fp32, contiguous, on the host: a model as built) in
 // place with `init` where plan.Initialises(name); the others are left as they are.
-// Parallel over parameters (at::parallel_for, at::get_num_threads() threads).
+// Parallel over parameters, the largest first (base::ParallelTasks, at::get_num_threads() threads).
 void InitParameters(const std::vector<BlockParameter>& params, const InitPlan& plan, const ParameterInitFn& init);
 
 }  // namespace ps::models

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Layering check (docs/architecture.md, "Layers"): comm <- chunkmem <- optim <- trainer;
-# models and data depend on LibTorch only; tokenizer on ICU, JSON and c10 only; chat on
+# Layering check (docs/architecture.md, "Layers"): base (under every layer) <- comm <-
+# chunkmem <- optim <- trainer; models and data depend on LibTorch (and base) only; tokenizer on ICU, JSON and c10 only; chat on
 # JSON only; trainer wires everything. Inside trainer, its rooms, lowest first:
 # trainer/config <- trainer/engine <- trainer/io <- trainer/logging <- trainer (the loop
 # and its components). Every project #include "x/..." and every Bazel dependency "//x..."
@@ -10,14 +10,15 @@ set -euo pipefail
 
 allowed_for() {
   case "$1" in
-    comm) echo "comm" ;;
-    chunkmem) echo "comm chunkmem" ;;
-    optim) echo "comm chunkmem optim" ;;
-    models) echo "models" ;;
-    data) echo "data" ;;
-    tokenizer) echo "tokenizer" ;;
-    chat) echo "chat" ;;
-    trainer/config) echo "comm chunkmem optim models data tokenizer trainer/config" ;;
+    base) echo "base" ;;
+    comm) echo "base comm" ;;
+    chunkmem) echo "base comm chunkmem" ;;
+    optim) echo "base comm chunkmem optim" ;;
+    models) echo "base models" ;;
+    data) echo "base data" ;;
+    tokenizer) echo "base tokenizer" ;;
+    chat) echo "base chat" ;;
+    trainer/config) echo "base comm chunkmem optim models data tokenizer trainer/config" ;;
     trainer/engine) echo "$(allowed_for trainer/config) trainer/engine" ;;
     trainer/io) echo "$(allowed_for trainer/engine) trainer/io" ;;
     trainer/logging) echo "$(allowed_for trainer/io) trainer/logging" ;;
@@ -70,7 +71,7 @@ fi
 # The test's data lists the layers' files only, so the tree is found through them: a
 # runfile is a link into the sources (tests/BUILD tags the test "external" so a new
 # folder is never hidden behind a cached pass).
-layers="comm chunkmem optim models data tokenizer chat trainer/config trainer/engine trainer/io trainer/logging trainer"
+layers="base comm chunkmem optim models data tokenizer chat trainer/config trainer/engine trainer/io trainer/logging trainer"
 root=$(dirname "$(dirname "$(readlink -f trainer/BUILD)")")
 if [ ! -L trainer/BUILD ] || [ ! -f "$root/WORKSPACE" ]; then
   echo "FAIL: cannot find the source tree through trainer/BUILD (not a link into a workspace: $root)"
