@@ -1,5 +1,6 @@
 #include "base/parallel_tasks.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/ParallelGuard.h>
 #include <dlfcn.h>
@@ -8,22 +9,26 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 namespace ps::base {
 namespace {
 
-// LibTorch's OpenMP runtime (the libgomp its wheel carries), found at run time: this
+// LibTorch's OpenMP runtime (the libgomp libtorch_cpu links), found at run time: this
 // project does not link OpenMP itself. Null where LibTorch has none.
 using OmpSetThreads = void (*)(int);
 using OmpMaxThreads = int (*)();
 
 // While it lives, LibTorch's parallel ops on this thread use this thread alone (OpenMP's
-// thread count is per thread; the one in force before comes back after).
+// thread count is per thread; the one in force before comes back after). LibTorch sets a
+// thread's count to at::set_num_threads' on the thread's first use (lazily), so that use
+// comes first here: else a worker's first op would undo the 1.
 class OneOpenMpThread {
  public:
   OneOpenMpThread() {
+    (void)at::get_num_threads();  // LibTorch's per-thread first use
     static const auto set = reinterpret_cast<OmpSetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
     static const auto max = reinterpret_cast<OmpMaxThreads>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
     if (set == nullptr || max == nullptr) return;
@@ -63,7 +68,13 @@ void ParallelTasks(int64_t tasks, int threads, const std::function<void(int64_t 
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(run, t);
+  for (int t = 1; t < n; ++t) {
+    try {
+      pool.emplace_back(run, t);
+    } catch (const std::system_error&) {  // no more threads to be had: the ones started do the work
+      break;
+    }
+  }
   run(0);
   for (std::thread& t : pool) t.join();
   if (error) std::rethrow_exception(error);

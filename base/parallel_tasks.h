@@ -3,9 +3,9 @@
 // first). For start-up work over parameters and chunks.
 //
 // Why not at::parallel_for: its OpenMP split is a header template compiled into the
-// caller, and only under -fopenmp; this project is not built with it (LibTorch's wheel
-// carries its own libgomp, and a second OpenMP runtime in the process is asking for
-// trouble), so in our code at::parallel_for runs every range on the calling thread.
+// caller, and only under -fopenmp; this project is not built with it (OpenMP belongs to
+// LibTorch's build; linking a second runtime is asking for trouble), so in our code
+// at::parallel_for runs every range on the calling thread.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +14,10 @@
 namespace ps::base {
 
 // Calls work(task, thread) once for every task in [0, tasks), on `threads` threads (the
-// calling thread is thread 0; fewer when there are fewer tasks). Inside, autograd is off
-// and LibTorch's own intra-op parallelism is (its OpenMP runtime's thread count is 1 on
-// these threads, and c10::ParallelGuard is set), so the threads are not oversubscribed;
-// the caller's settings come back after. The first exception a task throws stops the rest from starting and
+// calling thread is thread 0; fewer when there are fewer tasks, or when the system gives
+// no more threads). Inside, autograd is off and LibTorch's own intra-op parallelism is
+// (its OpenMP runtime's thread count is 1 on these threads), so the threads are not
+// oversubscribed; the caller's settings come back after. The first exception a task throws stops the rest from starting and
 // is rethrown here once every thread has finished.
 void ParallelTasks(int64_t tasks, int threads, const std::function<void(int64_t task, int thread)>& work);
 

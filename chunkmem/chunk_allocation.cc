@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <numeric>
 
 #include "base/parallel_tasks.h"
@@ -28,10 +30,40 @@ struct Slots {  // with ChunkValues::initial: where parameter `index`'s values g
   at::Tensor master, compute;  // master undefined: a frozen parameter (compute alone)
 };
 
-at::Tensor SlotView(const ChunkStore& store, const ChunkAllocation& r, int id, int index) {
+at::Tensor SlotView(const at::Tensor& payload, const ChunkAllocation& r, int index) {
   const auto& pl = r.layout.placements()[index];
-  return store.payload(id).narrow(0, pl.offset_numel, pl.numel).view(r.shapes[index]);
+  return payload.narrow(0, pl.offset_numel, pl.numel).view(r.shapes[index]);
 }
+
+at::Tensor SlotView(const ChunkStore& store, const ChunkAllocation& r, int id, int index) {
+  return SlotView(store.payload(id), r, index);
+}
+
+// Bytes of host staging in flight across threads, at most `limit` (the largest slot that
+// needs staging: what one buffer took when the values were written on one thread), so
+// writing on many threads costs no more host memory; a task alone always proceeds.
+class StagingBudget {
+ public:
+  explicit StagingBudget(int64_t limit) : limit_(limit) {}
+  void Take(int64_t bytes) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    freed_.wait(lock, [&] { return in_flight_ == 0 || in_flight_ + bytes <= limit_; });
+    in_flight_ += bytes;
+  }
+  void Give(int64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      in_flight_ -= bytes;
+    }
+    freed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable freed_;
+  int64_t in_flight_ = 0;
+  const int64_t limit_;
+};
 
 bool OnNvme(const ChunkAllocation& r, int c) { return !r.optimizer_on_nvme.empty() && r.optimizer_on_nvme[c]; }
 
@@ -88,33 +120,40 @@ void ZeroPayloads(const ChunkLayout& layout, std::vector<Zeroing>& zeroing) {
   });
 }
 
+// Where slot `f`'s values are written: in place for a fp32 master on the host (or the
+// simulated device, host memory too), else through host fp32 staging (a master on a CUDA
+// device, or a frozen parameter's compute slot, rounded when copied).
+const at::Tensor& TargetOf(const Slots& f) { return f.master.defined() ? f.master : f.compute; }
+bool Staged(const at::Tensor& target) { return !target.device().is_cpu() || target.scalar_type() != at::kFloat; }
+
 // One parameter per task: each depends on the parameter alone (models/param_init.h), so
 // the order and the threads do not matter: the largest first, on run.threads threads,
-// each taking the next when free. Masters on the host (or the simulated device, host
-// memory too) are written in place; a master on a CUDA device through one host buffer
-// per thread, reused.
+// each taking the next when free, the staging in flight held to the largest staged slot.
 void WriteInitialValues(const std::vector<Slots>& fill, const ChunkValues& values, bool separate_master) {
   std::vector<int64_t> order(fill.size());
   std::iota(order.begin(), order.end(), int64_t{0});
   auto numel = [&](int64_t i) { return fill[i].compute.numel(); };
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return numel(a) > numel(b); });
-  const int threads = at::get_num_threads();
-  // per thread: host fp32, grown to the largest slot of the thread not written in place
-  std::vector<at::Tensor> staging_of(threads);
-  ps::base::ParallelTasks(static_cast<int64_t>(order.size()), threads, [&](int64_t task, int thread) {
-    at::Tensor& staging = staging_of[thread];
+  int64_t largest_staged = 0;
+  for (const Slots& f : fill) {
+    if (Staged(TargetOf(f))) largest_staged = std::max<int64_t>(largest_staged, TargetOf(f).numel() * 4);
+  }
+  StagingBudget budget(largest_staged);
+  ps::base::ParallelTasks(static_cast<int64_t>(order.size()), at::get_num_threads(), [&](int64_t task, int) {
     const Slots& f = fill[order[task]];
-    // Written in place: a fp32 master on the host. Else through staging: a master on
-    // a CUDA device, or a frozen parameter's compute slot (rounded when copied).
-    const at::Tensor& target = f.master.defined() ? f.master : f.compute;
-    at::Tensor v = target;
-    if (!target.device().is_cpu() || target.scalar_type() != at::kFloat) {
-      if (!staging.defined() || staging.numel() < target.numel()) staging = at::empty({target.numel()}, at::kFloat);
-      v = staging.narrow(0, 0, target.numel()).view(target.sizes());
+    const at::Tensor& target = TargetOf(f);
+    const int64_t staging_bytes = Staged(target) ? target.numel() * 4 : 0;
+    if (staging_bytes > 0) budget.Take(staging_bytes);
+    try {
+      const at::Tensor v = staging_bytes > 0 ? at::empty(target.sizes(), at::kFloat) : target;
+      if (!values.initial(f.index, v)) v.zero_();
+      if (!v.is_same(target)) target.copy_(v);
+      if (separate_master && f.master.defined()) f.compute.copy_(v);
+    } catch (...) {
+      if (staging_bytes > 0) budget.Give(staging_bytes);
+      throw;
     }
-    if (!values.initial(f.index, v)) v.zero_();
-    if (!v.is_same(target)) target.copy_(v);
-    if (separate_master && f.master.defined()) f.compute.copy_(v);
+    if (staging_bytes > 0) budget.Give(staging_bytes);
   });
 }
 
@@ -174,15 +213,16 @@ void WriteNvmeChunks(ChunkStore& store, const ChunkAllocation& r, const std::vec
     const int compute_id = ids[c][static_cast<int>(ChunkKind::kCompute)];
     store.payload(master_id).zero_();  // the gaps between parameters, and what is not written
     const std::vector<int>& params = r.layout.chunks()[c].param_indices;
+    const at::Tensor master_payload = store.payload(master_id), compute_payload = store.payload(compute_id);
     ps::base::ParallelTasks(static_cast<int64_t>(params.size()), at::get_num_threads(), [&](int64_t k, int) {
       const int index = params[k];
-      const at::Tensor master = SlotView(store, r, master_id, index);  // fp32, host, contiguous
+      const at::Tensor master = SlotView(master_payload, r, index);  // fp32, host, contiguous
       if (values.initial) {
         if (!values.initial(index, master)) master.zero_();
       } else {
         master.copy_(values.current(index));
       }
-      SlotView(store, r, compute_id, index).copy_(master);
+      SlotView(compute_payload, r, index).copy_(master);
     });
     filled(c);
   }

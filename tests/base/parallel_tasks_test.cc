@@ -1,6 +1,7 @@
 // base::ParallelTasks: every task exactly once, on the threads asked for (the calling
 // thread among them), tasks handed to whichever thread is free, autograd and LibTorch's
 // intra-op parallelism off inside, a task's exception rethrown after every thread ends.
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <dlfcn.h>
@@ -70,6 +71,7 @@ TEST_CASE("ParallelTasks: autograd and LibTorch's intra-op threads off inside", 
   c10::AutoGradMode grad_on(true);
   std::atomic<int> grad_seen{0}, wide_seen{0};  // (Catch's checks are for this thread only)
   ParallelTasks(4, 2, [&](int64_t, int) {
+    at::zeros({1 << 20}).add_(1);  // LibTorch's first use on a new thread resets its OpenMP count
     grad_seen += c10::GradMode::is_enabled() ? 1 : 0;
     wide_seen += omp_max() != 1 ? 1 : 0;
   });
@@ -81,14 +83,20 @@ TEST_CASE("ParallelTasks: autograd and LibTorch's intra-op threads off inside", 
 
 TEST_CASE("ParallelTasks: a task's exception reaches the caller after every thread ends", "[parallel_tasks]") {
   std::atomic<int> started{0};
+  std::atomic<bool> failing{false};
   CHECK_THROWS_WITH(ParallelTasks(2000, 4,
                                   [&](int64_t task, int) {
                                     started++;
-                                    if (task == 3) throw std::runtime_error("task 3 failed");
-                                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                                    if (task == 3) {
+                                      failing = true;
+                                      throw std::runtime_error("task 3 failed");
+                                    }
+                                    if (task < 3) return;
+                                    while (!failing) std::this_thread::yield();  // until task 3 has thrown
+                                    std::this_thread::sleep_for(std::chrono::milliseconds(2));
                                   }),
                     "task 3 failed");
-  CHECK(started < 100);  // no new task starts after the failure
+  CHECK(started < 100);  // no new task starts after the failure (2000 would run without it)
 }
 
 }  // namespace
