@@ -2,7 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
-#include <c10/util/ParallelGuard.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -57,7 +56,6 @@ void ParallelTasks(int64_t tasks, int threads, const std::function<void(int64_t 
   std::mutex error_mutex;
   auto run = [&](int thread) {
     c10::AutoGradMode no_grad(false);
-    c10::ParallelGuard one_thread_ops(true);
     OneOpenMpThread one_omp_thread;
     try {
       for (int64_t task = next++; task < tasks; task = next++) work(task, thread);

@@ -15,7 +15,6 @@
 #include "optim/device_rounding.h"
 
 #ifdef PS_WITH_CUDA
-#include <ATen/ops/from_blob.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -52,6 +51,48 @@ ElemType ElemTypeOf(at::ScalarType t) {
 // Element `offset_numel` of a 1-D payload.
 void* At(const at::Tensor& payload, int64_t offset_numel) {
   return static_cast<char*>(payload.data_ptr()) + offset_numel * payload.element_size();
+}
+
+// The payloads the fused kernel can take: m and v on the weights' device, both fp32, bf16
+// or 8-bit; an fp32 master or bf16 weights; gradients where the chunk says they are.
+void CheckFusedPayloads(const DeviceChunk& chunk) {
+  const at::Device device = chunk.master.device();
+  const at::ScalarType state = chunk.m.scalar_type();
+  TORCH_CHECK(chunk.m.device() == device && chunk.v.device() == device && chunk.v.scalar_type() == state &&
+                  (state == at::kFloat || state == at::kBFloat16 || state == at::kByte),
+              "DeviceAdam: the fused update needs m and v on the weights' device (", device, "), both fp32, bf16 or "
+              "8-bit, not ", chunk.m.device(), " ", state, " and ", chunk.v.device(), " ", chunk.v.scalar_type());
+  TORCH_CHECK(chunk.master.scalar_type() == at::kFloat || chunk.master.scalar_type() == at::kBFloat16,
+              "DeviceAdam: the fused update needs an fp32 master or bf16 weights, not ", chunk.master.scalar_type());
+  TORCH_CHECK(chunk.grads_on_device ? chunk.grads.device() == device : chunk.grads.is_cpu(),
+              "DeviceAdam: gradients said to be on ", chunk.grads_on_device ? "the device" : "the host", " are on ",
+              chunk.grads.device());
+}
+
+// A piece's weights and moments in the chunk's payloads (the gradient and the
+// hyper-parameters are the caller's).
+FusedAdamPiece FusedPayloadsOf(const DeviceChunk& chunk, const SlicePiece& piece) {
+  FusedAdamPiece f;
+  if (chunk.master.scalar_type() != at::kFloat) {
+    f.weights = static_cast<uint16_t*>(At(chunk.master, piece.offset_numel));
+  } else {
+    f.master = static_cast<float*>(At(chunk.master, piece.offset_numel));
+  }
+  f.state_type = ElemTypeOf(chunk.m.scalar_type());
+  if (Int8(chunk.m)) {  // Int8MomentOf checks the piece starts at a block boundary
+    const Int8Moment m = Int8MomentOf(chunk.m, chunk.capacity_numel, piece.offset_numel, piece.numel);
+    const Int8Moment v = Int8MomentOf(chunk.v, chunk.capacity_numel, piece.offset_numel, piece.numel);
+    f.m = m.codes.data_ptr();
+    f.v = v.codes.data_ptr();
+    f.m_scale = m.scales.data_ptr<float>();
+    f.v_scale = v.scales.data_ptr<float>();
+  } else {
+    f.m = At(chunk.m, piece.offset_numel);
+    f.v = At(chunk.v, piece.offset_numel);
+  }
+  f.numel = piece.numel;
+  f.sr_index = piece.offset_numel;
+  return f;
 }
 #endif
 
@@ -241,79 +282,42 @@ bool DeviceAdam::Fused(const DeviceChunk& chunk) const {
 }
 
 #ifdef PS_WITH_CUDA
-const at::Tensor& DeviceAdam::FusedTables(at::Device device) {
-  if (!fused_tables_.defined() || !OnDevice(fused_tables_.device(), device)) {
-    std::vector<float> tables;
-    for (QuantCode code : {QuantCode::kSigned, QuantCode::kUnsigned}) {
-      tables.insert(tables.end(), CodeValues(code).begin(), CodeValues(code).end());
-      tables.insert(tables.end(), CodeThresholds(code).begin(), CodeThresholds(code).end());
-    }
-    TORCH_INTERNAL_ASSERT(static_cast<int>(tables.size()) == kFusedAdamTableFloats);
-    fused_tables_ = at::from_blob(tables.data(), {kFusedAdamTableFloats}, at::kFloat).to(device);
-  }
-  return fused_tables_;
-}
-
 void DeviceAdam::RunBatchFused(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, const SliceBatch& b,
                                double lr, double grad_scale) {
+  CheckFusedPayloads(chunk);
   const at::Device device = chunk.master.device();
-  const at::ScalarType state = chunk.m.scalar_type();
-  TORCH_CHECK(chunk.m.device() == device && chunk.v.device() == device && chunk.v.scalar_type() == state &&
-                  (state == at::kFloat || state == at::kBFloat16 || state == at::kByte),
-              "DeviceAdam: the fused update needs m and v on the weights' device (", device, "), both fp32, bf16 or "
-              "8-bit, not ", chunk.m.device(), " ", state, " and ", chunk.v.device(), " ", chunk.v.scalar_type());
-  TORCH_CHECK(chunk.master.scalar_type() == at::kFloat || chunk.master.scalar_type() == at::kBFloat16,
-              "DeviceAdam: the fused update needs an fp32 master or bf16 weights, not ", chunk.master.scalar_type());
-  TORCH_CHECK(chunk.grads_on_device ? chunk.grads.device() == device : chunk.grads.is_cpu(),
-              "DeviceAdam: gradients said to be on ", chunk.grads_on_device ? "the device" : "the host", " are on ",
-              chunk.grads.device());
   const int64_t n = b.end_numel - b.begin_numel;
   at::Tensor grads = chunk.grads.narrow(0, b.begin_numel, n);
   if (!chunk.grads_on_device) {  // across in their own dtype, into the gradient scratch's bytes
     grads = Scratch(kGrads, at::kFloat, chunk).view(grads.scalar_type()).narrow(0, 0, n).copy_(grads);
   }
-  const bool int8 = Int8(chunk.m), bf16_weights = chunk.master.scalar_type() != at::kFloat;
+  const bool int8 = Int8(chunk.m);
   const auto& c = config_;
   std::vector<FusedAdamPiece> pieces;
   size_t next = 0;  // params are in layout order, as the pieces
   for (const SlicePiece& piece : b.pieces) {
     while (params[next].slice.index != piece.index) ++next;
     const DeviceParam& param = params[next];
-    FusedAdamPiece f;
-    if (bf16_weights) {
-      f.weights = static_cast<uint16_t*>(At(chunk.master, piece.offset_numel));
-    } else {
-      f.master = static_cast<float*>(At(chunk.master, piece.offset_numel));
-    }
+    FusedAdamPiece f = FusedPayloadsOf(chunk, piece);
     f.grad = At(grads, piece.offset_numel - b.begin_numel);
     f.grad_type = ElemTypeOf(grads.scalar_type());
-    f.state_type = ElemTypeOf(chunk.m.scalar_type());
-    if (int8) {  // Int8MomentOf checks the piece starts at a block boundary
-      const Int8Moment m = Int8MomentOf(chunk.m, chunk.capacity_numel, piece.offset_numel, piece.numel);
-      const Int8Moment v = Int8MomentOf(chunk.v, chunk.capacity_numel, piece.offset_numel, piece.numel);
-      f.m = m.codes.data_ptr();
-      f.v = v.codes.data_ptr();
-      f.m_scale = m.scales.data_ptr<float>();
-      f.v_scale = v.scales.data_ptr<float>();
-    } else {
-      f.m = At(chunk.m, piece.offset_numel);
-      f.v = At(chunk.v, piece.offset_numel);
-    }
-    f.numel = piece.numel;
-    f.sr_index = piece.offset_numel;
     f.sr_seed = param.sr_seed;
     f.hyper = AdamHyper::Make(lr, c.betas[0], c.betas[1], c.eps, param.decay ? c.weight_decay : 0.0,
                               c.type == OptimizerType::kAdamW, param.step_count, grad_scale);
     pieces.push_back(f);
   }
   const c10::cuda::CUDAGuard guard(device);
-  const float* tables = int8 ? FusedTables(device).data_ptr<float>() : nullptr;
-  const char* error = LaunchFusedAdam(pieces, tables, c10::cuda::getCurrentCUDAStream().stream());
+  FusedAdamCodes codes;  // the tables the ops path uses too (made once per device)
+  if (int8) {
+    const Int8DeviceCode& m_code = Code(QuantCode::kSigned, device);
+    const Int8DeviceCode& v_code = Code(QuantCode::kUnsigned, device);
+    codes = {m_code.values.data_ptr<float>(), m_code.thresholds.data_ptr<float>(), v_code.values.data_ptr<float>(),
+             v_code.thresholds.data_ptr<float>()};
+  }
+  const char* error = LaunchFusedAdam(pieces, codes, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(error == nullptr, "DeviceAdam: the fused CUDA update did not start: ", error);
 }
 #else
-const at::Tensor& DeviceAdam::FusedTables(at::Device) { return fused_tables_; }
-
 void DeviceAdam::RunBatchFused(const DeviceChunk&, const std::vector<DeviceParam>&, const SliceBatch&, double,
                                double) {
   TORCH_CHECK(false, "DeviceAdam: the fused CUDA update needs a --config=cuda build");

@@ -123,8 +123,6 @@ class DeviceAdam {
   // staged in their own dtype).
   void RunBatchFused(const DeviceChunk& chunk, const std::vector<DeviceParam>& params, const SliceBatch& b, double lr,
                      double grad_scale);
-  // The kernel's code tables (device_adam_cuda.h) on `device`, made once.
-  const at::Tensor& FusedTables(at::Device device);
   const Int8DeviceCode& Code(QuantCode code, at::Device device);
   at::Tensor& Take(int which, at::ScalarType dtype, int64_t numel, at::Device device);
   at::Tensor& Scratch(int which, at::ScalarType dtype, const DeviceChunk& chunk);
@@ -135,7 +133,6 @@ class DeviceAdam {
   DeviceScratchSource source_;
   std::optional<Int8DeviceCode> codes_[2];  // [signed, unsigned], on codes_device_
   std::optional<at::Device> codes_device_;
-  at::Tensor fused_tables_;
   bool fused_kernel_ = true;
   // fp32 gradients, m, v; compute dtype parameters; fp32 widened bf16 weights (no
   // master): until ReleaseScratch

@@ -74,7 +74,7 @@ __device__ __forceinline__ uint8_t Code(float x, const float* thresholds) {
   return static_cast<uint8_t>(lo);
 }
 
-// One block of kQuantBlockNumel elements of a piece: `tables` in shared memory already
+// One block of kQuantBlockNumel elements of a piece: the code tables in shared memory already
 // where the state is 8-bit. Every thread of the thread block calls it (barriers inside).
 __device__ __forceinline__ void UpdateBlock(const FusedAdamPiece& p, int64_t block, const float (*values)[256],
                                             const float (*thresholds)[256], float* partial) {
@@ -122,16 +122,16 @@ __device__ __forceinline__ void UpdateBlock(const FusedAdamPiece& p, int64_t blo
 // Thread block b takes blocks b, b + gridDim.x, ... of the launch (the code tables are
 // read into shared memory once per thread block).
 __global__ void __launch_bounds__(kThreads) FusedAdamKernel(const __grid_constant__ Launch launch,
-                                                            const float* __restrict__ tables) {
+                                                            const FusedAdamCodes codes) {
   __shared__ float values[2][256];
   __shared__ float thresholds[2][256];
   __shared__ float partial[kWarps];
-  if (tables != nullptr) {
+  if (codes.signed_values != nullptr) {  // thresholds[k][j] is threshold j (entry 0 is never read)
     for (int j = threadIdx.x; j < 256; j += kThreads) {
-      values[0][j] = tables[j];
-      thresholds[0][j] = tables[256 + j];
-      values[1][j] = tables[512 + j];
-      thresholds[1][j] = tables[768 + j];
+      values[0][j] = codes.signed_values[j];
+      values[1][j] = codes.unsigned_values[j];
+      thresholds[0][j] = j == 0 ? 0.0f : codes.signed_thresholds[j - 1];
+      thresholds[1][j] = j == 0 ? 0.0f : codes.unsigned_thresholds[j - 1];
     }
     __syncthreads();
   }
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) FusedAdamKernel(const __grid_constan
 
 }  // namespace
 
-const char* LaunchFusedAdam(const std::vector<FusedAdamPiece>& pieces, const float* tables, void* stream) {
+const char* LaunchFusedAdam(const std::vector<FusedAdamPiece>& pieces, const FusedAdamCodes& codes, void* stream) {
   for (size_t first = 0; first < pieces.size(); first += kFusedAdamMaxPieces) {
     Launch launch;
     int64_t blocks = 0;
@@ -158,7 +158,7 @@ const char* LaunchFusedAdam(const std::vector<FusedAdamPiece>& pieces, const flo
     if (blocks == 0) continue;
     launch.first_block[launch.count] = blocks;
     const unsigned grid = static_cast<unsigned>(std::min(blocks, kMaxThreadBlocks));
-    FusedAdamKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(launch, tables);
+    FusedAdamKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(launch, codes);
     const cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return cudaGetErrorString(status);
   }

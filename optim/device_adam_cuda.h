@@ -37,17 +37,22 @@ struct FusedAdamPiece {
   AdamHyper hyper;
 };
 
-// The code tables of block_quant.h on the device, 4 x 256 fp32: the signed code's
-// values, its thresholds (entry 0 unused), then the unsigned code's values and thresholds.
-constexpr int kFusedAdamTableFloats = 4 * 256;
+// The 8-bit codes' tables on the device, as optim/int8_moments.h's Int8DeviceCode holds
+// them: each code's 256 values and its thresholds 1..255 (255 floats).
+struct FusedAdamCodes {
+  const float* signed_values = nullptr;
+  const float* signed_thresholds = nullptr;
+  const float* unsigned_values = nullptr;
+  const float* unsigned_thresholds = nullptr;
+};
 
 // At most this many pieces per launch (they travel as the kernel's argument).
 constexpr int kFusedAdamMaxPieces = 20;
 
 // Launches the kernel on `stream` (a cudaStream_t) over every piece, kFusedAdamMaxPieces
-// per launch, one thread block per kQuantBlockNumel elements of a piece; `tables` is the
-// device copy of the code tables (read by 8-bit state only; may be null otherwise).
+// per launch, one thread block per kQuantBlockNumel elements of a piece; `codes` is read
+// by 8-bit state only (null pointers otherwise).
 // Returns null, or the CUDA error's text when a launch failed.
-const char* LaunchFusedAdam(const std::vector<FusedAdamPiece>& pieces, const float* tables, void* stream);
+const char* LaunchFusedAdam(const std::vector<FusedAdamPiece>& pieces, const FusedAdamCodes& codes, void* stream);
 
 }  // namespace ps::optim
