@@ -3,15 +3,14 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "base/parallel_tasks.h"
+#include "base/staging_arena.h"
 
 namespace ps::chunkmem {
 namespace {
@@ -38,32 +37,6 @@ at::Tensor SlotView(const at::Tensor& payload, const ChunkAllocation& r, int ind
 at::Tensor SlotView(const ChunkStore& store, const ChunkAllocation& r, int id, int index) {
   return SlotView(store.payload(id), r, index);
 }
-
-// Bytes of host staging in flight across threads, at most `limit` (the largest slot that
-// needs staging: what one buffer took when the values were written on one thread), so
-// writing on many threads costs no more host memory; a task alone always proceeds.
-class StagingBudget {
- public:
-  explicit StagingBudget(int64_t limit) : limit_(limit) {}
-  void Take(int64_t bytes) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    freed_.wait(lock, [&] { return in_flight_ == 0 || in_flight_ + bytes <= limit_; });
-    in_flight_ += bytes;
-  }
-  void Give(int64_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      in_flight_ -= bytes;
-    }
-    freed_.notify_all();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable freed_;
-  int64_t in_flight_ = 0;
-  const int64_t limit_;
-};
 
 bool OnNvme(const ChunkAllocation& r, int c) { return !r.optimizer_on_nvme.empty() && r.optimizer_on_nvme[c]; }
 
@@ -128,32 +101,31 @@ bool Staged(const at::Tensor& target) { return !target.device().is_cpu() || targ
 
 // One parameter per task: each depends on the parameter alone (models/param_init.h), so
 // the order and the threads do not matter: the largest first, on run.threads threads,
-// each taking the next when free, the staging in flight held to the largest staged slot.
+// each taking the next when free. Staged values go through one arena shared by the
+// threads (base/staging_arena.h; its pages faulted in once): room for every thread's
+// second-largest staged slot, at most the largest; a larger slot gets a buffer of its
+// own while the others wait. So staging never holds more than the largest staged slot.
 void WriteInitialValues(const std::vector<Slots>& fill, const ChunkValues& values, bool separate_master) {
   std::vector<int64_t> order(fill.size());
   std::iota(order.begin(), order.end(), int64_t{0});
   auto numel = [&](int64_t i) { return fill[i].compute.numel(); };
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return numel(a) > numel(b); });
-  int64_t largest_staged = 0;
+  std::vector<int64_t> staged;  // numel of each staged slot
   for (const Slots& f : fill) {
-    if (Staged(TargetOf(f))) largest_staged = std::max<int64_t>(largest_staged, TargetOf(f).numel() * 4);
+    if (Staged(TargetOf(f))) staged.push_back(TargetOf(f).numel());
   }
-  StagingBudget budget(largest_staged);
-  ps::base::ParallelTasks(static_cast<int64_t>(order.size()), at::get_num_threads(), [&](int64_t task, int) {
+  std::sort(staged.rbegin(), staged.rend());
+  const int64_t threads = at::get_num_threads();
+  ps::base::StagingArena staging(staged.empty() ? 0 : staged.size() == 1 ? staged[0] : std::min(staged[0], threads * staged[1]));
+  ps::base::ParallelTasks(static_cast<int64_t>(order.size()), static_cast<int>(threads), [&](int64_t task, int) {
     const Slots& f = fill[order[task]];
     const at::Tensor& target = TargetOf(f);
-    const int64_t staging_bytes = Staged(target) ? target.numel() * 4 : 0;
-    if (staging_bytes > 0) budget.Take(staging_bytes);
-    try {
-      const at::Tensor v = staging_bytes > 0 ? at::empty(target.sizes(), at::kFloat) : target;
-      if (!values.initial(f.index, v)) v.zero_();
-      if (!v.is_same(target)) target.copy_(v);
-      if (separate_master && f.master.defined()) f.compute.copy_(v);
-    } catch (...) {
-      if (staging_bytes > 0) budget.Give(staging_bytes);
-      throw;
-    }
-    if (staging_bytes > 0) budget.Give(staging_bytes);
+    std::optional<ps::base::StagingArena::Lease> lease;
+    if (Staged(target)) lease.emplace(staging.Take(target.numel()));
+    const at::Tensor v = lease ? lease->values().view(target.sizes()) : target;
+    if (!values.initial(f.index, v)) v.zero_();
+    if (!v.is_same(target)) target.copy_(v);
+    if (separate_master && f.master.defined()) f.compute.copy_(v);
   });
 }
 

@@ -83,9 +83,10 @@ NvmeFile::NvmeFile(const std::string& dir, int64_t bytes, int pieces_in_flight, 
   if (fd_ < 0) throw std::runtime_error("NVMe tier: cannot create a file in '" + dir + "': " + Errno(errno));
   ::unlink(path.c_str());  // working memory: gone with the process, never read by a later run
   if (::fallocate(fd_, 0, 0, size_bytes_) != 0) {
-    const int err = errno;
+    int err = errno;
     // A file system without fallocate (the free space was checked above) gets a sparse file.
-    if (err != EOPNOTSUPP || ::ftruncate(fd_, size_bytes_) != 0) {
+    if (err == EOPNOTSUPP) err = ::ftruncate(fd_, size_bytes_) == 0 ? 0 : errno;
+    if (err != 0) {
       ::close(fd_);
       throw std::runtime_error("NVMe tier: cannot reserve " + std::to_string(size_bytes_) + " bytes in '" + dir +
                                "': " + Errno(err));

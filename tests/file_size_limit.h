@@ -1,7 +1,11 @@
-// RunWithFileSizeLimit(): runs `body` in a child process whose files cannot grow past
-// `limit_bytes` (RLIMIT_FSIZE, SIGXFSZ ignored: write() fails with EFBIG, as on a disk
-// that fills), so the limit does not reach the test process. Returns the child's exit
-// status, or -1 when it did not exit normally.
+// Files that cannot grow past a limit, as on a disk that fills: RLIMIT_FSIZE with SIGXFSZ
+// ignored, so write() fails with EFBIG. In a child process, so the limit does not reach
+// the test process.
+//   RunInChild(body): runs `body` in a child; its exit status (body's return value; 98
+//     when it threw), or -1 when it did not exit normally (killed after 10 minutes).
+//   LimitFileSize(bytes): sets the limit in the calling process (inside RunInChild's body,
+//     after what must still be created without it).
+//   RunWithFileSizeLimit(bytes, body): both, the limit first.
 #pragma once
 
 #include <signal.h>
@@ -13,14 +17,18 @@
 
 namespace ps::testing {
 
-inline int RunWithFileSizeLimit(long long limit_bytes, const std::function<int()>& body) {
+inline void LimitFileSize(long long limit_bytes) {
+  signal(SIGXFSZ, SIG_IGN);
+  const rlim_t limit = static_cast<rlim_t>(limit_bytes);
+  struct rlimit rl = {limit, limit};
+  setrlimit(RLIMIT_FSIZE, &rl);
+}
+
+inline int RunInChild(const std::function<int()>& body) {
   const pid_t child = fork();
   if (child < 0) return -1;
   if (child == 0) {
-    signal(SIGXFSZ, SIG_IGN);
-    const rlim_t limit = static_cast<rlim_t>(limit_bytes);
-    struct rlimit rl = {limit, limit};
-    setrlimit(RLIMIT_FSIZE, &rl);
+    alarm(600);  // a child that hangs is killed (the test then fails) instead of blocking waitpid
     int code = 99;
     try {
       code = body();
@@ -32,6 +40,13 @@ inline int RunWithFileSizeLimit(long long limit_bytes, const std::function<int()
   int status = 0;
   waitpid(child, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+inline int RunWithFileSizeLimit(long long limit_bytes, const std::function<int()>& body) {
+  return RunInChild([&] {
+    LimitFileSize(limit_bytes);
+    return body();
+  });
 }
 
 }  // namespace ps::testing

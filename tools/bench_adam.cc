@@ -14,6 +14,11 @@
 // parameter) or block-wise 8-bit (16, plus the block scales), against a copy probe of
 // those bytes; LibTorch's figures stay those of its fp32-moment job. It also reports the
 // update error of those moments (UpdateError below).
+//
+// --master-weights none runs our kernel without an fp32 master (optimizer.master_weights
+// none): bf16 weights and gradients, the weights read and written back stochastically
+// rounded (per parameter 4 + 2 x state bytes read, 2 + 2 x state written, against a copy
+// probe of those bytes), and reports that mode's update error (UpdateErrorNoMaster).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
@@ -113,11 +118,59 @@ void UpdateError(const ps::optim::CpuAdamKernels& kernels, const std::string& dt
               worst);
 }
 
+// master_weights none against the fp32 master: per step, an fp32-master trajectory is
+// put at the bf16 weights' values and both take a step on the same gradient (the fp32
+// one with fp32 moments, the bf16 one with `dtype` moments and stochastic rounding).
+// Printed: the step's relative L2 error of the update, and of the sum of the updates so
+// far (stochastic rounding is unbiased: that one shrinks as steps add up); beside them the
+// same for the fp32 step rounded to nearest from the same weights instead, which loses
+// every update below half a bf16 ulp (a biased error that does not average out).
+void UpdateErrorNoMaster(const ps::optim::CpuAdamKernels& kernels, const std::string& dtype, int64_t n, int steps,
+                         int threads) {
+  at::manual_seed(1);
+  const at::Tensor mean = at::randn({n}) * 1e-3;
+  at::Tensor weights = (at::randn({n}) * 0.02).to(at::kBFloat16), master = at::empty({n}), m = at::zeros({n});
+  at::Tensor v = at::zeros({n}), sum_ref = at::zeros({n}), sum_sr = at::zeros({n}), sum_rne = at::zeros({n});
+  Moments small(dtype, n);
+  double worst = 0.0, sum = 0.0;
+  for (int t = 1; t <= steps; ++t) {
+    const at::Tensor grad = mean + at::randn({n}) * 1e-3, grad16 = grad.to(at::kBFloat16);
+    master.copy_(weights);
+    const at::Tensor before = master.clone();
+    const auto hyper = ps::optim::AdamHyper::Make(1e-4, 0.9, 0.95, 1e-8, 0.1, true, t, 1.0);
+    ps::optim::AdamSpan wide{master.data_ptr<float>(), m.data_ptr(), v.data_ptr(), ps::optim::ElemType::kFp32,
+                             grad16.data_ptr(), ps::optim::ElemType::kBf16, nullptr, ps::optim::ElemType::kFp32, n};
+    ps::optim::AdamSpan none = wide;
+    none.master = nullptr;
+    none.param_out = weights.data_ptr();
+    none.out_type = ps::optim::ElemType::kBf16;
+    none.sr_seed = static_cast<uint32_t>(t);
+    small.Into(none);
+    ps::optim::ParallelAdam(kernels, {{wide, hyper}, {none, hyper}}, threads);
+    const at::Tensor u = master - before, u_sr = weights.to(at::kFloat) - before;
+    const at::Tensor u_rne = master.to(at::kBFloat16).to(at::kFloat) - before;
+    sum_ref += u;
+    sum_sr += u_sr;
+    sum_rne += u_rne;
+    const double err = ((u_sr - u).norm() / u.norm()).item<double>();
+    worst = std::max(worst, err);
+    sum += err;
+    if (t == 1 || t == 10 || t == 100 || t == steps) {
+      auto rel = [](const at::Tensor& a, const at::Tensor& ref) { return ((a - ref).norm() / ref.norm()).item<double>(); };
+      std::printf("no master: update error at step %d: %.3g; of the summed updates: %.3g (rounded to nearest "
+                  "instead: %.3g; summed %.3g)\n", t, err, rel(sum_sr, sum_ref), rel(u_rne, u), rel(sum_rne, sum_ref));
+    }
+  }
+  std::printf("no master: update error over %d steps: mean %.3g, worst %.3g (relative L2 of the update)\n", steps,
+              sum / steps, worst);
+}
+
 struct Settings {
   int64_t n = 0;
   int threads = 1, iters = 5, error_steps = 0;
   ps::optim::CpuIsa isa = ps::optim::CpuIsa::kScalar;
   std::string state_dtype = "fp32";
+  bool master = true;  // --master-weights fp32 (else none)
   int64_t state_bytes() const { return state_dtype == "bf16" ? 2 : state_dtype == "int8" ? 1 : 4; }
 };
 
@@ -134,9 +187,18 @@ double TimeOurs(const Settings& s, const ps::optim::CpuAdamKernels& kernels, con
   span.param_out = param16.data_ptr();
   span.out_type = ps::optim::ElemType::kFp16;
   span.numel = s.n;
+  const at::Tensor grad_bf16 = s.master ? at::Tensor() : (at::randn({s.n}) * 1e-2).to(at::kBFloat16);
+  if (!s.master) {  // bf16 weights and gradients of their own (no loss scale), as in such a run
+    span.master = nullptr;
+    span.grad = grad_bf16.data_ptr();
+    span.grad_type = ps::optim::ElemType::kBf16;
+    span.out_type = ps::optim::ElemType::kBf16;
+    param16.copy_(master.to(at::kBFloat16).view(at::kHalf));
+  }
+  const double grad_scale = s.master ? 1.0 / 1024 : 1.0;
   int64_t step = 0;
   return BestSeconds(s.iters, [&] {
-    const auto hyper = ps::optim::AdamHyper::Make(1e-4, 0.9, 0.95, 1e-8, 0.1, true, ++step, 1.0 / 1024);
+    const auto hyper = ps::optim::AdamHyper::Make(1e-4, 0.9, 0.95, 1e-8, 0.1, true, ++step, grad_scale);
     ps::optim::ParallelAdam(kernels, {{span, hyper}}, s.threads);
   });
 }
@@ -182,8 +244,8 @@ void Report(const Settings& s, double ps_s, const TorchSeconds& t, double copy_s
   const double ps_pps = n / ps_s, torch_pps = n / t.job, torch_fused_pps = n / t.fused_only;
   const double ps_gbs = traffic_bytes / ps_s / 1e9, copy_gbs = traffic_bytes / copy_s / 1e9;
   const char* isa = ps::optim::ToString(s.isa);
-  std::printf("params %lld, threads %d, our variant %s, m and v %s\n", static_cast<long long>(s.n), s.threads, isa,
-              s.state_dtype.c_str());
+  std::printf("params %lld, threads %d, our variant %s, m and v %s, master %s\n", static_cast<long long>(s.n),
+              s.threads, isa, s.state_dtype.c_str(), s.master ? "fp32" : "none");
   std::printf("ours          %8.3f s  %10.3g params/s  %6.2f GB/s\n", ps_s, ps_pps, ps_gbs);
   std::printf("libtorch      %8.3f s  %10.3g params/s  (fused AdamW + grad/param conversions)\n", t.job, torch_pps);
   std::printf("libtorch core %8.3f s  %10.3g params/s  (fused AdamW alone, fp32 grads given)\n", t.fused_only,
@@ -193,11 +255,11 @@ void Report(const Settings& s, double ps_s, const TorchSeconds& t, double copy_s
   std::printf("memcpy        %8.3f s  %6.2f GB/s (same %lld B/param)\n", copy_s, copy_gbs,
               static_cast<long long>(2 * copy_bytes / s.n));
   std::printf(
-      "{\"numel\": %lld, \"threads\": %d, \"isa\": \"%s\", \"state_dtype\": \"%s\", \"ps_params_per_s\": %.6g, "
+      "{\"numel\": %lld, \"threads\": %d, \"isa\": \"%s\", \"state_dtype\": \"%s\", \"master_weights\": \"%s\", \"ps_params_per_s\": %.6g, "
       "\"torch_params_per_s\": %.6g, \"torch_fused_only_params_per_s\": %.6g, \"torch_optim_adamw_params_per_s\": "
       "%.6g, \"copy_gb_per_s\": %.4g, \"ps_gb_per_s\": %.4g, \"ps_vs_torch\": %.3f, \"ps_vs_torch_fused_only\": %.3f, "
       "\"ps_vs_torch_optim_adamw\": %.3f, \"ps_vs_copy\": %.3f}\n",
-      static_cast<long long>(s.n), s.threads, isa, s.state_dtype.c_str(), ps_pps, torch_pps, torch_fused_pps,
+      static_cast<long long>(s.n), s.threads, isa, s.state_dtype.c_str(), s.master ? "fp32" : "none", ps_pps, torch_pps, torch_fused_pps,
       n / t.optim_class, copy_gbs, ps_gbs, ps_pps / torch_pps, ps_pps / torch_fused_pps, ps_pps * t.optim_class / n,
       ps_gbs / copy_gbs);
 }
@@ -211,7 +273,9 @@ bool Parse(int argc, char** argv, Settings& s) {
       "isa", "auto|scalar|avx2|avx512", cxxopts::value<std::string>()->default_value("auto"))(
       "state-dtype", "fp32|bf16|int8: how our kernel stores m and v",
       cxxopts::value<std::string>()->default_value("fp32"))(
-      "error-steps", "bf16 or int8 state: steps of the update-error trajectories (0 = none)",
+      "master-weights", "fp32|none: our kernel with an fp32 master, or bf16 weights stochastically rounded",
+      cxxopts::value<std::string>()->default_value("fp32"))(
+      "error-steps", "bf16 or int8 state, or no master: steps of the update-error trajectories (0 = none)",
       cxxopts::value<int>()->default_value("1000"))("h,help", "help");
   const auto args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -225,6 +289,12 @@ bool Parse(int argc, char** argv, Settings& s) {
   s.isa = ps::optim::ParseCpuIsa(args["isa"].as<std::string>().c_str());
   s.state_dtype = args["state-dtype"].as<std::string>();
   s.error_steps = args["error-steps"].as<int>();
+  const std::string master = args["master-weights"].as<std::string>();
+  if (master != "fp32" && master != "none") {
+    std::fprintf(stderr, "--master-weights: expected fp32 or none, got '%s'\n", master.c_str());
+    return false;
+  }
+  s.master = master == "fp32";
   if (s.state_dtype != "fp32" && s.state_dtype != "bf16" && s.state_dtype != "int8") {
     std::fprintf(stderr, "--state-dtype: expected fp32, bf16 or int8, got '%s'\n", s.state_dtype.c_str());
     return false;
@@ -246,10 +316,13 @@ int main(int argc, char** argv) {
   const TorchSeconds torch_s = TimeLibTorch(s, grad16, param16);
   // Copy probe: the bytes our pass reads (master 4, m and v, gradient 2), read and written.
   const int64_t scale_bytes = s.state_dtype == "int8" ? 8 * (s.n / ps::optim::kQuantBlockNumel) : 0;
-  const int64_t copy_bytes = (6 + 2 * s.state_bytes()) * s.n + scale_bytes;
+  // (no master: 4 + 2 x state read, 2 + 2 x state written; the probe copies their mean)
+  const int64_t copy_bytes = ((s.master ? 6 : 3) + 2 * s.state_bytes()) * s.n + scale_bytes;
   std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
   const double copy_s = BestSeconds(s.iters, [&] { ParallelCopy(dst.data(), src.data(), copy_bytes, s.threads); });
-  if (s.state_dtype != "fp32" && s.error_steps > 0) {
+  if (!s.master && s.error_steps > 0) {
+    UpdateErrorNoMaster(kernels, s.state_dtype, std::min<int64_t>(s.n, 1000000), s.error_steps, s.threads);
+  } else if (s.state_dtype != "fp32" && s.error_steps > 0) {
     UpdateError(kernels, s.state_dtype, std::min<int64_t>(s.n, 1000000), s.error_steps, s.threads);
   }
   Report(s, ps_s, torch_s, copy_s, copy_bytes);

@@ -8,7 +8,7 @@
 #
 # CHECK: parity | eager | llama1b | llama1b_slice | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
 #        state_q | state6b | state8b | none8b | sr_cuda (needs .device/device_rounding_test and bench_device_rounding) |
-#        adam_cuda (needs .device/device_adam_cuda_test and bench_device_adam) |
+#        adam_cuda (needs .device/device_adam_cuda_test and bench_device_adam) | host_adam (needs .device/bench_adam, -c opt) |
 #        nvme (also needs .device/bench_nvme; NVME_BENCH=0 skips it, NVME_STEPS sets the 8B run's steps) |
 #        ds_prep | peers_ds | largest_ds | ds8b | ds3b_nvme | all.
 # Each writes a few files into OUT (the device tool brings back only a handful per call):
@@ -33,7 +33,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in rows if "loss" in r and "step" in r]
 print(json.dumps([r for r in rows if r.get("summary")][-1:]))
-keys = sorted({k for r in steps for k in r if k.startswith(("peak_", "budget", "non_model", "host_", "adam_", "evictions"))})
+keys = sorted({k for r in steps for k in r if k.startswith(("peak_", "budget", "non_model", "host_", "adam_", "evictions", "grad_"))})
 print(json.dumps({k: max(r.get(k, 0) for r in steps) for k in keys}))
 brk = ["step_ms", "forward_ms", "backward_ms", "optimizer_ms", "adam_host_ms", "adam_device_ms", "chunk_move_ms"]
 for r in steps:
@@ -166,6 +166,20 @@ check() {
       # (tools/bench_device_adam); both in .device/
       $G timeout 120 .device/device_adam_cuda_test > "$OUT/adam_cuda_test.log" 2>&1; log "adam_cuda test rc=$?"
       $G timeout 120 "${BENCH_ADAM:-.device/bench_device_adam}" > "$OUT/adam_cuda.log" 2>&1; log "adam_cuda rc=$?" ;;
+    host_adam)  # issue #25 §1: the host Adam kernels on every core of the machine and on 8, m and v in fp32, bf16 and
+      # 8-bit, with an fp32 master and without (stochastic rounding), each against a copy probe of its own bytes (a -c opt
+      # build of tools/bench_adam in .device/; 2 cores here are compute-bound for 8-bit moments and without a master:
+      # does a desktop's core count reach memory bandwidth?)
+      local B=${BENCH_HOST_ADAM:-.device/bench_adam}
+      for d in fp32 bf16 int8; do
+        for mw in fp32 none; do
+          for th in 0 8; do
+            $G timeout 60 "$B" --threads $th --state-dtype $d --master-weights $mw --error-steps 0 --iters 3 \
+              --numel 100000000 2>&1 | tail -1 >> "$OUT/host_adam.jsonl"
+          done
+        done
+      done
+      log "host_adam rows=$(grep -c ps_vs_copy "$OUT/host_adam.jsonl")" ;;
     nvme)  # issue #25 §2: the NVMe tier's ring against this machine's disk (tools/bench_nvme, in .device/ with
       # ps_train), then Llama 3.1 8B exact (fp32 master, m, v) under a stated 24 GiB card and 64 GiB of host with
       # chunk.nvme_dir (the README's verdict: 41.16 GiB in the file), as state8b; the file goes under /tmp

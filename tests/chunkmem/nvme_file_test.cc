@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/catch.h"
+#include "tests/file_size_limit.h"
 #include "tests/temp_dir.h"
 
 using ps::testing::TempDir;
@@ -95,6 +96,39 @@ TEST_CASE("NvmeFile: bytes round trip with many requests and pieces in flight, o
     CHECK(stats.read_bytes == kRequests * kRequest);
     CHECK(stats.requests == 2 * kRequests);
     CHECK_THROWS_WITH(file.Wait(tickets.front()), Catch::Contains("already waited"));
+  }
+}
+
+// A write the disk refuses (here EFBIG: the file may not grow past a limit set after it
+// was created, as when a disk fills) fails its Wait with the path, the offset and the
+// error; the file's other bytes keep working. In a child process (the limit stays there).
+TEST_CASE("NvmeFile: a refused write fails its Wait naming the file, offset and error; the rest works", "[nvme]") {
+  for (const bool uring : {true, false}) {
+    const std::string dir = FreshDir(uring ? "efbig_uring" : "efbig_blocking");
+    constexpr int64_t kPart = 256 * 1024;
+    const int status = testing::RunInChild([&] {
+      NvmeFile file(dir, 4 * kPart, /*pieces_in_flight=*/4, /*piece_bytes=*/64 * 1024, uring);
+      if ((file.backend() == "io_uring") != uring) return 5;  // the backend asked for is the one tested
+      AlignedBuffer out(kPart), in(kPart);
+      Fill(out, 3);
+      file.Wait(file.Write(0, out.data.get(), kPart));
+      testing::LimitFileSize(kPart);  // writes from byte kPart on fail with EFBIG
+      try {
+        file.Wait(file.Write(2 * kPart, out.data.get(), kPart));
+        return 2;  // not refused
+      } catch (const std::runtime_error& e) {
+        const std::string what = e.what();
+        const bool named = what.find("NVMe tier: writing") != std::string::npos &&
+                           what.find("at offset " + std::to_string(2 * kPart)) != std::string::npos &&
+                           what.find(dir) != std::string::npos && what.find("File too large") != std::string::npos;
+        if (!named) return 3;
+      }
+      file.Wait(file.Write(0, out.data.get(), kPart));  // below the limit: still written
+      file.Wait(file.Read(0, in.data.get(), kPart));
+      return std::memcmp(in.data.get(), out.data.get(), kPart) == 0 ? 0 : 4;
+    });
+    INFO((uring ? "io_uring" : "pread/pwrite") << ": child exit status " << status);
+    CHECK(status == 0);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/catch.h"
+#include "tests/file_size_limit.h"
 #include "tests/temp_dir.h"
 
 using ps::testing::TempDir;
@@ -132,6 +133,34 @@ TEST_CASE("NvmeRing: chunks that fit the slots are read once, then served from t
   CHECK(s.read_bytes == 3 * kPage);  // each chunk's first read only
   CHECK(s.clean_hits >= 4);
   CHECK(s.written_bytes == 3 * 3 * kPage);
+}
+
+// A write-back the disk refuses (EFBIG past a limit, as a full disk) is not thrown by
+// Release (a scope guard may release) but by the next call, naming the file's error; the
+// chunks whose writes went through keep their bytes. In a child process.
+TEST_CASE("NvmeRing: a refused write-back is thrown by the next call; written chunks keep their bytes", "[nvme]") {
+  const int status = testing::RunInChild([] {
+    Fixture f({1, 1, 1}, /*slots=*/2, "refused");
+    testing::LimitFileSize(kPage);  // chunk 0 (the first page) can be written, 1 and 2 cannot
+    f.ring->BeginStep({0, 1, 2});
+    f.Update(0, 1);
+    f.ring->Acquire(1);
+    f.ring->Release(1, /*written=*/true);  // refused in the background
+    try {
+      f.ring->Flush();
+      return 2;  // not thrown
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()).find("File too large") == std::string::npos) return 3;
+    }
+    f.ring.reset();  // chunk 0's bytes from the file itself, not from a slot's clean copy
+    void* page = nullptr;
+    if (posix_memalign(&page, kPage, kPage) != 0) return 5;
+    std::unique_ptr<void, Free> own(page);
+    f.file->Wait(f.file->Read(f.extents[0].offset_bytes, page, kPage));
+    return std::memcmp(page, f.expected[0].data(), f.expected[0].size()) == 0 ? 0 : 4;
+  });
+  INFO("child exit status " << status);
+  CHECK(status == 0);
 }
 
 TEST_CASE("NvmeRing: at most S - 1 chunks in use; misuse is refused", "[nvme]") {

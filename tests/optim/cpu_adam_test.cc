@@ -166,7 +166,7 @@ TEST_CASE("bf16 moments: variants bitwise equal; equal to the fp32 update rounde
   for (CpuIsa isa : AvailableIsas()) {
     const auto kernels = KernelsFor(isa);
     for (int64_t n : {0, 1, 15, 17, 100003}) {
-      for (ElemType gt : {ElemType::kFp32, ElemType::kBf16}) {
+      for (ElemType gt : {ElemType::kFp32, ElemType::kBf16, ElemType::kFp16}) {  // fp16: fp16 compute's
         for (bool adamw : {true, false}) {
           CAPTURE(ToString(isa), n, static_cast<int>(gt), adamw);
           Inputs in = MakeInputs(n, gt, 1.0, 23);
@@ -177,13 +177,14 @@ TEST_CASE("bf16 moments: variants bitwise equal; equal to the fp32 update rounde
           f32.master = in.master.clone();
           f32.m = m16.to(at::kFloat);
           f32.v = v16.to(at::kFloat);
-          at::Tensor out_f32 = at::empty({n}, at::kBFloat16);
-          reference.adam(SpanOf(f32, gt, &out_f32, ElemType::kBf16), h);
+          const ElemType ot = gt == ElemType::kFp16 ? ElemType::kFp16 : ElemType::kBf16;  // fp16 compute: fp16 out
+          at::Tensor out_f32 = at::empty({n}, ToScalarType(ot));
+          reference.adam(SpanOf(f32, gt, &out_f32, ot), h);
           for (const auto* k : {&reference, &kernels}) {
             Inputs b = in;
             b.master = in.master.clone();
-            at::Tensor m = m16.clone(), v = v16.clone(), out = at::empty({n}, at::kBFloat16);
-            AdamSpan s = SpanOf(b, gt, &out, ElemType::kBf16);
+            at::Tensor m = m16.clone(), v = v16.clone(), out = at::empty({n}, ToScalarType(ot));
+            AdamSpan s = SpanOf(b, gt, &out, ot);
             s.m = m.data_ptr();
             s.v = v.data_ptr();
             s.state_type = ElemType::kBf16;
@@ -224,8 +225,8 @@ at::Tensor Dequantize(const at::Tensor& codes, const at::Tensor& scales, QuantCo
   return out;
 }
 
-AdamSpan Int8Span(Inputs& in, Int8State& q, ElemType gt, at::Tensor* out) {
-  AdamSpan s = SpanOf(in, gt, out, ElemType::kBf16);
+AdamSpan Int8Span(Inputs& in, Int8State& q, ElemType gt, at::Tensor* out, ElemType ot = ElemType::kBf16) {
+  AdamSpan s = SpanOf(in, gt, out, ot);
   s.m = q.m_codes.data_ptr();
   s.v = q.v_codes.data_ptr();
   s.state_type = ElemType::kInt8;
@@ -301,7 +302,7 @@ TEST_CASE("int8 moments: variants bitwise equal; equal to the fp32 update quanti
   for (CpuIsa isa : AvailableIsas()) {
     const auto kernels = KernelsFor(isa);
     for (int64_t n : {1, 17, 256, 257, 100003}) {
-      for (ElemType gt : {ElemType::kFp32, ElemType::kBf16}) {
+      for (ElemType gt : {ElemType::kFp32, ElemType::kBf16, ElemType::kFp16}) {  // fp16: fp16 compute's
         CAPTURE(ToString(isa), n, static_cast<int>(gt));
         const Inputs in = MakeInputs(n, gt, 1.0, 29);
         Inputs start = in;
@@ -313,16 +314,17 @@ TEST_CASE("int8 moments: variants bitwise equal; equal to the fp32 update quanti
         f32.master = start.master.clone();
         f32.m = Dequantize(q0.m_codes, q0.m_scale, QuantCode::kSigned);
         f32.v = Dequantize(q0.v_codes, q0.v_scale, QuantCode::kUnsigned);
-        at::Tensor out_f32 = at::empty({n}, at::kBFloat16);
-        reference.adam(SpanOf(f32, gt, &out_f32, ElemType::kBf16), h);
+        const ElemType ot = gt == ElemType::kFp16 ? ElemType::kFp16 : ElemType::kBf16;  // fp16 compute: fp16 out
+        at::Tensor out_f32 = at::empty({n}, ToScalarType(ot));
+        reference.adam(SpanOf(f32, gt, &out_f32, ot), h);
         const Int8State expect = Quantize(f32);
         for (const auto* k : {&reference, &kernels}) {
           for (int threads : {1, 3}) {
             Inputs b = start;
             b.master = start.master.clone();
             Int8State q{q0.m_codes.clone(), q0.v_codes.clone(), q0.m_scale.clone(), q0.v_scale.clone()};
-            at::Tensor out = at::empty({n}, at::kBFloat16);
-            ParallelAdam(*k, {{Int8Span(b, q, gt, &out), h}}, threads);
+            at::Tensor out = at::empty({n}, ToScalarType(ot));
+            ParallelAdam(*k, {{Int8Span(b, q, gt, &out, ot), h}}, threads);
             CAPTURE(threads);
             REQUIRE(BitwiseEqual(b.master, f32.master));
             REQUIRE(BitwiseEqual(out, out_f32));

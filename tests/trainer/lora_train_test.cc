@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include "chunkmem/chunk_store.h"
 #include "models/lora_config.h"
 #include "models/param_init.h"
 #include "models/peft_adapter.h"
@@ -269,6 +270,11 @@ TEST_CASE("lora through chunks: the frozen base in compute chunks trains as the 
   CHECK(resident.evictions == 0);
   CHECK(evicted.evictions > 0);
   CHECK(evicted.peak_device_chunk_bytes <= evicted.device_budget_bytes);
+  // ... and to the host figure its plan reserved (issue #25 §3's simulated-tier check, for LoRA).
+  const RunPlan evicting_plan = PlanRun(Tiny("lora_evicting_plan", evicting), at::kCPU);
+  CHECK(evicted.peak_host_pool_used_bytes <= evicting_plan.plan.tiers.host_chunk_bytes);
+  CHECK(evicted.host_pool_bytes <= evicting_plan.plan.tiers.host_chunk_bytes +
+                                       chunkmem::HostPoolSlackBytes(evicting_plan.plan.layout.num_chunks()));
   // The base's chunks hold their fp32 values (the compute dtype) alone: 4 bytes per base
   // element where a full fine-tune keeps 16 (value, gradient, m, v); the adapters are 13%
   // of the parameters here, so the chunks take well under half of a full fine-tune's.

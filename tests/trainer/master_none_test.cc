@@ -195,6 +195,7 @@ TEST_CASE("master_weights none: settings it cannot serve are refused naming both
              Catch::Contains("optimizer.master_weights none and precision.dtype fp32"));
   CHECK_THAT(error({"precision.dtype=fp16"}), Catch::Contains("precision.dtype fp16"));
   CHECK_THAT(error({"chunk.enabled=false"}), Catch::Contains("and chunk.enabled: false"));
+  CHECK_THAT(error({"lora.enabled=true"}), Catch::Contains("and lora.enabled: true cannot be combined"));
   CHECK(error({}).empty());
 }
 

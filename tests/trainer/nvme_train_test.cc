@@ -4,8 +4,10 @@
 // norms and checkpoint tensors of the same run without it, bitwise (fp32 compute: m and
 // v on the tier; bf16 evicting with some state on the device: master, m and v; int8
 // moments; fp16 with overflow skips; the HF export); a run killed and resumed from a
-// checkpoint goes on with the same losses (ZeRO over 2 ranks: zero_test.sh);
-// unusable directories and speculation are refused before training, naming the key.
+// checkpoint goes on with the same losses (ZeRO over 2 ranks: zero_test.sh); a disk that
+// cannot hold the tier stops the resumed run with an error naming it, and the checkpoint
+// before stays valid and resumes bitwise; unusable directories and speculation are
+// refused before training, naming the key.
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include "tests/file_size_limit.h"
 #include "tests/temp_dir.h"
 #include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
@@ -141,6 +144,10 @@ TEST_CASE("NVMe tier, int8 moments: the same run bitwise", "[nvme][train][int8]"
   CheckSameRun("int8", {"precision.dtype=bf16", "optimizer.state_dtype=int8", "optimizer.hybrid_adam=false"});
 }
 
+TEST_CASE("NVMe tier, bf16 moments: the same run bitwise", "[nvme][train][bf16_state]") {
+  CheckSameRun("bf16_state", {"precision.dtype=bf16", "optimizer.state_dtype=bf16", "optimizer.hybrid_adam=false"});
+}
+
 TEST_CASE("NVMe tier, bf16 weights without an fp32 master: m and v in the file, the same run bitwise",
           "[nvme][train][master_none]") {
   CheckSameRun("none", {"precision.dtype=bf16", "optimizer.master_weights=none", "optimizer.state_dtype=int8",
@@ -171,6 +178,46 @@ TEST_CASE("NVMe tier: killed and resumed from a checkpoint, the same losses bitw
   }
 }
 
+// Disk full when a resumed run sets its tier up (the file may not grow past a limit:
+// EFBIG on reserving it): the run stops with an error naming the tier's directory, leaves
+// the checkpoint it resumed from as it was, and a later resume reaches the losses of a
+// run never interrupted. (The tier's mid-run I/O errors: nvme_file_test, nvme_ring_test.)
+TEST_CASE("NVMe tier: a disk too full for the tier stops the resumed run; its checkpoint stays and resumes bitwise",
+          "[nvme][train][disk_full]") {
+  const std::string dir = NvmeDir("full");
+  const std::vector<std::string> extra = {"optimizer.hybrid_adam=false", "chunk.nvme_host_budget_bytes=0",
+                                          "chunk.nvme_dir=" + dir};
+  const TrainResult whole = Train(Tiny("nvme_full_whole", extra));
+  std::vector<std::string> cut = extra;
+  cut.push_back("checkpoint.every_steps=4");
+  const Config c = Tiny("nvme_full_cut", cut);
+  testing::TrainKilledAfter(c, 6);
+  const std::string saved = c.run.output_dir + "/checkpoints/step_4";
+  REQUIRE(ListCheckpoints(c.run.output_dir + "/checkpoints").front() == saved);
+  const int status = testing::RunWithFileSizeLimit(64 * 1024, [&] {
+    try {
+      Train(c);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      return what.find("NVMe tier") != std::string::npos && what.find(dir) != std::string::npos &&
+                     what.find("File too large") != std::string::npos
+                 ? 0
+                 : 3;
+    }
+    return 2;  // trained on as if nothing happened
+  });
+  CHECK(status == 0);
+  CHECK(ListCheckpoints(c.run.output_dir + "/checkpoints").front() == saved);
+  CHECK(ReadCheckpoint(saved).step == 4);
+  const TrainResult resumed = Train(c);
+  REQUIRE(resumed.start_step == 4);
+  REQUIRE(resumed.losses.size() == 8);
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    INFO("step " << 5 + i);
+    CHECK(resumed.losses[i] == whole.losses[4 + i]);
+  }
+}
+
 TEST_CASE("NVMe tier: refusals before training name the key", "[nvme][config]") {
   const std::string missing = TempDir() + "/no_such_dir";
   const Config c = Tiny("nvme_missing", {"optimizer.hybrid_adam=false", "chunk.nvme_host_budget_bytes=0",
@@ -178,6 +225,10 @@ TEST_CASE("NVMe tier: refusals before training name the key", "[nvme][config]") 
   CHECK_THROWS_WITH(Train(c), Catch::Contains("chunk.nvme_dir: directory '" + missing + "' cannot be used") &&
                                   Catch::Contains("bytes)"));
   CHECK(ListCheckpoints(c.run.output_dir + "/checkpoints").empty());
+  // The same directory where the plan puts nothing on the tier (host memory holds it all).
+  CHECK_THROWS_WITH(Train(Tiny("nvme_missing_unused", {"chunk.nvme_dir=" + missing})),
+                    Catch::Contains("chunk.nvme_dir: directory '" + missing + "' cannot be used") &&
+                        Catch::Contains("puts no optimizer state there this run"));
   CHECK_THROWS_WITH(Tiny("nvme_spec", {"chunk.nvme_dir=" + NvmeDir("spec"), "optimizer.speculation_slots=2"}),
                     Catch::Contains("chunk.nvme_dir and optimizer.speculation_slots 2 cannot be combined"));
   CHECK_THROWS_WITH(Tiny("nvme_plain", {"chunk.enabled=false", "chunk.nvme_dir=" + NvmeDir("plain")}),

@@ -103,22 +103,21 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
   return options;
 }
 
-}  // namespace
-
-namespace {
-
 // The run's plan, refused (with the plan's reason) before anything is allocated when
 // it does not fit; a stated device memory below the card's caps the caching allocator.
 RunPlan FittingPlan(const Config& c, at::Device device, int world, int rank) {
   RunPlan run_plan = PlanRun(c, device, world, rank);
   if (!run_plan.plan.fits) throw ConfigError("this run does not fit its memory budgets: " + run_plan.plan.why_not);
-  if (run_plan.plan.tiers.nvme_chunks > 0) {  // before anything is allocated: the directory can hold the file
-    const std::string refusal = chunkmem::CheckNvmeDir(c.chunk.nvme_dir, run_plan.plan.tiers.nvme_bytes);
-    if (!refusal.empty()) {
-      throw ConfigError("chunk.nvme_dir: " + refusal + " (the plan puts the optimizer state of " +
-                        std::to_string(run_plan.plan.tiers.nvme_chunks) + " chunks there: " +
-                        std::to_string(run_plan.plan.tiers.nvme_bytes) + " bytes)");
-    }
+  // Before anything is allocated, the directory can hold the file (a directory named is one
+  // meant to work: checked even when the plan puts nothing there this run).
+  const std::string refusal =
+      c.chunk.nvme_dir.empty() ? "" : chunkmem::CheckNvmeDir(c.chunk.nvme_dir, run_plan.plan.tiers.nvme_bytes);
+  if (!refusal.empty()) {
+    const int64_t chunks = run_plan.plan.tiers.nvme_chunks, bytes = run_plan.plan.tiers.nvme_bytes;
+    throw ConfigError("chunk.nvme_dir: " + refusal +
+                      (chunks > 0 ? " (the plan puts the optimizer state of " + std::to_string(chunks) +
+                                        " chunks there: " + std::to_string(bytes) + " bytes)"
+                                  : " (the plan puts no optimizer state there this run: 0 bytes)"));
   }
   // A stated device memory below the card's is a hard limit: the caching allocator is
   // capped there, so going beyond it is an out-of-memory error, as on a card that small.
