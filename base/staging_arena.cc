@@ -110,4 +110,9 @@ int64_t StagingArena::held_numel() const {
   return (arena_.defined() ? capacity_numel_ : 0) + (own_buffer_out_ ? in_use_numel_ : 0);
 }
 
+int StagingArena::own_buffers_waiting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return own_buffers_waiting_;
+}
+
 }  // namespace ps::base

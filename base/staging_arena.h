@@ -6,7 +6,8 @@
 // (`capacity_numel`); a request that finds no free range of its size waits until pieces
 // come back (a waiting request waits only on pieces in use, which their tasks give back;
 // with finitely many tasks none waits forever). The arena is allocated once and reused:
-// its pages are faulted in once, not once per piece. A request larger than the arena
+// its pages are reused, not faulted in per piece (again only after the arena was freed
+// for a larger request). A request larger than the arena
 // gets a buffer of its own, allocated when nothing else is in use; the arena's memory is
 // freed for it first, and requests for the arena wait from the moment such a request
 // arrives until its buffer is returned (it goes before them). So the host memory held is
@@ -56,6 +57,8 @@ class StagingArena {
   // Values of host memory held now: the arena when allocated, and a buffer of its own when
   // out (for tests and checks).
   int64_t held_numel() const;
+  // Requests larger than the arena waiting now (for tests).
+  int own_buffers_waiting() const;
 
  private:
   void Give(int64_t offset_numel, int64_t span_numel);

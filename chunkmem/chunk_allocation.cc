@@ -102,9 +102,9 @@ bool Staged(const at::Tensor& target) { return !target.device().is_cpu() || targ
 // One parameter per task: each depends on the parameter alone (models/param_init.h), so
 // the order and the threads do not matter: the largest first, on run.threads threads,
 // each taking the next when free. Staged values go through one arena shared by the
-// threads (base/staging_arena.h; its pages faulted in once): room for every thread's
-// second-largest staged slot, at most the largest; a larger slot gets a buffer of its
-// own while the others wait. So staging never holds more than the largest staged slot.
+// threads (base/staging_arena.h; its pages reused): room for one second-largest staged
+// slot per thread, at most the largest; a larger slot gets a buffer of its own while the
+// others wait. So staging never holds more than the largest staged slot.
 void WriteInitialValues(const std::vector<Slots>& fill, const ChunkValues& values, bool separate_master) {
   std::vector<int64_t> order(fill.size());
   std::iota(order.begin(), order.end(), int64_t{0});

@@ -2,7 +2,7 @@
 // ignored, so write() fails with EFBIG. In a child process, so the limit does not reach
 // the test process.
 //   RunInChild(body): runs `body` in a child; its exit status (body's return value; 98
-//     when it threw), or -1 when it did not exit normally (killed after 10 minutes).
+//     when it threw), or -1 when it did not exit normally (killed after 4 minutes).
 //   LimitFileSize(bytes): sets the limit in the calling process (inside RunInChild's body,
 //     after what must still be created without it).
 //   RunWithFileSizeLimit(bytes, body): both, the limit first.
@@ -28,7 +28,7 @@ inline int RunInChild(const std::function<int()>& body) {
   const pid_t child = fork();
   if (child < 0) return -1;
   if (child == 0) {
-    alarm(600);  // a child that hangs is killed (the test then fails) instead of blocking waitpid
+    alarm(240);  // a child that hangs is killed (the test then fails) before a medium test's timeout
     int code = 99;
     try {
       code = body();

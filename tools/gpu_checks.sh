@@ -171,11 +171,11 @@ check() {
       # build of tools/bench_adam in .device/; 2 cores here are compute-bound for 8-bit moments and without a master:
       # does a desktop's core count reach memory bandwidth?)
       local B=${BENCH_HOST_ADAM:-.device/bench_adam}
-      for d in fp32 bf16 int8; do
+      for d in int8 bf16 fp32; do  # the open question first
         for mw in fp32 none; do
           for th in 0 8; do
             $G timeout 60 "$B" --threads $th --state-dtype $d --master-weights $mw --error-steps 0 --iters 3 \
-              --numel 100000000 2>&1 | tail -1 >> "$OUT/host_adam.jsonl"
+              --numel 100000000 2>&1 | grep '^{' | tail -1 >> "$OUT/host_adam.jsonl"
           done
         done
       done

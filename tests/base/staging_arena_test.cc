@@ -92,7 +92,7 @@ TEST_CASE("StagingArena: a request larger than the arena gets a buffer of its ow
     small_taken_while_big_out = small_taken.load();
     big_stage = 2;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // big waits now
+  while (arena.own_buffers_waiting() == 0) std::this_thread::yield();  // big waits now
   std::thread small([&] {
     StagingArena::Lease l = arena.Take(10);  // room in the arena, but the larger request goes first
     small_taken = true;
@@ -111,6 +111,16 @@ TEST_CASE("StagingArena: a request larger than the arena gets a buffer of its ow
   StagingArena::Lease after = arena.Take(10);
   CHECK(arena.held_numel() == 1024);  // the arena again (its address may differ)
   CHECK(arena.in_use_numel() == 16);
+}
+
+TEST_CASE("StagingArena: a buffer that cannot be allocated throws and leaves the arena usable", "[staging_arena]") {
+  StagingArena arena(1024);
+  CHECK_THROWS(arena.Take(int64_t{1} << 60));  // 4 EiB: the allocation fails
+  CHECK(arena.in_use_numel() == 0);
+  CHECK(arena.held_numel() == 0);
+  StagingArena::Lease l = arena.Take(10);
+  CHECK(l.values().numel() == 10);
+  CHECK(arena.held_numel() == 1024);
 }
 
 TEST_CASE("StagingArena: many threads, the pieces in use never overlap nor exceed the arena", "[staging_arena]") {
