@@ -7,7 +7,7 @@
 #   tools/gpu_checks.sh OUT CHECK [CHECK...]
 #
 # CHECK: parity | eager | llama1b | llama1b_slice | accum | accum4b | accum4bv | gpt3_6b | startup6b | spec6b | pin6b | gaming | lora8b | largest | nccl1 | peers |
-#        state_q | state6b | state8b | none8b | sr_cuda (needs .device/device_rounding_test and bench_device_rounding) |
+#        state_q | state6b | state8b | none8b | none8b_m05 | sr_cuda (needs .device/device_rounding_test and bench_device_rounding) |
 #        adam_cuda (needs .device/device_adam_cuda_test and bench_device_adam) | host_adam (needs .device/bench_adam, -c opt) |
 #        nvme (also needs .device/bench_nvme; NVME_BENCH=0 skips it, NVME_STEPS sets the 8B run's steps) |
 #        ds_prep | peers_ds | largest_ds | ds8b | ds3b_nvme | all.
@@ -142,10 +142,11 @@ check() {
         run GPT3_6B_$s 200 "${BIG[@]}" --set model.preset=GPT3_6B --set train.micro_batch_size=8 \
           --set train.global_batch_size=8 --set train.max_steps=5 --set optimizer.state_dtype=$s
       done ;;
-    state8b|none8b)  # issue #25 §1/§3: Llama 3.1 8B full fine-tune, int8 moments, a stated 24 GiB card (allocator
+    state8b|none8b|none8b_m05)  # issue #25 §1/§3: Llama 3.1 8B full fine-tune, int8 moments, a stated 24 GiB card (allocator
       # capped) and 64 GiB of host: the README's gaming-PC verdict run (its chunk size), random base, synthetic tokens,
       # seq 2048, micro 1; none8b without an fp32 master (optimizer.master_weights none: bf16 weights updated in place
-      # with stochastic rounding, bf16 grad chunks; the device path's StochasticRoundInto on CUDA)
+      # with stochastic rounding, bf16 grad chunks; the device path's StochasticRoundInto on CUDA); none8b_m05 as none8b
+      # with chunk.margin_use_ratio 0.5: less state on the device, room left to keep its gradient chunks there
       echo "run: {name: $1}" > "$R/$1.yaml"
       local E=(--config "$R/$1.yaml" --set run.device=cuda --set model.type=llama --set model.preset=llama-3.1-8b
                --set model.activation_checkpointing=true --set data.format=synthetic --set data.train_path=
@@ -153,7 +154,8 @@ check() {
                --set train.max_steps=4 --set train.eval_every=0 --set precision.dtype=bf16 --set chunk.enabled=true
                --set chunk.device_memory_bytes=$((24 << 30))
                --set chunk.host_budget_bytes=$((64 << 30)) --set optimizer.state_dtype=int8)
-      [ "$1" = none8b ] && E+=(--set optimizer.master_weights=none)
+      [ "$1" != state8b ] && E+=(--set optimizer.master_weights=none)
+      [ "$1" = none8b_m05 ] && E+=(--set chunk.margin_use_ratio=0.5)
       $G "$PS" "${E[@]}" --plan > "$OUT/plan_$1.txt" 2>&1
       run "$1" 300 "${E[@]}" ;;
     sr_cuda)  # issue #25 §1: the CUDA stochastic-rounding kernel bitwise against the CPU specification
