@@ -7,7 +7,12 @@
 #include <algorithm>
 #include <limits>
 
+#include "chunkmem/tier_plan.h"
+
 namespace ps::chunkmem {
+
+static_assert(kGradSinkSlots == static_cast<int64_t>(GradSink::kMaxFlushesInFlight) + 1,
+              "the plan reserves the gradient path's flush slots as PinToDevice does");
 
 GradSink::GradSink(ChunkStore& store, Residency& residency, const ChunkLayout& layout, Chunks chunks,
                    const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::vector<int>>& used_by_blocks,

@@ -158,6 +158,16 @@ std::string FormatTiers(const MemoryPlan& p, const PlanInput& in) {
          std::to_string(pl.owned_chunks) + " chunks on the device from start-up (" +
          Bytes(static_cast<double>(pl.device_optimizer_bytes)) + ", updated there), the rest on the host" +
          (pl.nvme_chunks > 0 ? " (" + std::to_string(pl.nvme_chunks) + " of them in the NVMe tier)\n" : "\n");
+  if (pl.grad_bytes > 0 && pl.device_optimizer_chunks > 0) {  // gradients in chunks of their own
+    const int n = pl.device_optimizer_chunks, k = pl.device_grad_chunks;
+    out += "gradients         " +
+           (k == n ? "the gradient chunks of all " + std::to_string(n) + " chunks updated on the device stay there\n"
+                   : "room beside that state for the gradient chunks of about " + std::to_string(k) + " of those " +
+                         std::to_string(n) + " chunks; the other " + std::to_string(n - k) + " chunks' gradients (" +
+                         Bytes(static_cast<double>(pl.crossing_grad_bytes)) +
+                         ") cross to the host in backward and back for their update each step (a lower "
+                         "chunk.margin_use_ratio keeps more there, and updates fewer chunks on the device)\n");
+  }
   if (pl.nvme_chunks > 0) {
     out += "nvme              the optimizer state of " + std::to_string(pl.nvme_chunks) + " chunks in chunk.nvme_dir (" +
            Bytes(static_cast<double>(pl.nvme_bytes)) + "), through a ring of " + std::to_string(in.nvme_ring_slots) +

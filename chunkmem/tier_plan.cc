@@ -45,6 +45,7 @@ std::string Bytes(int64_t b) {
 // Per chunk: compute-dtype bytes and optimizer-state bytes; the owned totals into `p`.
 struct ChunkSizes {
   std::vector<int64_t> compute, optimizer;
+  std::vector<int64_t> grad;  // [chunk] its gradient chunk's bytes; 0: none (frozen, or gradients in the compute slots)
   int64_t largest_grad = 0;  // the largest grad chunk's bytes (if any)
   int64_t largest_fp32 = 0;  // the largest trainable chunk's bytes in fp32
 };
@@ -55,6 +56,7 @@ ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPl
   ChunkSizes z;
   z.compute.resize(n);
   z.optimizer.resize(n);
+  z.grad.assign(n, 0);
   for (int c = 0; c < n; ++c) {
     const int64_t capacity = layout.chunks()[c].capacity_numel;
     const bool frozen = layout.chunks()[c].frozen;  // the compute kind alone
@@ -62,7 +64,10 @@ ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPl
     z.optimizer[c] = frozen ? 0 : OptimizerChunkBytes(capacity, in);
     if (!frozen) {
       z.largest_fp32 = std::max(z.largest_fp32, Mul(capacity, 4));
-      if (!in.grads_in_compute_chunks) z.largest_grad = std::max(z.largest_grad, Mul(capacity, GradElementBytes(in)));
+      if (!in.grads_in_compute_chunks) {
+        z.grad[c] = Mul(capacity, GradElementBytes(in));
+        z.largest_grad = std::max(z.largest_grad, z.grad[c]);
+      }
     }
     if (c % in.world_size != in.rank) continue;
     ++p.owned_chunks;
@@ -170,6 +175,28 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
   p.host_scratch_bytes = Add(Mul(in.host_scratch_chunks, z.largest_grad), Mul(backup_chunks, z.largest_fp32));
 }
 
+// Gradient chunks of the chunks updated on the device, into what the room leaves beside
+// the working set, that state and the flush slots (TierPlan; as GradSink::PinToDevice,
+// whose chunk budget the update's scratch is outside of).
+void PlaceDeviceGrads(const TierPlanInput& in, const ChunkSizes& z, int64_t room, TierPlan& p) {
+  p.device_grad_chunks = 0;
+  p.crossing_grad_bytes = 0;
+  if (in.grads_in_compute_chunks || p.device_optimizer_chunks == 0) return;
+  const bool any_host_updated = p.device_optimizer_chunks < p.owned_chunks - p.frozen_chunks;
+  int64_t left = room - p.working_set_bytes - p.device_optimizer_bytes -
+                 (any_host_updated ? Mul(kGradSinkSlots, z.largest_grad) : 0);
+  for (int c = 0; c < static_cast<int>(p.optimizer_on_device.size()); ++c) {
+    if (!p.optimizer_on_device[c]) continue;
+    const int64_t bytes = z.grad[c];
+    if (bytes > left) {
+      p.crossing_grad_bytes = Add(p.crossing_grad_bytes, bytes);
+      continue;
+    }
+    left -= bytes;
+    ++p.device_grad_chunks;
+  }
+}
+
 // The NVMe tier: of the host-updated chunks, those whose state host memory does not keep
 // go to the file; the ring's slots are the largest of those. Host memory keeps the
 // largest chunks first (so the slots are as small as the host allows), chunks of one
@@ -265,6 +292,7 @@ TierPlan PlanTiers(const ChunkLayout& layout, const std::vector<std::vector<int>
   const int64_t room = std::min(in.device_budget_bytes,
                                 in.device_chunk_room_bytes >= 0 ? in.device_chunk_room_bytes : in.device_budget_bytes);
   PlaceOptimizerState(in, sizes, room, p);
+  PlaceDeviceGrads(in, sizes, room, p);
   PlaceNvme(layout, in, sizes, p);
   p.why_not = WhyNot(in, room, p);
   return p;

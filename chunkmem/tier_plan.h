@@ -37,6 +37,10 @@
 
 namespace ps::chunkmem {
 
+// Grad-chunk-sized device slots the gradient path keeps free for flushes while any
+// chunk updates on the host (GradSink: kMaxFlushesInFlight + 1; checked there).
+constexpr int64_t kGradSinkSlots = 3;
+
 struct TierPlanInput {
   int64_t compute_element_bytes = 4;     // 4 (fp32: the compute chunk is the master) or 2
   int64_t state_element_bytes = 4;       // Adam m and v, each: 4 (fp32), 2 (bf16), 1 (8-bit + scales)
@@ -102,6 +106,14 @@ struct TierPlan {
   std::vector<bool> optimizer_on_device;  // [chunk]: master/m/v on the device from start-up
   int device_optimizer_chunks = 0;
   int64_t device_optimizer_bytes = 0;     // pinned on the device for the whole run
+  // Gradients in chunks of their own (grad_bytes > 0): of the chunks updated on the
+  // device, those whose gradient chunk the room left beside the state holds (after the
+  // flush slots kGradSinkSlots of the host-updated chunks), in layout order: the rule of
+  // GradSink::PinToDevice on the plan's figures (the run's working set also counts the
+  // chunks it prefetches, so it keeps a few less). The others' gradients cross to the
+  // host in backward and back for the update.
+  int device_grad_chunks = 0;
+  int64_t crossing_grad_bytes = 0;  // the others' gradient chunks: each step to the host and back
   // The device update's scratch (chunkmem/update_scratch.h), kept off the margin before
   // optimizer state is placed; 0 when no chunk's state is on the device.
   int64_t device_scratch_bytes = 0;

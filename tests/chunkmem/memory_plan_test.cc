@@ -163,6 +163,35 @@ TEST_CASE("optimizer state goes to the device margin from start-up, in layout or
   CHECK(again.host_bytes == all.host_bytes);
 }
 
+TEST_CASE("gradient chunks of chunks updated on the device: what the room leaves beside their state", "[plan][tiers]") {
+  // bf16 with a master: per chunk state 12288 bytes and an fp32 gradient chunk of 4096;
+  // working set 4096; scratch 1024 x 6 = 6144 kept off the state's margin. Device 60000:
+  // 0.8 x (60000 - 4096 - 6144) = 39808 holds 3 chunks' state (36864); one chunk updates
+  // on the host, so 3 flush slots (12288) stay free: 60000 - 4096 - 36864 - 12288 = 6752
+  // holds one gradient chunk.
+  PlanInput in = Small(2, 60000, 1000000);
+  in.margin_use_ratio = 0.8;
+  const auto some = PlanMemory(in);
+  CHECK(some.tiers.device_optimizer_chunks == 3);
+  CHECK(some.tiers.device_grad_chunks == 1);
+  CHECK(some.tiers.crossing_grad_bytes == 2 * 4096);
+  CHECK(FormatPlan(some, in).find("gradients         room beside that state for the gradient chunks of about 1 of "
+                                  "those 3 chunks; the other 2 chunks' gradients (0.01 MiB) cross to the host") != std::string::npos);
+  // Every chunk's state on the device: no flush slots; 100000 - 4096 - 49152 holds all four.
+  in.device_budget_bytes = 100000;
+  const auto all = PlanMemory(in);
+  CHECK(all.tiers.device_optimizer_chunks == 4);
+  CHECK(all.tiers.device_grad_chunks == 4);
+  CHECK(all.tiers.crossing_grad_bytes == 0);
+  CHECK(FormatPlan(all, in).find("the gradient chunks of all 4 chunks updated on the device stay there") !=
+        std::string::npos);
+  // Gradients in the compute slots: no gradient chunks, no line.
+  in.grads_in_compute_chunks = true;
+  const auto reuse = PlanMemory(in);
+  CHECK(reuse.tiers.device_grad_chunks == 0);
+  CHECK(FormatPlan(reuse, in).find("gradients   ") == std::string::npos);
+}
+
 TEST_CASE("NVMe tier: host memory keeps state while it fits (largest first), the rest goes to the file",
           "[plan][tiers][nvme]") {
   // bf16 as above: chunk 0's state on the device; chunks 1-3 host-updated, 12288 bytes of

@@ -357,6 +357,38 @@ TEST_CASE("every optimizer state mode keeps to its device budget and its plan's 
   }
 }
 
+// Without a master the gradients are chunks of their own. The plan's count of the chunks
+// updated on the device whose gradient chunk stays there matches what the run pins
+// (GradSink::PinToDevice), within the chunks the run keeps room to prefetch; at the
+// default margin ratio fewer than all of them keep it, at 0.5 all do. (48 blocks of
+// width 64 in 289 chunks of 16,384 elements: many small chunks, so the update's scratch
+// leaves the margin room for state.)
+TEST_CASE("no master: the plan's device gradient chunks are the ones the run keeps there", "[chunk][master_none][pool]") {
+  for (const double ratio : {0.8, 0.5}) {
+    INFO("chunk.margin_use_ratio " << ratio);
+    const std::string name = ratio > 0.6 ? "grads_pinned_08" : "grads_pinned_05";
+    Config c = Chunked(name, {"model.n_layer=48", "model.vocab_size=64", "data.format=synthetic",
+                              "data.train_path=", "data.valid_path=", "chunk.size_elements=16384",
+                              "precision.dtype=bf16", "optimizer.state_dtype=int8", "optimizer.master_weights=none",
+                              "chunk.device_budget_bytes=8000000", "train.max_steps=3", "train.eval_every=0",
+                              "chunk.margin_use_ratio=" + std::to_string(ratio)});
+    const RunPlan plan = PlanRun(c, at::kCPU);
+    const int on_device = plan.plan.tiers.device_optimizer_chunks, planned = plan.plan.tiers.device_grad_chunks;
+    REQUIRE(on_device > 50);
+    Train(c);
+    std::ifstream metrics(c.run.output_dir + "/metrics.jsonl");
+    double pinned = -1;
+    for (std::string line; std::getline(metrics, line);) {
+      if (line.find("\"grad_chunks_on_device\"") != std::string::npos) pinned = JsonNumber(line, "grad_chunks_on_device");
+    }
+    CAPTURE(on_device, planned, pinned);
+    CHECK(pinned <= planned);
+    CHECK(planned - pinned <= 0.1 * on_device);
+    if (ratio > 0.6) CHECK(planned < on_device);
+    if (ratio < 0.6) CHECK(pinned == on_device);
+  }
+}
+
 // The number after "key": in a metrics.jsonl line (NaN when absent).
 double JsonNumber(const std::string& line, const std::string& key) {
   const auto at = line.find("\"" + key + "\": ");
