@@ -237,7 +237,7 @@ void GradSink::PinToDevice() {
     any_host_updated = any_host_updated || store_.tier(chunks_.adam_m_ids[c]) != Tier::kDevice;
   }
   // Block-major: every chunk of a block keeps its slot open through the block's micro-batches.
-  int64_t slots = static_cast<int64_t>(kMaxFlushesInFlight + 1);
+  int64_t slots = kGradSinkSlots;  // kMaxFlushesInFlight + 1 (asserted above)
   if (block_major_) {
     std::vector<int64_t> chunks_of_block(num_blocks_, 0);
     for (int c = 0; c < layout_.num_chunks(); ++c) {

@@ -81,18 +81,19 @@ ChunkSizes SizeChunks(const ChunkLayout& layout, const TierPlanInput& in, TierPl
 // Device bytes of one block's working set, `chunks` the chunks it uses; `buffers`: of
 // which ZeRO's gathered and gradient buffers.
 int64_t WorkingSetBytes(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSizes& z,
-                        const std::set<int>& chunks, bool zero, int64_t& buffers) {
+                        const std::set<int>& chunks, bool zero, int64_t& buffers, int64_t& grad_slots) {
   const int64_t world = in.world_size;
   int64_t bytes = 0;
   buffers = 0;
+  grad_slots = 0;
   if (!zero) {
     for (int c : chunks) {
       bytes += z.compute[c];  // <= compute_bytes, which did not overflow
       if (in.block_major_grads && !layout.chunks()[c].frozen) {
-        bytes = Add(bytes, Mul(layout.chunks()[c].capacity_numel, GradElementBytes(in)));
+        grad_slots = Add(grad_slots, Mul(layout.chunks()[c].capacity_numel, GradElementBytes(in)));
       }
     }
-    return bytes;
+    return Add(bytes, grad_slots);
   }
   std::set<int64_t> groups;
   for (int c : chunks) groups.insert(c / world);
@@ -128,11 +129,12 @@ void PlanWorkingSet(const ChunkLayout& layout, const std::vector<std::vector<int
         if (u >= b && u < b + span) chunks.insert(layout.placements()[i].chunk_id);
       }
     }
-    int64_t buffers = 0;
-    const int64_t bytes = WorkingSetBytes(layout, in, z, chunks, zero, buffers);
+    int64_t buffers = 0, grad_slots = 0;
+    const int64_t bytes = WorkingSetBytes(layout, in, z, chunks, zero, buffers, grad_slots);
     if (bytes > p.working_set_bytes) {
       p.working_set_bytes = bytes;
       p.group_buffer_bytes = buffers;
+      p.working_set_grad_bytes = grad_slots;
     }
   }
 }
@@ -183,8 +185,10 @@ void PlaceDeviceGrads(const TierPlanInput& in, const ChunkSizes& z, int64_t room
   p.crossing_grad_bytes = 0;
   if (in.grads_in_compute_chunks || p.device_optimizer_chunks == 0) return;
   const bool any_host_updated = p.device_optimizer_chunks < p.owned_chunks - p.frozen_chunks;
-  int64_t left = room - p.working_set_bytes - p.device_optimizer_bytes -
-                 (any_host_updated ? Mul(kGradSinkSlots, z.largest_grad) : 0);
+  // The gradient path keeps slots free only while some chunk updates on the host: its
+  // flush slots, and with the vertical schedule the busiest block's (the working set's part).
+  int64_t left = room - p.working_set_bytes - p.device_optimizer_bytes +
+                 (any_host_updated ? -Mul(kGradSinkSlots, z.largest_grad) : p.working_set_grad_bytes);
   for (int c = 0; c < static_cast<int>(p.optimizer_on_device.size()); ++c) {
     if (!p.optimizer_on_device[c]) continue;
     const int64_t bytes = z.grad[c];

@@ -109,15 +109,19 @@ struct TierPlan {
   // Gradients in chunks of their own (grad_bytes > 0): of the chunks updated on the
   // device, those whose gradient chunk the room left beside the state holds (after the
   // flush slots kGradSinkSlots of the host-updated chunks), in layout order: the rule of
-  // GradSink::PinToDevice on the plan's figures (the run's working set also counts the
-  // chunks it prefetches, so it keeps a few less). The others' gradients cross to the
-  // host in backward and back for the update.
+  // GradSink::PinToDevice on the plan's figures: an estimate (with a fixed budget the run
+  // keeps a few less, its working set counting the chunks it prefetches; with a traced
+  // budget the measured activations decide). The others' gradients cross to the host in
+  // backward and back for the update.
   int device_grad_chunks = 0;
   int64_t crossing_grad_bytes = 0;  // the others' gradient chunks: each step to the host and back
   // The device update's scratch (chunkmem/update_scratch.h), kept off the margin before
   // optimizer state is placed; 0 when no chunk's state is on the device.
   int64_t device_scratch_bytes = 0;
   int64_t working_set_bytes = 0;          // compute chunks of the most demanding block (block-major: and their fp32 slots)
+  // Block-major backward (the vertical schedule): of the working set, the gradient slots
+  // its chunks keep open; 0 otherwise.
+  int64_t working_set_grad_bytes = 0;
   // ZeRO: of the working set, the group buffers (gathered compute chunks and the fp32
   // gradients reduce-scattered from them) of that block; 0 with one process.
   int64_t group_buffer_bytes = 0;

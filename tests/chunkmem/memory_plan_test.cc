@@ -177,8 +177,10 @@ TEST_CASE("gradient chunks of chunks updated on the device: what the room leaves
   CHECK(some.tiers.crossing_grad_bytes == 2 * 4096);
   CHECK(FormatPlan(some, in).find("gradients         room beside that state for the gradient chunks of about 1 of "
                                   "those 3 chunks; the other 2 chunks' gradients (0.01 MiB) cross to the host") != std::string::npos);
-  // Every chunk's state on the device: no flush slots; 100000 - 4096 - 49152 holds all four.
-  in.device_budget_bytes = 100000;
+  // Every chunk's state on the device: no flush slots. 72000: 0.8 x (72000 - 4096 - 6144)
+  // = 49408 holds all four chunks' state (49152), and 72000 - 4096 - 49152 = 18752 all four
+  // gradient chunks (16384; with the flush slots it would hold one).
+  in.device_budget_bytes = 72000;
   const auto all = PlanMemory(in);
   CHECK(all.tiers.device_optimizer_chunks == 4);
   CHECK(all.tiers.device_grad_chunks == 4);
