@@ -558,7 +558,9 @@ std::vector<FieldSpec> BuildConfigSchema() {
             "traced budget: device fraction for chunks during warm-up (static placement: for good)",
             FloatRange(0.0, 1.0, true)),
       Float("chunk.margin_use_ratio", PS_ACCESS(chunk.margin_use_ratio),
-            "fraction of the device margin (chunk room minus the largest block's working set) given to optimizer state from start-up", FloatRange(0.0, 1.0)),
+            "fraction of the device margin (chunk room minus the largest block's working set) given to optimizer state from start-up; "
+            "where gradients are chunks of their own (optimizer.master_weights none), the rest is what keeps those chunks' "
+            "gradient chunks on the device (--plan's gradients line)", FloatRange(0.0, 1.0)),
       Text("chunk.nvme_dir", PS_ACCESS(chunk.nvme_dir),
            "a directory on a local disk (SSD) for the NVMe tier: the optimizer state (fp32 master, m, v) of "
            "host-updated chunks that host memory does not keep, streamed through a ring of host buffers in each "
