@@ -85,6 +85,9 @@ struct Moments {
   }
 };
 
+// || a - ref || / || ref ||.
+double RelativeError(const at::Tensor& a, const at::Tensor& ref) { return ((a - ref).norm() / ref.norm()).item<double>(); }
+
 // The per-step update error of smaller moments against fp32 ones: two trajectories of
 // the same parameters fed the same gradients (a fixed per-element mean plus noise, the
 // regime where Adam's moments matter), one storing m and v in fp32, the other as
@@ -109,7 +112,7 @@ void UpdateError(const ps::optim::CpuAdamKernels& kernels, const std::string& dt
     small.Into(narrow);
     ps::optim::ParallelAdam(kernels, {{wide, hyper}, {narrow, hyper}}, threads);
     const at::Tensor u = master - before, u16 = master16 - before;
-    const double err = ((u16 - u).norm() / u.norm()).item<double>();
+    const double err = RelativeError(u16, u);
     worst = std::max(worst, err);
     sum += err;
     if (t == 1 || t == 10 || t == 100 || t == steps) std::printf("update error at step %d: %.3g\n", t, err);
@@ -152,13 +155,13 @@ void UpdateErrorNoMaster(const ps::optim::CpuAdamKernels& kernels, const std::st
     sum_ref += u;
     sum_sr += u_sr;
     sum_rne += u_rne;
-    const double err = ((u_sr - u).norm() / u.norm()).item<double>();
+    const double err = RelativeError(u_sr, u);
     worst = std::max(worst, err);
     sum += err;
     if (t == 1 || t == 10 || t == 100 || t == steps) {
-      auto rel = [](const at::Tensor& a, const at::Tensor& ref) { return ((a - ref).norm() / ref.norm()).item<double>(); };
       std::printf("no master: update error at step %d: %.3g; of the summed updates: %.3g (rounded to nearest "
-                  "instead: %.3g; summed %.3g)\n", t, err, rel(sum_sr, sum_ref), rel(u_rne, u), rel(sum_rne, sum_ref));
+                  "instead: %.3g; summed %.3g)\n", t, err, RelativeError(sum_sr, sum_ref), RelativeError(u_rne, u),
+                  RelativeError(sum_rne, sum_ref));
     }
   }
   std::printf("no master: update error over %d steps: mean %.3g, worst %.3g (relative L2 of the update)\n", steps,

@@ -161,21 +161,34 @@ TEST_CASE("NVMe tier: the HF export reads the masters through the tier, bitwise"
                                "checkpoint.at_end=false", "checkpoint.every_steps=6"});
 }
 
-TEST_CASE("NVMe tier: killed and resumed from a checkpoint, the same losses bitwise", "[nvme][train][resume]") {
-  const std::vector<std::string> extra = {"precision.dtype=bf16", "optimizer.hybrid_adam=false",
-                                          "chunk.nvme_host_budget_bytes=0", "chunk.nvme_dir=" + NvmeDir("resume")};
-  const TrainResult whole = Train(Tiny("nvme_resume_whole", extra));
+// `extra` run whole, and run again with a checkpoint every 4 steps, killed after step 6
+// (the run to resume: `cut`).
+struct CutRun {
+  TrainResult whole;
+  Config cut;
+};
+CutRun WholeAndCut(const std::string& name, const std::vector<std::string>& extra) {
   std::vector<std::string> cut = extra;
   cut.push_back("checkpoint.every_steps=4");
-  const Config c = Tiny("nvme_resume_cut", cut);
-  testing::TrainKilledAfter(c, 6);
-  const TrainResult resumed = Train(c);  // a new process's tier: its state from step 4's checkpoint
+  CutRun r{Train(Tiny(name + "_whole", extra)), Tiny(name + "_cut", cut)};
+  testing::TrainKilledAfter(r.cut, 6);
+  return r;
+}
+
+// A run resumed from step 4's checkpoint goes on with the whole run's losses, bitwise.
+void CheckResumedAsWhole(const TrainResult& resumed, const TrainResult& whole) {
   REQUIRE(resumed.start_step == 4);
   REQUIRE(resumed.losses.size() == 8);
   for (size_t i = 0; i < resumed.losses.size(); ++i) {
     INFO("step " << 5 + i);
     CHECK(resumed.losses[i] == whole.losses[4 + i]);
   }
+}
+
+TEST_CASE("NVMe tier: killed and resumed from a checkpoint, the same losses bitwise", "[nvme][train][resume]") {
+  const CutRun r = WholeAndCut("nvme_resume", {"precision.dtype=bf16", "optimizer.hybrid_adam=false",
+                                               "chunk.nvme_host_budget_bytes=0", "chunk.nvme_dir=" + NvmeDir("resume")});
+  CheckResumedAsWhole(Train(r.cut), r.whole);  // a new process's tier: its state from step 4's checkpoint
 }
 
 // Disk full when a resumed run sets its tier up (the file may not grow past a limit:
@@ -185,13 +198,9 @@ TEST_CASE("NVMe tier: killed and resumed from a checkpoint, the same losses bitw
 TEST_CASE("NVMe tier: a disk too full for the tier stops the resumed run; its checkpoint stays and resumes bitwise",
           "[nvme][train][disk_full]") {
   const std::string dir = NvmeDir("full");
-  const std::vector<std::string> extra = {"optimizer.hybrid_adam=false", "chunk.nvme_host_budget_bytes=0",
-                                          "chunk.nvme_dir=" + dir};
-  const TrainResult whole = Train(Tiny("nvme_full_whole", extra));
-  std::vector<std::string> cut = extra;
-  cut.push_back("checkpoint.every_steps=4");
-  const Config c = Tiny("nvme_full_cut", cut);
-  testing::TrainKilledAfter(c, 6);
+  const CutRun r =
+      WholeAndCut("nvme_full", {"optimizer.hybrid_adam=false", "chunk.nvme_host_budget_bytes=0", "chunk.nvme_dir=" + dir});
+  const Config& c = r.cut;
   const std::string saved = c.run.output_dir + "/checkpoints/step_4";
   REQUIRE(ListCheckpoints(c.run.output_dir + "/checkpoints").front() == saved);
   const int status = testing::RunWithFileSizeLimit(64 * 1024, [&] {
@@ -209,13 +218,7 @@ TEST_CASE("NVMe tier: a disk too full for the tier stops the resumed run; its ch
   CHECK(status == 0);
   CHECK(ListCheckpoints(c.run.output_dir + "/checkpoints").front() == saved);
   CHECK(ReadCheckpoint(saved).step == 4);
-  const TrainResult resumed = Train(c);
-  REQUIRE(resumed.start_step == 4);
-  REQUIRE(resumed.losses.size() == 8);
-  for (size_t i = 0; i < resumed.losses.size(); ++i) {
-    INFO("step " << 5 + i);
-    CHECK(resumed.losses[i] == whole.losses[4 + i]);
-  }
+  CheckResumedAsWhole(Train(c), r.whole);
 }
 
 TEST_CASE("NVMe tier: refusals before training name the key", "[nvme][config]") {
