@@ -229,12 +229,20 @@ void GradSink::PinToDevice() {
   // budget less the traced working set and what is pinned already (optimizer state).
   int64_t pinned = store_.BytesUsed(Tier::kDevice);
   int64_t max_grad_bytes = 0;
-  bool any_host_updated = false;  // chunks updated on the host keep staging: room for their slots
+  bool host_updated = false;  // chunks updated on the host keep staging: room for their slots
+  std::vector<int> candidates;  // chunks updated on the device whose gradient chunk is not there yet
+  std::vector<int64_t> candidate_bytes;
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     if (residency_.on_device(c)) pinned -= residency_.chunk_bytes(c);  // compute chunks, frozen ones too
-    if (chunks_.grad_ids[c] < 0) continue;
+    const int gid = chunks_.grad_ids[c];
+    if (gid < 0) continue;
     max_grad_bytes = std::max(max_grad_bytes, GradChunkBytes(c));
-    any_host_updated = any_host_updated || store_.tier(chunks_.adam_m_ids[c]) != Tier::kDevice;
+    if (store_.tier(chunks_.adam_m_ids[c]) != Tier::kDevice) {
+      host_updated = true;
+    } else if (store_.tier(gid) != Tier::kDevice) {  // the optimizer reads it on the device
+      candidates.push_back(c);
+      candidate_bytes.push_back(store_.chunk_bytes(gid));
+    }
   }
   // Block-major: every chunk of a block keeps its slot open through the block's micro-batches.
   int64_t slots = kGradSinkSlots;  // kMaxFlushesInFlight + 1 (asserted above)
@@ -246,16 +254,12 @@ void GradSink::PinToDevice() {
     }
     slots += *std::max_element(chunks_of_block.begin(), chunks_of_block.end());
   }
-  const int64_t reserve = any_host_updated ? slots * max_grad_bytes : 0;
-  int64_t room = residency_.MinChunkBudgetBytes() - residency_.PeakWorkingSetBytes() - pinned - reserve;
-  for (int c = 0; c < layout_.num_chunks(); ++c) {
-    const int gid = chunks_.grad_ids[c];
-    // Only where the optimizer reads it on the device (its Adam state is there).
-    if (gid < 0 || store_.tier(chunks_.adam_m_ids[c]) != Tier::kDevice || store_.tier(gid) == Tier::kDevice) continue;
-    const int64_t bytes = store_.chunk_bytes(gid);
-    if (bytes > room || !residency_.FreeDeviceBytes(bytes)) continue;
+  const int64_t room = residency_.MinChunkBudgetBytes() - residency_.PeakWorkingSetBytes() - pinned;
+  const std::vector<bool> keep = KeepDeviceGrads(room, slots * max_grad_bytes, host_updated, candidate_bytes);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const int gid = chunks_.grad_ids[candidates[i]];
+    if (!keep[i] || !residency_.FreeDeviceBytes(candidate_bytes[i])) continue;
     store_.Move(gid, Tier::kDevice, /*long_lived=*/true);
-    room -= bytes;
     ++stats_.grad_chunks_on_device;
   }
   residency_.NoteDeviceBytes();

@@ -177,27 +177,44 @@ void PlaceOptimizerState(const TierPlanInput& in, const ChunkSizes& z, int64_t r
   p.host_scratch_bytes = Add(Mul(in.host_scratch_chunks, z.largest_grad), Mul(backup_chunks, z.largest_fp32));
 }
 
-// Gradient chunks of the chunks updated on the device, into what the room leaves beside
-// the working set, that state and the flush slots (TierPlan; as GradSink::PinToDevice,
-// whose chunk budget the update's scratch is outside of).
+}  // namespace
+
+std::vector<bool> KeepDeviceGrads(int64_t room_bytes, int64_t staging_bytes, bool host_updated,
+                                  const std::vector<int64_t>& grad_bytes) {
+  int64_t all = 0;
+  for (const int64_t b : grad_bytes) all = Add(all, b);
+  int64_t left = !host_updated && all <= room_bytes ? room_bytes : room_bytes - staging_bytes;
+  std::vector<bool> keep(grad_bytes.size(), false);
+  for (size_t i = 0; i < grad_bytes.size(); ++i) {
+    if (grad_bytes[i] > left) continue;
+    keep[i] = true;
+    left -= grad_bytes[i];
+  }
+  return keep;
+}
+
+namespace {
+
+// Gradient chunks of the chunks updated on the device (KeepDeviceGrads): the room is the
+// device's beside the working set's compute chunks and that state; the staging slots are
+// the flush slots and, with the vertical schedule, the busiest block's gradient slots
+// (the working set's part). As GradSink::PinToDevice, whose chunk budget the update's
+// scratch is outside of.
 void PlaceDeviceGrads(const TierPlanInput& in, const ChunkSizes& z, int64_t room, TierPlan& p) {
   p.device_grad_chunks = 0;
   p.crossing_grad_bytes = 0;
   if (in.grads_in_compute_chunks || p.device_optimizer_chunks == 0) return;
-  const bool any_host_updated = p.device_optimizer_chunks < p.owned_chunks - p.frozen_chunks;
-  // The gradient path keeps slots free only while some chunk updates on the host: its
-  // flush slots, and with the vertical schedule the busiest block's (the working set's part).
-  int64_t left = room - p.working_set_bytes - p.device_optimizer_bytes +
-                 (any_host_updated ? -Mul(kGradSinkSlots, z.largest_grad) : p.working_set_grad_bytes);
+  const bool host_updated = p.device_optimizer_chunks < p.owned_chunks - p.frozen_chunks;
+  std::vector<int64_t> candidates;
   for (int c = 0; c < static_cast<int>(p.optimizer_on_device.size()); ++c) {
-    if (!p.optimizer_on_device[c]) continue;
-    const int64_t bytes = z.grad[c];
-    if (bytes > left) {
-      p.crossing_grad_bytes = Add(p.crossing_grad_bytes, bytes);
-      continue;
-    }
-    left -= bytes;
-    ++p.device_grad_chunks;
+    if (p.optimizer_on_device[c]) candidates.push_back(z.grad[c]);
+  }
+  const std::vector<bool> keep =
+      KeepDeviceGrads(room - p.working_set_bytes + p.working_set_grad_bytes - p.device_optimizer_bytes,
+                      Add(Mul(kGradSinkSlots, z.largest_grad), p.working_set_grad_bytes), host_updated, candidates);
+  for (size_t i = 0; i < keep.size(); ++i) {
+    if (keep[i]) ++p.device_grad_chunks;
+    else p.crossing_grad_bytes = Add(p.crossing_grad_bytes, candidates[i]);
   }
 }
 

@@ -38,8 +38,20 @@
 namespace ps::chunkmem {
 
 // Grad-chunk-sized device slots the gradient path keeps free for flushes while any
-// chunk updates on the host (GradSink: kMaxFlushesInFlight + 1; checked there).
+// gradient stages (GradSink: kMaxFlushesInFlight + 1; checked there).
 constexpr int64_t kGradSinkSlots = 3;
+
+// Which gradient chunks of the chunks updated on the device stay there (their gradients
+// then add in place): one rule for GradSink::PinToDevice and the plan. `room_bytes` is
+// what the device leaves beside the compute working set and the pinned optimizer state;
+// `staging_bytes` what the gradient path's staging slots need while any gradient stages.
+// Gradients stage when some chunk updates on the host (`host_updated`) or when a chunk
+// updated on the device does not keep its gradient chunk. So every one stays, with no
+// slots kept, only when none updates on the host and all fit in `room_bytes`; otherwise
+// the slots are kept and, in order, each that fits in what they leave stays.
+// `grad_bytes`: each candidate's gradient chunk, in layout order; returns [candidate].
+std::vector<bool> KeepDeviceGrads(int64_t room_bytes, int64_t staging_bytes, bool host_updated,
+                                  const std::vector<int64_t>& grad_bytes);
 
 struct TierPlanInput {
   int64_t compute_element_bytes = 4;     // 4 (fp32: the compute chunk is the master) or 2
@@ -107,9 +119,8 @@ struct TierPlan {
   int device_optimizer_chunks = 0;
   int64_t device_optimizer_bytes = 0;     // pinned on the device for the whole run
   // Gradients in chunks of their own (grad_bytes > 0): of the chunks updated on the
-  // device, those whose gradient chunk the room left beside the state holds (after the
-  // flush slots kGradSinkSlots of the host-updated chunks), in layout order: the rule of
-  // GradSink::PinToDevice on the plan's figures: an estimate (with a fixed budget the run
+  // device, those whose gradient chunk the room left beside the state holds
+  // (KeepDeviceGrads, the rule of GradSink::PinToDevice, on the plan's figures): an estimate (with a fixed budget the run
   // keeps a few less, its working set counting the chunks it prefetches; with a traced
   // budget the measured activations decide). The others' gradients cross to the host in
   // backward and back for the update.

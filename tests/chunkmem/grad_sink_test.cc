@@ -180,5 +180,19 @@ TEST_CASE("after warm-up grad chunks whose Adam state is on the device are pinne
   for (int i = 0; i < 4; ++i) CHECK(at::equal(f.GradOf(i), Fixture::Grad(i, 0)));
 }
 
+TEST_CASE("pinning keeps the flush slots when some gradient chunk cannot stay", "[grad_sink]") {
+  // Every chunk's Adam state on the device (two chunks' worth), room beside it for one and
+  // a half gradient chunks: pinning one would leave the other staging through a slot with
+  // no room (its gradients added one by one on the host), so none is pinned and both flush.
+  Fixture f({{0}, {0}, {1}, {1}}, 2 * kChunkBytes + 3 * kChunkBytes / 2, false, /*adam_tier=*/Tier::kDevice);
+  f.sink->BeginStep(/*warmed_up=*/true);
+  CHECK(f.sink->stats().grad_chunks_on_device == 0);
+  for (int i = 0; i < 4; ++i) f.Arrive(i, 0);
+  f.sink->FinishBackward();
+  CHECK(f.sink->stats().grad_flushes == 2);
+  CHECK(f.sink->stats().grad_host_fallbacks == 0);
+  for (int i = 0; i < 4; ++i) CHECK(at::equal(f.GradOf(i), Fixture::Grad(i, 0)));
+}
+
 }  // namespace
 }  // namespace ps::chunkmem

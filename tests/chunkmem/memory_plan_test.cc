@@ -187,11 +187,34 @@ TEST_CASE("gradient chunks of chunks updated on the device: what the room leaves
   CHECK(all.tiers.crossing_grad_bytes == 0);
   CHECK(FormatPlan(all, in).find("the gradient chunks of all 4 chunks updated on the device stay there") !=
         std::string::npos);
+  // Every chunk's state on the device, but room for only two of the four gradient
+  // chunks: the other two stage, so the flush slots are kept and none stays. Margin ratio
+  // 1: 64000 - 4096 - 6144 = 53760 holds the four chunks' state; 64000 - 4096 - 49152 =
+  // 10752 would hold two gradient chunks, less the slots (12288) none.
+  in.device_budget_bytes = 64000;
+  in.margin_use_ratio = 1.0;
+  const auto tight = PlanMemory(in);
+  CHECK(tight.tiers.device_optimizer_chunks == 4);
+  CHECK(tight.tiers.device_grad_chunks == 0);
+  CHECK(tight.tiers.crossing_grad_bytes == 4 * 4096);
+  in.margin_use_ratio = 0.8;
   // Gradients in the compute slots: no gradient chunks, no line.
   in.grads_in_compute_chunks = true;
   const auto reuse = PlanMemory(in);
   CHECK(reuse.tiers.device_grad_chunks == 0);
   CHECK(FormatPlan(reuse, in).find("gradients   ") == std::string::npos);
+}
+
+TEST_CASE("KeepDeviceGrads: staging slots are kept unless every gradient chunk stays", "[plan][tiers]") {
+  // All fit and none updates on the host: every one stays, no slots kept.
+  CHECK(KeepDeviceGrads(300, 250, false, {100, 100, 100}) == std::vector<bool>{true, true, true});
+  // A chunk updated on the host stages: the slots come first.
+  CHECK(KeepDeviceGrads(300, 250, true, {100, 100, 100}) == std::vector<bool>{false, false, false});
+  CHECK(KeepDeviceGrads(400, 250, true, {100, 100, 100}) == std::vector<bool>{true, false, false});
+  // Not all fit: the ones left out stage, so the slots are kept too; in order, each that fits.
+  CHECK(KeepDeviceGrads(299, 150, false, {100, 100, 100}) == std::vector<bool>{true, false, false});
+  CHECK(KeepDeviceGrads(260, 100, false, {200, 100, 50}) == std::vector<bool>{false, true, true});
+  CHECK(KeepDeviceGrads(0, 100, false, {}).empty());
 }
 
 TEST_CASE("NVMe tier: host memory keeps state while it fits (largest first), the rest goes to the file",
