@@ -8,6 +8,7 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -76,6 +77,13 @@ void ParallelTasks(int64_t tasks, int threads, const std::function<void(int64_t 
   run(0);
   for (std::thread& t : pool) t.join();
   if (error) std::rethrow_exception(error);
+}
+
+std::vector<int64_t> LargestFirst(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return sizes[a] > sizes[b]; });
+  return order;
 }
 
 }  // namespace ps::base

@@ -1,6 +1,6 @@
 // Runs independent tasks on a few threads, each thread taking the next task when it is
-// free (so tasks of very different sizes still keep every thread busy; list the largest
-// first). For start-up work over parameters and chunks.
+// free (so tasks of very different sizes still keep every thread busy when run in
+// LargestFirst's order). For start-up work over parameters and chunks.
 //
 // Why not at::parallel_for: its OpenMP split is a header template compiled into the
 // caller, and only under -fopenmp; this project is not built with it (OpenMP belongs to
@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace ps::base {
 
@@ -20,5 +21,9 @@ namespace ps::base {
 // oversubscribed; the caller's settings come back after. The first exception a task throws stops the rest from starting and
 // is rethrown here once every thread has finished.
 void ParallelTasks(int64_t tasks, int threads, const std::function<void(int64_t task, int thread)>& work);
+
+// The order to run tasks of these sizes in: their indices, the largest first (equal sizes
+// in index order), so no large task starts last while the other threads stand idle.
+std::vector<int64_t> LargestFirst(const std::vector<int64_t>& sizes);
 
 }  // namespace ps::base

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <numeric>
 #include <optional>
 
 #include "base/parallel_tasks.h"
@@ -76,7 +75,11 @@ ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::ve
 }
 
 void ZeroPayloads(const ChunkLayout& layout, std::vector<Zeroing>& zeroing) {
-  ps::base::ParallelTasks(static_cast<int64_t>(zeroing.size()), at::get_num_threads(), [&](int64_t i, int) {
+  std::vector<int64_t> sizes;
+  for (const Zeroing& z : zeroing) sizes.push_back(z.payload.nbytes());
+  const std::vector<int64_t> order = ps::base::LargestFirst(sizes);
+  ps::base::ParallelTasks(static_cast<int64_t>(order.size()), at::get_num_threads(), [&](int64_t task, int) {
+    const int64_t i = order[task];
     at::Tensor& payload = zeroing[i].payload;
     if (zeroing[i].chunk < 0) {
       payload.zero_();
@@ -106,10 +109,9 @@ bool Staged(const at::Tensor& target) { return !target.device().is_cpu() || targ
 // slot per thread, at most the largest; a larger slot gets a buffer of its own while the
 // others wait. So staging never holds more than the largest staged slot.
 void WriteInitialValues(const std::vector<Slots>& fill, const ChunkValues& values, bool separate_master) {
-  std::vector<int64_t> order(fill.size());
-  std::iota(order.begin(), order.end(), int64_t{0});
-  auto numel = [&](int64_t i) { return fill[i].compute.numel(); };
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return numel(a) > numel(b); });
+  std::vector<int64_t> sizes;
+  for (const Slots& f : fill) sizes.push_back(f.compute.numel());
+  const std::vector<int64_t> order = ps::base::LargestFirst(sizes);
   std::vector<int64_t> staged;  // numel of each staged slot
   for (const Slots& f : fill) {
     if (Staged(TargetOf(f))) staged.push_back(TargetOf(f).numel());

@@ -6,7 +6,6 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
-#include <algorithm>
 #include <cmath>
 #include <mutex>
 
@@ -59,10 +58,13 @@ void InitParameters(const std::vector<BlockParameter>& params, const InitPlan& p
   }
   // One parameter per task, the largest first, each call single-threaded with its own
   // generator, on run.threads threads (base/parallel_tasks.h).
-  std::stable_sort(todo.begin(), todo.end(),
-                   [](const BlockParameter* a, const BlockParameter* b) { return a->tensor.numel() > b->tensor.numel(); });
-  ps::base::ParallelTasks(static_cast<int64_t>(todo.size()), at::get_num_threads(),
-                          [&](int64_t i, int) { init(todo[i]->name, todo[i]->tensor.detach()); });
+  std::vector<int64_t> sizes;
+  for (const BlockParameter* p : todo) sizes.push_back(p->tensor.numel());
+  const std::vector<int64_t> order = ps::base::LargestFirst(sizes);
+  ps::base::ParallelTasks(static_cast<int64_t>(order.size()), at::get_num_threads(), [&](int64_t task, int) {
+    const BlockParameter& p = *todo[order[task]];
+    init(p.name, p.tensor.detach());
+  });
 }
 
 }  // namespace ps::models

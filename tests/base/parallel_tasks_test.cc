@@ -99,5 +99,10 @@ TEST_CASE("ParallelTasks: a task's exception reaches the caller after every thre
   CHECK(started < 100);  // no new task starts after the failure (2000 would run without it)
 }
 
+TEST_CASE("LargestFirst: indices by size, the largest first, ties in index order", "[parallel_tasks]") {
+  CHECK(LargestFirst({3, 9, 1, 9, 0, 3}) == std::vector<int64_t>{1, 3, 0, 5, 2, 4});
+  CHECK(LargestFirst({}).empty());
+}
+
 }  // namespace
 }  // namespace ps::base
