@@ -54,19 +54,40 @@ StagingArena::Lease StagingArena::Take(int64_t numel) {
       throw;
     }
   }
+  // Served in arrival order: a request waits while an earlier one does (so a large one
+  // is not overtaken, round after round, by smaller ones that fit beside the pieces out).
+  const uint64_t ticket = next_ticket_++;
+  struct Turn {  // the next request's turn once this one is served or gives up (throws)
+    StagingArena& arena;
+    ~Turn() {
+      ++arena.serving_ticket_;
+      arena.given_.notify_all();
+    }
+  };
   for (;;) {
-    if (!own_buffer_out_ && own_buffers_waiting_ == 0) {
-      if (!arena_.defined()) arena_ = at::empty({capacity_numel_}, at::kFloat);
+    if (ticket == serving_ticket_ && !own_buffer_out_ && own_buffers_waiting_ == 0) {
+      if (!arena_.defined()) {
+        try {
+          arena_ = at::empty({capacity_numel_}, at::kFloat);
+        } catch (...) {
+          Turn next{*this};
+          throw;
+        }
+      }
       for (auto it = free_.begin(); it != free_.end(); ++it) {  // the first range that holds it
         if (it->second < span) continue;
         const int64_t offset = it->first, rest = it->second - span;
+        at::Tensor view = arena_.narrow(0, offset, numel);  // before the books change (may throw)
         free_.erase(it);
         if (rest > 0) free_.emplace(offset + span, rest);
         in_use_numel_ += span;
-        return Lease(this, offset, span, arena_.narrow(0, offset, numel));
+        Turn next{*this};
+        return Lease(this, offset, span, std::move(view));
       }
     }
+    ++arena_requests_waiting_;
     given_.wait(lock);
+    --arena_requests_waiting_;
   }
 }
 
@@ -108,6 +129,11 @@ int64_t StagingArena::in_use_numel() const {
 int64_t StagingArena::held_numel() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return (arena_.defined() ? capacity_numel_ : 0) + (own_buffer_out_ ? in_use_numel_ : 0);
+}
+
+int StagingArena::arena_requests_waiting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return arena_requests_waiting_;
 }
 
 int StagingArena::own_buffers_waiting() const {

@@ -3,9 +3,10 @@
 // of a CUDA master, of a bf16 slot), on many threads at once.
 //
 // Contract: the pieces in use never overlap and never add up to more than the arena
-// (`capacity_numel`); a request that finds no free range of its size waits until pieces
-// come back (a waiting request waits only on pieces in use, which their tasks give back;
-// with finitely many tasks none waits forever). The arena is allocated once and reused:
+// (`capacity_numel`); requests for the arena are served in arrival order, each waiting
+// until the ones before it are served and a free range of its size exists (a waiting
+// request waits only on pieces in use, which their tasks give back, provided no caller
+// takes a piece while holding one; with finitely many tasks none waits forever). The arena is allocated once and reused:
 // its pages are reused, not faulted in per piece (again only after the arena was freed
 // for a larger request). A request larger than the arena
 // gets a buffer of its own, allocated when nothing else is in use; the arena's memory is
@@ -59,6 +60,8 @@ class StagingArena {
   int64_t held_numel() const;
   // Requests larger than the arena waiting now (for tests).
   int own_buffers_waiting() const;
+  // Requests for the arena waiting now (for tests).
+  int arena_requests_waiting() const;
 
  private:
   void Give(int64_t offset_numel, int64_t span_numel);
@@ -72,6 +75,9 @@ class StagingArena {
   int64_t in_use_numel_ = 0;  // pieces of the arena and the buffer of its own, if out
   bool own_buffer_out_ = false;
   int own_buffers_waiting_ = 0;  // requests larger than the arena, waiting: the arena's requests wait too
+  uint64_t next_ticket_ = 0;     // the arena's requests in arrival order: the next one's number
+  uint64_t serving_ticket_ = 0;  // the number of the request served next
+  int arena_requests_waiting_ = 0;
 };
 
 }  // namespace ps::base

@@ -75,8 +75,14 @@ ChunkIds AddPayloads(ChunkStore& store, const ChunkAllocation& r, int c, std::ve
 }
 
 void ZeroPayloads(const ChunkLayout& layout, std::vector<Zeroing>& zeroing) {
-  std::vector<int64_t> sizes;
-  for (const Zeroing& z : zeroing) sizes.push_back(z.payload.nbytes());
+  std::vector<int64_t> sizes;  // bytes each task zeroes: a value-holding payload only its gaps and tail
+  for (const Zeroing& z : zeroing) {
+    int64_t numel = z.payload.numel();
+    if (z.chunk >= 0) {
+      for (int index : layout.chunks()[z.chunk].param_indices) numel -= layout.placements()[index].numel;
+    }
+    sizes.push_back(numel * static_cast<int64_t>(z.payload.element_size()));
+  }
   const std::vector<int64_t> order = ps::base::LargestFirst(sizes);
   ps::base::ParallelTasks(static_cast<int64_t>(order.size()), at::get_num_threads(), [&](int64_t task, int) {
     const int64_t i = order[task];

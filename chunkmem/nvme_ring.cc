@@ -10,7 +10,7 @@
 namespace ps::chunkmem {
 
 NvmeRing::NvmeRing(NvmeFile& file, std::vector<NvmeExtent> extents, std::vector<void*> slots)
-    : file_(file), extents_(std::move(extents)) {
+    : file_(file), extents_(std::move(extents)), lost_(extents_.size()) {
   if (slots.size() < 2) throw std::invalid_argument("NvmeRing: needs at least 2 slots");
   for (void* buffer : slots) {
     if (reinterpret_cast<uintptr_t>(buffer) % kNvmeAlignBytes != 0) {
@@ -34,12 +34,20 @@ void NvmeRing::CheckOnTier(int chunk) const {
   if (extents_.at(chunk).bytes == 0) throw std::invalid_argument("NvmeRing: chunk " + std::to_string(chunk) + " is not on the tier");
 }
 
+void NvmeRing::CheckNotLost(int chunk) const {
+  if (!lost_.at(chunk).empty()) {
+    throw std::runtime_error("NVMe tier: the optimizer state of chunk " + std::to_string(chunk) +
+                             " is lost (its write-back failed: " + lost_[chunk] + "); the file holds an older copy");
+  }
+}
+
 void NvmeRing::BeginStep(const std::vector<int>& order) {
   for (int chunk : order) CheckOnTier(chunk);
   order_ = order;
   next_pos_ = 0;
   Reap();
   ThrowPending();
+  for (int chunk : order) CheckNotLost(chunk);
   Refill();
 }
 
@@ -64,11 +72,18 @@ void NvmeRing::WaitSlot(Slot& slot) {
   const State was = slot.state;
   // The state moves on before a failure is thrown: the slot never waits twice.
   slot.state = was == State::kReading ? State::kReady : State::kFree;
-  try {
-    file_.Wait(slot.ticket);
-  } catch (...) {
+  auto fail = [&](const char* what) {
+    if (was == State::kWriting && slot.chunk >= 0) lost_[slot.chunk] = what;  // the file's bytes are stale
     slot.chunk = -1;  // its bytes are not the file's
     slot.state = State::kFree;
+  };
+  try {
+    file_.Wait(slot.ticket);
+  } catch (const std::exception& e) {
+    fail(e.what());
+    throw;
+  } catch (...) {
+    fail("an unknown error");
     throw;
   }
   stats_.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -98,11 +113,13 @@ void NvmeRing::SubmitRead(int slot_index, int chunk) {
       throw std::logic_error("NvmeRing: chunk " + std::to_string(chunk) + " read into a second slot");
     }
   }
+  CheckNotLost(chunk);
   Slot& slot = slots_[slot_index];
   const NvmeExtent& e = extents_.at(chunk);
+  const NvmeFile::Ticket ticket = file_.Read(e.offset_bytes, slot.buffer, e.bytes);  // the slot unchanged if refused
   slot.chunk = chunk;
   slot.state = State::kReading;
-  slot.ticket = file_.Read(e.offset_bytes, slot.buffer, e.bytes);
+  slot.ticket = ticket;
   stats_.read_bytes += e.bytes;
 }
 
@@ -138,7 +155,7 @@ void NvmeRing::Refill() {
   const size_t width = std::min<size_t>(slots_.size() - 1, n);
   for (size_t k = 0; k < width; ++k) {
     const int chunk = order_[(next_pos_ + k) % n];
-    if (SlotOf(chunk) >= 0) continue;  // read, being read, or being written (then clean)
+    if (SlotOf(chunk) >= 0 || !lost_[chunk].empty()) continue;  // in a slot (then clean), or never read again
     const int slot = ReusableSlot(/*must=*/false);
     if (slot < 0) return;
     SubmitRead(slot, chunk);
@@ -160,6 +177,7 @@ void* NvmeRing::Acquire(int chunk, bool read) {
       throw std::logic_error("NvmeRing: every slot is in use (at most " + std::to_string(num_slots() - 1) +
                              " chunks may be acquired at once)");
     }
+    if (read) CheckNotLost(chunk);
     slot = ReusableSlot(/*must=*/true);
     if (read) {
       SubmitRead(slot, chunk);
@@ -173,6 +191,7 @@ void* NvmeRing::Acquire(int chunk, bool read) {
   Slot& s = slots_[slot];
   if (s.state == State::kReading || s.state == State::kWriting) WaitSlot(s);
   s.state = State::kInUse;
+  s.unread = !read;
   if (!order_.empty() && next_pos_ < order_.size() && order_[next_pos_] == chunk) ++next_pos_;
   if (next_pos_ == order_.size()) next_pos_ = 0;  // past the step's last: the next step's window
   Refill();
@@ -187,12 +206,22 @@ void NvmeRing::Release(int chunk, bool written) {
   Slot& s = slots_[slot];
   if (written) {
     const NvmeExtent& e = extents_.at(chunk);
-    s.state = State::kWriting;
-    s.ticket = file_.Write(e.offset_bytes, s.buffer, e.bytes);
-    stats_.written_bytes += e.bytes;
+    try {
+      s.ticket = file_.Write(e.offset_bytes, s.buffer, e.bytes);
+      s.state = State::kWriting;
+      lost_[chunk].clear();  // the caller's bytes, whole, on their way to the file
+      stats_.written_bytes += e.bytes;
+    } catch (const std::exception& err) {  // not submitted: the slot's bytes are the only copy, not kept
+      lost_[chunk] = err.what();
+      s.state = State::kFree;
+      s.chunk = -1;
+      if (!error_) error_ = std::current_exception();
+    }
   } else {
     s.state = State::kFree;
+    if (s.unread) s.chunk = -1;  // not the file's bytes: no clean copy
   }
+  s.unread = false;
   Reap();
   Refill();
 }

@@ -13,11 +13,16 @@
 // next step's first ones) with reads of the window's chunks.
 // Acquire of a chunk outside the order (checkpoints, start-up, the exit) works too: it
 // takes a free slot (or waits for one) and reads the chunk if no slot has it.
+// A chunk whose write-back failed is lost: its bytes are in no slot and the file's are
+// stale, so it is never read again (Acquire with `read`, BeginStep with it in the order
+// and every later call that would read it throw, naming the failed write) until a
+// caller fills it whole (Acquire without `read`) and releases it written.
 // Training thread only. No torch dependency: bytes and offsets.
 #pragma once
 
 #include <cstdint>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "chunkmem/nvme_file.h"
@@ -54,8 +59,9 @@ class NvmeRing {
   // the chunk). At most S - 1 chunks in use at once.
   void* Acquire(int chunk, bool read = true);
   // Gives the slot back: `written` submits its write (the file gets the slot's bytes).
-  // Does not throw I/O errors: an error it reaps is thrown by the next BeginStep,
-  // Acquire, Poll or Flush (so a scope guard may release).
+  // Does not throw I/O errors: an error it reaps (or a write it cannot submit) is thrown
+  // by the next BeginStep, Acquire, Poll or Flush (so a scope guard may release). Not
+  // written after an Acquire without `read`: the slot is not kept as a clean copy.
   void Release(int chunk, bool written);
   // Gives the slot of an acquired chunk back without writing it and without keeping it
   // as a clean copy (an update that failed half-way); no-op when not acquired.
@@ -82,6 +88,7 @@ class NvmeRing {
     State state = State::kFree;
     int chunk = -1;  // free: the chunk of its clean copy, or -1
     NvmeFile::Ticket ticket = 0;
+    bool unread = false;  // in use after an Acquire without `read`: the file's bytes are not in it
   };
 
   void Reap();          // finished reads -> ready, finished writes -> free (clean copies); keeps errors
@@ -97,6 +104,7 @@ class NvmeRing {
   int ReusableSlot(bool must);
   void SubmitRead(int slot, int chunk);
   void WaitSlot(Slot& slot);  // its I/O complete (state moves on); throws its error
+  void CheckNotLost(int chunk) const;  // throws for a chunk whose write-back failed
 
   NvmeFile& file_;
   std::vector<NvmeExtent> extents_;
@@ -104,6 +112,7 @@ class NvmeRing {
   std::vector<int> order_;
   size_t next_pos_ = 0;  // the position in order_ of the next chunk to be acquired
   std::exception_ptr error_;  // an I/O error reaped where it could not be thrown
+  std::vector<std::string> lost_;  // [chunk] why its write-back failed; empty: not lost
   NvmeRingStats stats_;
 };
 

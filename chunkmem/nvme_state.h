@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,13 +76,21 @@ class NvmeState {
 };
 
 // Holds one chunk mounted for a scope (checkpoints, start-up, the exit): Acquire in the
-// constructor, Release in the destructor (written if set_written was called).
+// constructor, Release in the destructor (written if set_written was called), or Abandon
+// when the scope ends by an exception (its bytes may be half-filled: never written).
 class NvmeMount {
  public:
-  NvmeMount(NvmeState& state, int chunk, bool read = true) : state_(state), chunk_(chunk) { state_.Acquire(chunk, read); }
+  NvmeMount(NvmeState& state, int chunk, bool read = true)
+      : state_(state), chunk_(chunk), exceptions_(std::uncaught_exceptions()) {
+    state_.Acquire(chunk, read);
+  }
   ~NvmeMount() {
     try {
-      state_.Release(chunk_, written_);
+      if (std::uncaught_exceptions() > exceptions_) {
+        state_.Abandon(chunk_);
+      } else {
+        state_.Release(chunk_, written_);
+      }
     } catch (...) {  // a destructor does not throw; Release throws only on misuse
     }
   }
@@ -92,6 +101,7 @@ class NvmeMount {
  private:
   NvmeState& state_;
   int chunk_;
+  int exceptions_;  // uncaught when mounted
   bool written_ = false;
 };
 

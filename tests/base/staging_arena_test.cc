@@ -74,6 +74,38 @@ TEST_CASE("StagingArena: a request that does not fit waits until a piece comes b
   CHECK(arena.in_use_numel() == 0);
 }
 
+// Waits (a bounded while) until `n` requests for the arena are asleep waiting.
+bool UntilWaiting(const StagingArena& arena, int n) {
+  for (int i = 0; i < 5000 && arena.arena_requests_waiting() < n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return arena.arena_requests_waiting() == n;
+}
+
+TEST_CASE("StagingArena: requests are served in arrival order; a small one does not overtake a waiting large one",
+          "[staging_arena]") {
+  StagingArena arena(1024);
+  std::optional<StagingArena::Lease> piece(arena.Take(100));
+  std::atomic<int> order{0}, whole_at{0}, small_at{0};
+  std::thread whole([&] {
+    StagingArena::Lease l = arena.Take(1024);  // the whole arena: waits for the piece
+    whole_at = ++order;
+  });
+  REQUIRE(UntilWaiting(arena, 1));
+  std::thread small([&] {
+    StagingArena::Lease l = arena.Take(10);  // 924 values free, but the whole-arena request came first
+    small_at = ++order;
+  });
+  CHECK(UntilWaiting(arena, 2));  // asleep beside the room it would fit in
+  CHECK(small_at.load() == 0);
+  piece.reset();
+  whole.join();
+  small.join();
+  CHECK(whole_at.load() == 1);
+  CHECK(small_at.load() == 2);
+  CHECK(arena.in_use_numel() == 0);
+}
+
 TEST_CASE("StagingArena: a request larger than the arena gets a buffer of its own, alone, before the arena's",
           "[staging_arena]") {
   StagingArena arena(1024);

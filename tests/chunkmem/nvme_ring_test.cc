@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -137,7 +138,8 @@ TEST_CASE("NvmeRing: chunks that fit the slots are read once, then served from t
 
 // A write-back the disk refuses (EFBIG past a limit, as a full disk) is not thrown by
 // Release (a scope guard may release) but by the next call, naming the file's error; the
-// chunks whose writes went through keep their bytes. In a child process.
+// chunks whose writes went through keep their bytes; the refused chunk is lost: never
+// read again (the file's copy is stale) until a caller fills it whole. In a child process.
 TEST_CASE("NvmeRing: a refused write-back is thrown by the next call; written chunks keep their bytes", "[nvme]") {
   const int status = testing::RunInChild([] {
     Fixture f({1, 1, 1}, /*slots=*/2, "refused");
@@ -152,6 +154,23 @@ TEST_CASE("NvmeRing: a refused write-back is thrown by the next call; written ch
     } catch (const std::runtime_error& e) {
       if (std::string(e.what()).find("File too large") == std::string::npos) return 3;
     }
+    auto lost = [&](const std::function<void()>& call) {
+      try {
+        call();
+      } catch (const std::runtime_error& e) {
+        const std::string what = e.what();
+        return what.find("chunk 1 is lost") != std::string::npos && what.find("File too large") != std::string::npos;
+      }
+      return false;
+    };
+    if (!lost([&] { f.ring->Acquire(1); })) return 6;
+    if (!lost([&] { f.ring->BeginStep({0, 1, 2}); })) return 7;
+    f.ring->BeginStep({0, 2});  // the others still work
+    f.Update(0, 2);
+    f.ring->Acquire(1, /*read=*/false);  // a caller that fills it whole may
+    f.ring->Abandon(1);
+    if (!lost([&] { f.ring->Acquire(1); })) return 8;
+    f.ring->Flush();
     f.ring.reset();  // chunk 0's bytes from the file itself, not from a slot's clean copy
     void* page = nullptr;
     if (posix_memalign(&page, kPage, kPage) != 0) return 5;
@@ -174,6 +193,10 @@ TEST_CASE("NvmeRing: at most S - 1 chunks in use; misuse is refused", "[nvme]") 
   f.ring->Release(0, false);
   CHECK_NOTHROW(f.ring->Acquire(1));
   f.ring->Release(1, false);
+  // Acquired without a read and released unwritten: the slot holds no copy of the chunk.
+  f.ring->Acquire(2, /*read=*/false);
+  f.ring->Release(2, false);
+  CHECK(f.ring->SlotOf(2) == -1);
 }
 
 }  // namespace ps::chunkmem

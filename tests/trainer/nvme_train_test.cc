@@ -105,11 +105,20 @@ void CheckSameRun(const std::string& name, const std::vector<std::string>& extra
   CHECK(std::stoll(written.back()) > std::stoll(written.front()));
   CHECK(std::stoll(MetricValues(nvme, "nvme_read_bytes").back()) > 0);
   CHECK(MetricValues(ram, "nvme_written_bytes").empty());
-  const CheckpointContents ca = ReadCheckpoint(ListCheckpoints(ram.run.output_dir + "/checkpoints").back());
-  const CheckpointContents cb = ReadCheckpoint(ListCheckpoints(nvme.run.output_dir + "/checkpoints").back());
-  CheckSameTensors(ca.engine.params, cb.engine.params, "params");
-  CheckSameTensors(ca.engine.exp_avg, cb.engine.exp_avg, "exp_avg");
-  CheckSameTensors(ca.engine.exp_avg_sq, cb.engine.exp_avg_sq, "exp_avg_sq");
+  // Every checkpoint kept, the newest (step 12) first.
+  const std::vector<std::string> saved_ram = ListCheckpoints(ram.run.output_dir + "/checkpoints");
+  const std::vector<std::string> saved_nvme = ListCheckpoints(nvme.run.output_dir + "/checkpoints");
+  REQUIRE(!saved_ram.empty());
+  REQUIRE(saved_nvme.size() == saved_ram.size());
+  CHECK(saved_ram.front().find("step_12") != std::string::npos);
+  for (size_t k = 0; k < saved_ram.size(); ++k) {
+    INFO(saved_ram[k]);
+    const CheckpointContents ca = ReadCheckpoint(saved_ram[k]);
+    const CheckpointContents cb = ReadCheckpoint(saved_nvme[k]);
+    CheckSameTensors(ca.engine.params, cb.engine.params, "params");
+    CheckSameTensors(ca.engine.exp_avg, cb.engine.exp_avg, "exp_avg");
+    CheckSameTensors(ca.engine.exp_avg_sq, cb.engine.exp_avg_sq, "exp_avg_sq");
+  }
   if (ram.checkpoint.export_hf) {
     const std::string weights = ExportedWeights(ram);
     CHECK(weights.size() > 1000);
