@@ -62,4 +62,17 @@ void CheckRanksAgree(comm::Communicator& comm, const Config& config, at::Device 
   throw ConfigError(message + "\nstart every rank with the same config and --set values");
 }
 
+void CheckRanksResumeOneStep(comm::Communicator& comm, int64_t step, at::Device device) {
+  const std::vector<std::string> steps =
+      comm::AllGatherStrings(comm, step < 0 ? std::string("none") : "step " + std::to_string(step), device);
+  std::vector<std::map<std::string, std::string>> resumed;
+  for (const auto& s : steps) resumed.push_back({{"resumed checkpoint", s}});
+  const std::vector<std::string> lines = ConfigDifferences(resumed, {});
+  if (lines.empty()) return;
+  throw ConfigError("the ranks found different checkpoints to resume (rank " + std::to_string(comm.rank()) + " of " +
+                    std::to_string(comm.world_size()) + " sees):\n" + lines.front() +
+                    "\nevery rank must see the same checkpoints (a checkpoint.dir on a folder every node reads, or "
+                    "the same copies on each node's own)");
+}
+
 }  // namespace ps::trainer

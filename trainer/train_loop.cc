@@ -108,6 +108,7 @@ RunStart StartRun(const Config& c, bool writer) {
   const bool resume_here = s.resume && CheckpointIsIn(s.resume_path, ckpt_dir);
   const bool continue_metrics = ClaimOutputDir(c, resume_here, resume_auto ? static_cast<int>(unusable.size()) : 0);
   if (resume_here) SetAsideNewerCheckpoints(ckpt_dir, s.resume->step, resume_auto, unusable);
+  RefuseIncompleteCheckpointFolders(ckpt_dir, s.resume ? s.resume->step : 0);
   std::filesystem::create_directories(c.run.output_dir);
   WriteFileAtomically((std::filesystem::path(c.run.output_dir) / "config.resolved.yaml").string(), ConfigToYaml(c));
   if (c.logging.jsonl) {
@@ -357,6 +358,8 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   RunData data(c, rank.rank, rank.world);  // every input is checked before a file is written
   phases.Mark("data");
   OpenedRun run = OpenRun(c, rank.writer, phases);
+  const int64_t resumed = run.start.resume ? run.start.resume->step : -1;
+  if (options.comm && rank.world > 1) CheckRanksResumeOneStep(*options.comm, resumed, rank.device);
   const BuiltEngine built =
       BuildEngine(c, rank, options.comm, run.start.resume.has_value(), std::move(run.initial_weights), phases);
   TrainingEngine& engine = *built.engine;

@@ -18,7 +18,9 @@
 #include "tests/temp_dir.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/io/checkpointer.h"
 #include "trainer/io/file_io.h"
+#include "trainer/io/run_folder.h"
 #include "trainer/train_loop.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
 #include "tests/catch.h"
@@ -328,6 +330,46 @@ TEST_CASE("loading names the file of a missing, truncated or corrupt part", "[ch
   SECTION("not a folder") {
     CHECK_THROWS_WITH(ReadCheckpoint(dir + "/step_99"), Catch::Contains("does not exist"));
   }
+  SECTION("a file the file system fails to read (EIO): an I/O error, not a bad checkpoint") {
+    // /proc/self/mem opens, and a read at offset 0 (unmapped) fails with EIO.
+    fs::remove(path + "/model.safetensors");
+    fs::create_symlink("/proc/self/mem", path + "/model.safetensors");
+    CHECK_THROWS_AS(ReadCheckpoint(path), FileIoError);
+    // Resuming: the error stops the search; the checkpoint is not counted unusable (so
+    // never renamed aside) and no older one is taken in its place.
+    WriteCheckpoint(dir, [] {
+      CheckpointContents older = Sample();
+      older.step = 6;
+      older.consumed_samples = 48;
+      older.tokens_seen = 1536;
+      older.samples = {0, 0, 8};
+      for (auto& [name, steps] : older.engine.adam_steps) steps = 6;
+      return older;
+    }());
+    REQUIRE(ListCheckpoints(dir).size() == 2);
+    CheckpointConfig config;
+    std::string found;
+    std::vector<std::string> unusable;
+    CHECK_THROWS_WITH(FindResumeCheckpoint(config, dir, {"x", "", {}}, &found, &unusable),
+                      Catch::Contains(path) && Catch::Contains("not set aside") && Catch::Contains("Input/output error"));
+    CHECK(unusable.empty());
+    CHECK(found.empty());
+  }
+}
+
+TEST_CASE("folders named as later checkpoints but without a state.json stop the run at start", "[checkpoint][errors]") {
+  const std::string dir = TempDir() + "/incomplete";
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/step_3");
+  fs::create_directories(dir + "/step_9");
+  std::ofstream(dir + "/step_9/model.safetensors") << "part of a copy";
+  CHECK_THROWS_WITH(RefuseIncompleteCheckpointFolders(dir, 5),
+                    Catch::Contains(dir + "/step_9") && !Catch::Contains(dir + "/step_3") && Catch::Contains("state.json"));
+  CHECK_THROWS_WITH(RefuseIncompleteCheckpointFolders(dir, 0), Catch::Contains(dir + "/step_3"));
+  CHECK_NOTHROW(RefuseIncompleteCheckpointFolders(dir, 9));  // no later step: nothing this run would save over
+  WriteCheckpoint(dir + "/w", Sample());  // a complete one is not refused
+  CHECK_NOTHROW(RefuseIncompleteCheckpointFolders(dir + "/w", 0));
+  CHECK_NOTHROW(RefuseIncompleteCheckpointFolders(dir + "/absent", 0));
 }
 
 std::string Corpus() {

@@ -7,6 +7,8 @@
 # - a rank whose rendezvous port is held by a program that accepts but never answers
 #   stops near distributed.init_timeout_s, and a SIGTERM ends that wait at once;
 # - one version: what --version prints is what a checkpoint records;
+# - ranks that find different checkpoints to resume (a node's own checkpoint.dir) stop
+#   with exit 2 before training, naming each rank's step;
 # - when rank 0 of --nproc 2 is killed, the launcher names it and the group stops at once.
 set -euo pipefail
 bin="$TEST_SRCDIR/ps_train/trainer/ps_train"
@@ -54,6 +56,14 @@ two_ranks same checkpoint.at_end=true checkpoint.at_end=true
 version=$("$bin" --version | cut -d' ' -f1,2)
 recorded=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$tmp/same/checkpoints/step_3/state.json")
 [ "$version" = "$recorded" ] || fail "--version says '$version', the checkpoint '$recorded'"
+
+echo "== rank 1 sees no checkpoint where rank 0 resumes step 3 (a node's own checkpoint.dir)"
+two_ranks same "checkpoint.dir=$tmp/same/checkpoints" "checkpoint.dir=$tmp/empty_ckpt"
+[ "$rc0" = 2 ] && [ "$rc1" = 2 ] || fail "resume: exit $rc0 / $rc1, expected 2 / 2"
+for r in 0 1; do
+  grep -q "resumed checkpoint: none on rank 1; step 3 on rank 0" "$tmp/same.$r.log" || fail "resume: rank $r does not name the steps"
+done
+[ -z "$(ls "$tmp/same/checkpoints" | grep -v '^step_3$' | grep -v '^latest$')" ] || fail "resume: a checkpoint was saved"
 
 echo "== a rendezvous port held by a program that never answers"
 silent_port_file="$tmp/silent.port"

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -50,26 +51,29 @@ std::string StringField(const nlohmann::json& state, const char* field, const st
   return it->get<std::string>();
 }
 
+// The whole file of a checkpoint: one that does not exist makes the checkpoint
+// incomplete (`missing` and the error: a CheckpointError); any other failure to read it
+// (EIO, ENOMEM, ...) says nothing of the checkpoint and is thrown as it is (FileIoError).
+std::vector<char> ReadCheckpointFile(const std::string& path, const std::string& missing) {
+  try {
+    return ReadWholeFile(path);
+  } catch (const FileIoError& e) {
+    if (e.error_number() != ENOENT) throw;
+    Bad(missing + e.what());
+  }
+}
+
 // The bytes of state.json.
 std::string ReadManifestText(const std::string& state_path) {
-  std::vector<char> bytes;
-  try {
-    bytes = ReadWholeFile(state_path);
-  } catch (const std::runtime_error& e) {
-    Bad(state_path + ": missing or unreadable (not a complete checkpoint): " + e.what());
-  }
+  const std::vector<char> bytes = ReadCheckpointFile(state_path, state_path + ": missing (not a complete checkpoint): ");
   return std::string(bytes.begin(), bytes.end());
 }
 
 void CheckManifestHash(const std::string& folder, const std::string& state_path, const std::string& text) {
   const std::string hash_path = (fs::path(folder) / kManifestHashFile).string();
-  std::string recorded;
-  try {
-    const std::vector<char> bytes = ReadWholeFile(hash_path);
-    recorded.assign(bytes.begin(), bytes.end());
-  } catch (const std::runtime_error& e) {
-    Bad(hash_path + ": missing (a format-2 checkpoint's manifest must be hashed): " + e.what());
-  }
+  const std::vector<char> bytes =
+      ReadCheckpointFile(hash_path, hash_path + ": missing (a format-2 checkpoint's manifest must be hashed): ");
+  const std::string recorded(bytes.begin(), bytes.end());
   Sha256 hash;
   hash.Update(text.data(), text.size());
   const std::string expected = hash.HexDigest() + "  " + kStateFile + "\n";
@@ -234,12 +238,7 @@ models::TensorMap ReadListedFile(const std::string& file, const nlohmann::json& 
   } catch (const nlohmann::json::exception& e) {
     Bad(state_path + ": the entry of " + name + " is malformed (" + e.what() + ")");
   }
-  std::vector<char> contents;  // read once: hashed, then parsed
-  try {
-    contents = ReadWholeFile(file);
-  } catch (const std::runtime_error& e) {
-    Bad(e.what());  // a read error: reported like any other bad file
-  }
+  const std::vector<char> contents = ReadCheckpointFile(file, "");  // read once: hashed, then parsed
   const int64_t bytes = static_cast<int64_t>(contents.size());
   Sha256 hash;
   hash.Update(contents.data(), contents.size());

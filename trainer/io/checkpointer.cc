@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <algorithm>
+#include <new>
+#include <stdexcept>
 #include <utility>
 
 #include "comm/exchange.h"
+#include "trainer/io/file_io.h"
 
 namespace ps::trainer {
 namespace {
@@ -291,6 +294,30 @@ std::string WhatOf(const std::exception& e) {
   return c10 ? c10->what_without_backtrace() : e.what();
 }
 
+// A checkpoint found while resuming: its contents, or none when it fails verification
+// (its error added to `errors`, its path to `unusable`: the search goes on to an older
+// one). An I/O error or a lack of memory says nothing of the checkpoint: thrown, so it
+// is neither set aside nor passed over for an older step.
+std::optional<CheckpointContents> ReadCandidate(const std::string& candidate, std::string& errors,
+                                                std::vector<std::string>& unusable) {
+  try {
+    return ReadCheckpoint(candidate);
+  } catch (const FileIoError& e) {
+    throw FileIoError(candidate + " cannot be read (" + e.what() + "): an I/O error, not a failed verification, so " +
+                          "it is not set aside; resume when the file system reads it again",
+                      e.error_number());
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(candidate + ": host memory ran out while reading it (not a failed verification: it is "
+                             "not set aside)");
+  } catch (const std::exception& e) {  // CheckpointError, a malformed file
+    const std::string what = WhatOf(e);
+    spdlog::error("checkpoint {} is unusable, trying an older one: {}", candidate, what);
+    errors += "\n  " + what;
+    unusable.push_back(candidate);
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& config, const std::string& dir,
@@ -321,16 +348,9 @@ std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& c
   }
   std::string errors;
   for (const auto& candidate : ListCheckpoints(search)) {
-    CheckpointContents c;
-    try {
-      c = ReadCheckpoint(candidate);
-    } catch (const std::exception& e) {  // CheckpointError, I/O errors: try the next older one
-      const std::string what = WhatOf(e);
-      spdlog::error("checkpoint {} is unusable, trying an older one: {}", candidate, what);
-      errors += "\n  " + what;
-      unusable->push_back(candidate);
-      continue;
-    }
+    std::optional<CheckpointContents> read = ReadCandidate(candidate, errors, *unusable);
+    if (!read) continue;
+    CheckpointContents& c = *read;
     if (!WrittenBy(c, candidate, run, false) && explicit_path) {  // its folder named in checkpoint.resume
       spdlog::warn("checkpoint.resume {}: its newest valid checkpoint {} was written by run '{}' in {}, continued as "
                    "run '{}' in {} (named explicitly)", config.resume, candidate, c.run_name,
@@ -342,7 +362,7 @@ std::optional<CheckpointContents> FindResumeCheckpoint(const CheckpointConfig& c
                         "set checkpoint.resume: " + candidate + " to continue from it on purpose");
     }
     *path = candidate;
-    return c;
+    return std::move(c);
   }
   if (explicit_path) {
     throw CheckpointError("checkpoint.resume " + config.resume + ": no checkpoint in it verifies:" + errors);

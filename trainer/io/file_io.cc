@@ -14,7 +14,7 @@ namespace ps::trainer {
 namespace {
 
 [[noreturn]] void Fail(const std::string& path, const char* what, int err) {
-  throw std::runtime_error(path + ": " + what + " failed: " + std::strerror(err));
+  throw FileIoError(path + ": " + what + " failed: " + std::strerror(err), err);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,18 @@ void SyncFile(const std::string& path);
 // Writes `text` to `path` through `path`.tmp, fsync and rename: readers see the old
 // file or the new one, never a part.
 void WriteFileAtomically(const std::string& path, const std::string& text);
-// The whole file; throws std::runtime_error naming it when it cannot be read.
+// A failed system call on a file: the message names the file, the call and the error;
+// `error_number` is the errno (ENOENT: the file does not exist).
+class FileIoError : public std::runtime_error {
+ public:
+  FileIoError(const std::string& what, int error_number) : std::runtime_error(what), error_number_(error_number) {}
+  int error_number() const { return error_number_; }
+
+ private:
+  int error_number_;
+};
+
+// The whole file; throws FileIoError naming it when it cannot be read.
 std::vector<char> ReadWholeFile(const std::string& path);
 
 }  // namespace ps::trainer

@@ -10,6 +10,7 @@
 
 #include "trainer/config/config_loader.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/io/checkpoint_files.h"
 
 namespace ps::trainer {
 namespace {
@@ -216,6 +217,20 @@ bool ClaimOutputDir(const Config& c, bool resuming, int unusable) {
   for (const auto& dir : checkpoints) fs::remove_all(dir);
   fs::remove(fs::path(ckpt_dir) / "latest", ec);
   return false;
+}
+
+void RefuseIncompleteCheckpointFolders(const std::string& dir, int64_t step) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::string found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    int64_t n = 0;
+    if (!CanonicalStepName(entry.path().filename().string(), &n) || n <= step) continue;
+    if (!fs::exists(entry.path() / kStateFile, ec)) found += "\n  " + entry.path().string();
+  }
+  if (found.empty()) return;
+  throw ConfigError(dir + " holds folders named as checkpoints of later steps but without a state.json (a copy cut "
+                    "short? ps_train never leaves one): this run could not save at those steps. Move them away:" + found);
 }
 
 void DropPartialLastLine(const std::string& path) {

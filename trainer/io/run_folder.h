@@ -65,6 +65,12 @@ bool CheckpointIsIn(const std::string& path, const std::string& dir);
 void SetAsideNewerCheckpoints(const std::string& dir, int64_t step, bool resume_auto,
                               const std::vector<std::string>& unusable);
 
+// Folders of `dir` named as this run's checkpoint of a step after `step` (step_N, N >
+// step) but without a state.json (a half-finished copy, not written by ps_train, which
+// renames a folder into place only when complete): ListCheckpoints ignores them, and this
+// run could not save at step N. Throws ConfigError naming them.
+void RefuseIncompleteCheckpointFolders(const std::string& dir, int64_t step);
+
 // A metrics.jsonl cut mid-line by a kill: drops the partial last line, so appended
 // lines start on their own line.
 void DropPartialLastLine(const std::string& path);
