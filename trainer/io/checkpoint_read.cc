@@ -51,16 +51,20 @@ std::string StringField(const nlohmann::json& state, const char* field, const st
   return it->get<std::string>();
 }
 
-// The whole file of a checkpoint: one that does not exist makes the checkpoint
+// A file of a checkpoint read by `read`: one that does not exist makes the checkpoint
 // incomplete (`missing` and the error: a CheckpointError); any other failure to read it
 // (EIO, ENOMEM, ...) says nothing of the checkpoint and is thrown as it is (FileIoError).
-std::vector<char> ReadCheckpointFile(const std::string& path, const std::string& missing) {
+template <typename Read>
+auto ReadCheckpointFile(const std::string& path, const std::string& missing, Read read) {
   try {
-    return ReadWholeFile(path);
+    return read(path);
   } catch (const FileIoError& e) {
     if (e.error_number() != ENOENT) throw;
     Bad(missing + e.what());
   }
+}
+std::vector<char> ReadCheckpointFile(const std::string& path, const std::string& missing) {
+  return ReadCheckpointFile(path, missing, [](const std::string& p) { return ReadWholeFile(p); });
 }
 
 // The bytes of state.json.
@@ -226,8 +230,11 @@ void CheckRngStates(const models::TensorMap& rng, const std::string& file) {
   }
 }
 
-// Listed file `file` (entry `entry` of the manifest, named `name`): read once, its size
-// and SHA-256 checked against the entry, then parsed.
+// Listed file `file` (entry `entry` of the manifest, named `name`): its size and SHA-256
+// checked against the entry (read a few MiB at a time), then its tensors as views of a
+// memory map of it (models/safetensors.h, MapSafetensors): no copy of the file is held,
+// so a checkpoint larger than host memory loads (the map's pages are the file's, read
+// when touched and reclaimable; the engine copies each tensor where it goes).
 models::TensorMap ReadListedFile(const std::string& file, const nlohmann::json& entry, const std::string& name,
                                  const std::string& state_path) {
   int64_t expected_bytes = 0;
@@ -238,11 +245,8 @@ models::TensorMap ReadListedFile(const std::string& file, const nlohmann::json& 
   } catch (const nlohmann::json::exception& e) {
     Bad(state_path + ": the entry of " + name + " is malformed (" + e.what() + ")");
   }
-  const std::vector<char> contents = ReadCheckpointFile(file, "");  // read once: hashed, then parsed
-  const int64_t bytes = static_cast<int64_t>(contents.size());
-  Sha256 hash;
-  hash.Update(contents.data(), contents.size());
-  const std::string sha = hash.HexDigest();
+  int64_t bytes = 0;
+  const std::string sha = ReadCheckpointFile(file, "", [&](const std::string& p) { return FileSha256(p, &bytes); });
   if (bytes != expected_bytes) {
     Bad(file + ": " + std::to_string(bytes) + " bytes, " + state_path + " says " + std::to_string(expected_bytes) +
         " (truncated or replaced)");
@@ -250,7 +254,7 @@ models::TensorMap ReadListedFile(const std::string& file, const nlohmann::json& 
   if (sha != expected_sha) Bad(file + ": SHA-256 " + sha + " does not match " + state_path + " (the file is corrupt)");
   models::TensorMap tensors;
   try {
-    tensors = models::ParseSafetensors(file, contents);
+    tensors = models::MapSafetensors(file);
   } catch (const c10::Error& e) {
     Bad(e.what_without_backtrace());
   }

@@ -151,4 +151,26 @@ std::vector<char> ReadWholeFile(const std::string& path) {
   return out;
 }
 
+std::string FileSha256(const std::string& path, int64_t* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) Fail(path, "open", errno);
+  Sha256 hash;
+  std::vector<char> buffer(1 << 22);
+  *bytes = 0;
+  while (true) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      Fail(path, "read", err);
+    }
+    if (n == 0) break;
+    hash.Update(buffer.data(), static_cast<size_t>(n));
+    *bytes += n;
+  }
+  ::close(fd);
+  return hash.HexDigest();
+}
+
 }  // namespace ps::trainer

@@ -73,5 +73,8 @@ class FileIoError : public std::runtime_error {
 
 // The whole file; throws FileIoError naming it when it cannot be read.
 std::vector<char> ReadWholeFile(const std::string& path);
+// The file's SHA-256 (lower-case hex) and size, read a few MiB at a time (no copy of the
+// whole file in memory); throws FileIoError naming it when it cannot be read.
+std::string FileSha256(const std::string& path, int64_t* bytes);
 
 }  // namespace ps::trainer
