@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <vector>
 
@@ -131,10 +132,12 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
   SyncDirectory(slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash));
 }
 
-std::vector<char> ReadWholeFile(const std::string& path) {
+namespace {
+
+// Reads `path` from start to end a few MiB at a time, handing each piece to `consume`.
+void ReadPieces(const std::string& path, const std::function<void(const char* data, size_t bytes)>& consume) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) Fail(path, "open", errno);
-  std::vector<char> out;
   std::vector<char> buffer(1 << 22);
   while (true) {
     const ssize_t n = ::read(fd, buffer.data(), buffer.size());
@@ -145,31 +148,26 @@ std::vector<char> ReadWholeFile(const std::string& path) {
       Fail(path, "read", err);
     }
     if (n == 0) break;
-    out.insert(out.end(), buffer.data(), buffer.data() + n);
+    consume(buffer.data(), static_cast<size_t>(n));
   }
   ::close(fd);
+}
+
+}  // namespace
+
+std::vector<char> ReadWholeFile(const std::string& path) {
+  std::vector<char> out;
+  ReadPieces(path, [&](const char* data, size_t bytes) { out.insert(out.end(), data, data + bytes); });
   return out;
 }
 
 std::string FileSha256(const std::string& path, int64_t* bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) Fail(path, "open", errno);
   Sha256 hash;
-  std::vector<char> buffer(1 << 22);
   *bytes = 0;
-  while (true) {
-    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      Fail(path, "read", err);
-    }
-    if (n == 0) break;
-    hash.Update(buffer.data(), static_cast<size_t>(n));
-    *bytes += n;
-  }
-  ::close(fd);
+  ReadPieces(path, [&](const char* data, size_t n) {
+    hash.Update(data, n);
+    *bytes += static_cast<int64_t>(n);
+  });
   return hash.HexDigest();
 }
 
