@@ -76,12 +76,16 @@ StagingArena::Lease StagingArena::Take(int64_t numel) {
       }
       for (auto it = free_.begin(); it != free_.end(); ++it) {  // the first range that holds it
         if (it->second < span) continue;
+        Turn next{*this};  // served, or thrown below: the next request's turn either way
         const int64_t offset = it->first, rest = it->second - span;
         at::Tensor view = arena_.narrow(0, offset, numel);  // before the books change (may throw)
-        free_.erase(it);
-        if (rest > 0) free_.emplace(offset + span, rest);
+        auto node = free_.extract(it);  // the rest reuses the node: no allocation, nothing to throw
+        if (rest > 0) {
+          node.key() = offset + span;
+          node.mapped() = rest;
+          free_.insert(std::move(node));
+        }
         in_use_numel_ += span;
-        Turn next{*this};
         return Lease(this, offset, span, std::move(view));
       }
     }

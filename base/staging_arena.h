@@ -6,10 +6,10 @@
 // (`capacity_numel`); requests for the arena are served in arrival order, each waiting
 // until the ones before it are served and a free range of its size exists (a waiting
 // request waits only on pieces in use, which their tasks give back, provided no caller
-// takes a piece while holding one; with finitely many tasks none waits forever). The arena is allocated once and reused:
-// its pages are reused, not faulted in per piece (again only after the arena was freed
-// for a larger request). A request larger than the arena
-// gets a buffer of its own, allocated when nothing else is in use; the arena's memory is
+// takes a piece while holding one; with finitely many tasks none waits forever). The
+// arena is allocated once and reused: its pages are reused, not faulted in per piece
+// (again only after the arena was freed for a larger request). A request larger than the
+// arena gets a buffer of its own, allocated when nothing else is in use; the arena's memory is
 // freed for it first, and requests for the arena wait from the moment such a request
 // arrives until its buffer is returned (it goes before them). So the host memory held is
 // at most max(arena, largest request). Pieces start at 64-byte boundaries. Every piece

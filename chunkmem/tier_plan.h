@@ -120,9 +120,9 @@ struct TierPlan {
   int64_t device_optimizer_bytes = 0;     // pinned on the device for the whole run
   // Gradients in chunks of their own (grad_bytes > 0): of the chunks updated on the
   // device, those whose gradient chunk the room left beside the state holds
-  // (KeepDeviceGrads, the rule of GradSink::PinToDevice, on the plan's figures): an estimate (with a fixed budget the run
-  // keeps a few less, its working set counting the chunks it prefetches; with a traced
-  // budget the measured activations decide). The others' gradients cross to the host in
+  // (KeepDeviceGrads, the rule of GradSink::PinToDevice, on the plan's figures): an
+  // estimate (with a fixed budget the run keeps a few less, its working set counting the
+  // chunks it prefetches; with a traced budget the measured activations decide). The others' gradients cross to the host in
   // backward and back for the update.
   int device_grad_chunks = 0;
   int64_t crossing_grad_bytes = 0;  // the others' gradient chunks: each step to the host and back

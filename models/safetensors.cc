@@ -192,10 +192,16 @@ TensorMap MapSafetensors(const std::string& path) {
       out.emplace(name, at::empty(e.shape, at::TensorOptions().dtype(e.type)));
       continue;
     }
-    TORCH_CHECK(e.offset_bytes % static_cast<int64_t>(c10::elementSize(e.type)) == 0, path, ": tensor '", name,
-                "' is not aligned to its element size");
-    out.emplace(name, at::from_blob(mapping->data() + e.offset_bytes, e.shape, [mapping](void*) {},
-                                    at::TensorOptions().dtype(e.type)));
+    const at::TensorOptions options = at::TensorOptions().dtype(e.type);
+    if (e.offset_bytes % static_cast<int64_t>(c10::elementSize(e.type)) != 0) {
+      // Data packed after a tensor of odd byte size: not a valid view of its type, so a
+      // copy of its own (the format does not require alignment).
+      at::Tensor t = at::empty(e.shape, options);
+      std::memcpy(t.data_ptr(), mapping->data() + e.offset_bytes, e.bytes);
+      out.emplace(name, t);
+      continue;
+    }
+    out.emplace(name, at::from_blob(mapping->data() + e.offset_bytes, e.shape, [mapping](void*) {}, options));
   }
   return out;
 }

@@ -23,7 +23,9 @@ TensorMap LoadSafetensors(const std::string& path);
 TensorMap ParseSafetensors(const std::string& path, const std::vector<char>& file);
 // The same checks, but the tensors are views into a copy-on-write memory map of the
 // file, which stays mapped while any of them lives: nothing is read until a tensor is
-// touched, so loading a large model one tensor at a time needs no copy of the file.
+// touched, so loading a large model one tensor at a time needs no copy of the file. A
+// tensor whose data does not start at a multiple of its element size (after one of odd
+// byte size) is copied instead.
 TensorMap MapSafetensors(const std::string& path);
 
 // The JSON header SaveSafetensors writes for `tensors` (without the 8-byte length):

@@ -105,10 +105,10 @@ RunStart StartRun(const Config& c, bool writer) {
   }
   if (s.resume) CheckFingerprint(s.resume->fingerprint, RunFingerprint(c), s.resume_path);
   if (!writer) return s;
+  RefuseIncompleteCheckpointFolders(ckpt_dir, s.resume ? s.resume->step : 0);  // before anything is moved
   const bool resume_here = s.resume && CheckpointIsIn(s.resume_path, ckpt_dir);
   const bool continue_metrics = ClaimOutputDir(c, resume_here, resume_auto ? static_cast<int>(unusable.size()) : 0);
   if (resume_here) SetAsideNewerCheckpoints(ckpt_dir, s.resume->step, resume_auto, unusable);
-  RefuseIncompleteCheckpointFolders(ckpt_dir, s.resume ? s.resume->step : 0);
   std::filesystem::create_directories(c.run.output_dir);
   WriteFileAtomically((std::filesystem::path(c.run.output_dir) / "config.resolved.yaml").string(), ConfigToYaml(c));
   if (c.logging.jsonl) {

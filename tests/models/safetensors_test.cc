@@ -45,6 +45,22 @@ TEST_CASE("round trip keeps names, shapes, dtypes and values", "[safetensors]") 
   }
 }
 
+TEST_CASE("mapped: views of the file, and a copy of a tensor packed after odd bytes", "[safetensors]") {
+  TensorMap in;
+  in["a.codes"] = at::arange(3, at::kByte);              // 3 bytes: the next tensor starts at byte 3
+  in["b.moments"] = at::randn({5});                     // fp32 at an offset no fp32 view may take
+  in["c.moments"] = at::randn({4}).to(at::kBFloat16);  // at 23: odd again
+  const std::string path = TempPath("packed.safetensors");
+  SaveSafetensors(path, in);
+  const TensorMap mapped = MapSafetensors(path);
+  REQUIRE(mapped.size() == in.size());
+  for (const auto& [name, t] : in) {
+    INFO(name);
+    CHECK(mapped.at(name).scalar_type() == t.scalar_type());
+    CHECK(at::equal(mapped.at(name), t));
+  }
+}
+
 TEST_CASE("corrupt files are rejected with the file and tensor named", "[safetensors]") {
   const std::string path = TempPath("bad.safetensors");
   WriteBytes(path, "abc");

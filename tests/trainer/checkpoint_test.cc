@@ -351,7 +351,8 @@ TEST_CASE("loading names the file of a missing, truncated or corrupt part", "[ch
     std::string found;
     std::vector<std::string> unusable;
     CHECK_THROWS_WITH(FindResumeCheckpoint(config, dir, {"x", "", {}}, &found, &unusable),
-                      Catch::Contains(path) && Catch::Contains("not set aside") && Catch::Contains("Input/output error"));
+                      Catch::Contains(path) && Catch::Contains("not set aside") &&
+                          Catch::Contains("Input/output error"));
     CHECK(unusable.empty());
     CHECK(found.empty());
   }
@@ -364,7 +365,8 @@ TEST_CASE("folders named as later checkpoints but without a state.json stop the 
   fs::create_directories(dir + "/step_9");
   std::ofstream(dir + "/step_9/model.safetensors") << "part of a copy";
   CHECK_THROWS_WITH(RefuseIncompleteCheckpointFolders(dir, 5),
-                    Catch::Contains(dir + "/step_9") && !Catch::Contains(dir + "/step_3") && Catch::Contains("state.json"));
+                    Catch::Contains(dir + "/step_9") && !Catch::Contains(dir + "/step_3") &&
+                        Catch::Contains("state.json"));
   CHECK_THROWS_WITH(RefuseIncompleteCheckpointFolders(dir, 0), Catch::Contains(dir + "/step_3"));
   CHECK_NOTHROW(RefuseIncompleteCheckpointFolders(dir, 9));  // no later step: nothing this run would save over
   WriteCheckpoint(dir + "/w", Sample());  // a complete one is not refused

@@ -69,7 +69,8 @@ std::vector<char> ReadCheckpointFile(const std::string& path, const std::string&
 
 // The bytes of state.json.
 std::string ReadManifestText(const std::string& state_path) {
-  const std::vector<char> bytes = ReadCheckpointFile(state_path, state_path + ": missing (not a complete checkpoint): ");
+  const std::vector<char> bytes =
+      ReadCheckpointFile(state_path, state_path + ": missing (not a complete checkpoint): ");
   return std::string(bytes.begin(), bytes.end());
 }
 

@@ -309,6 +309,9 @@ std::optional<CheckpointContents> ReadCandidate(const std::string& candidate, st
   } catch (const std::bad_alloc&) {
     throw std::runtime_error(candidate + ": host memory ran out while reading it (not a failed verification: it is "
                              "not set aside)");
+  } catch (const c10::OutOfMemoryError& e) {
+    throw std::runtime_error(candidate + ": memory ran out while reading it (not a failed verification: it is not "
+                             "set aside): " + e.what_without_backtrace());
   } catch (const std::exception& e) {  // CheckpointError, a malformed file
     const std::string what = WhatOf(e);
     spdlog::error("checkpoint {} is unusable, trying an older one: {}", candidate, what);

@@ -138,19 +138,20 @@ namespace {
 void ReadPieces(const std::string& path, const std::function<void(const char* data, size_t bytes)>& consume) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) Fail(path, "open", errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};  // also when `consume` or the buffer throws
   std::vector<char> buffer(1 << 22);
   while (true) {
     const ssize_t n = ::read(fd, buffer.data(), buffer.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      Fail(path, "read", err);
+      Fail(path, "read", errno);
     }
     if (n == 0) break;
     consume(buffer.data(), static_cast<size_t>(n));
   }
-  ::close(fd);
 }
 
 }  // namespace

@@ -229,8 +229,9 @@ void RefuseIncompleteCheckpointFolders(const std::string& dir, int64_t step) {
     if (!fs::exists(entry.path() / kStateFile, ec)) found += "\n  " + entry.path().string();
   }
   if (found.empty()) return;
-  throw ConfigError(dir + " holds folders named as checkpoints of later steps but without a state.json (a copy cut "
-                    "short? ps_train never leaves one): this run could not save at those steps. Move them away:" + found);
+  throw ConfigError(dir + " holds folders named as checkpoints of later steps but without a state.json (a copy "
+                    "cut short? ps_train never leaves one): this run could not save at those steps. Move them "
+                    "away:" + found);
 }
 
 void DropPartialLastLine(const std::string& path) {
