@@ -27,6 +27,16 @@ std::string WithHeader(const std::string& json, const std::string& data) {
   return out + json + data;
 }
 
+// `out` has the tensors of `in`: names, dtypes, shapes and values.
+void CheckSame(const TensorMap& out, const TensorMap& in) {
+  REQUIRE(out.size() == in.size());
+  for (const auto& [name, t] : in) {
+    INFO(name);
+    CHECK(out.at(name).scalar_type() == t.scalar_type());
+    CHECK(at::equal(out.at(name), t));
+  }
+}
+
 TEST_CASE("round trip keeps names, shapes, dtypes and values", "[safetensors]") {
   TensorMap in;
   in["a.weight"] = at::randn({3, 4});
@@ -36,13 +46,7 @@ TEST_CASE("round trip keeps names, shapes, dtypes and values", "[safetensors]") 
   in["empty"] = at::zeros({0, 3});
   const std::string path = TempPath("round.safetensors");
   SaveSafetensors(path, in);
-  const TensorMap out = LoadSafetensors(path);
-  REQUIRE(out.size() == in.size());
-  for (const auto& [name, t] : in) {
-    INFO(name);
-    CHECK(out.at(name).scalar_type() == t.scalar_type());
-    CHECK(at::equal(out.at(name), t));
-  }
+  CheckSame(LoadSafetensors(path), in);
 }
 
 TEST_CASE("mapped: views of the file, and a copy of a tensor packed after odd bytes", "[safetensors]") {
@@ -52,13 +56,7 @@ TEST_CASE("mapped: views of the file, and a copy of a tensor packed after odd by
   in["c.moments"] = at::randn({4}).to(at::kBFloat16);  // at 23: odd again
   const std::string path = TempPath("packed.safetensors");
   SaveSafetensors(path, in);
-  const TensorMap mapped = MapSafetensors(path);
-  REQUIRE(mapped.size() == in.size());
-  for (const auto& [name, t] : in) {
-    INFO(name);
-    CHECK(mapped.at(name).scalar_type() == t.scalar_type());
-    CHECK(at::equal(mapped.at(name), t));
-  }
+  CheckSame(MapSafetensors(path), in);
 }
 
 TEST_CASE("corrupt files are rejected with the file and tensor named", "[safetensors]") {
