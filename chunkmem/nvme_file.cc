@@ -132,14 +132,25 @@ NvmeFile::Ticket NvmeFile::Submit(bool write, int64_t offset, void* buffer, int6
                                 std::to_string(size_bytes_) + "-byte file; got offset " + std::to_string(offset) +
                                 ", " + std::to_string(bytes) + " bytes");
   }
+  // All of the request's pieces are queued or none is (a refused request leaves no piece
+  // behind to read or write a buffer its caller takes back).
+  std::vector<Piece> pieces;
+  pieces.reserve(static_cast<size_t>((bytes + piece_bytes_ - 1) / piece_bytes_));
   std::lock_guard<std::mutex> lock(mu_);
-  const Ticket ticket = next_ticket_++;
-  Request& request = requests_[ticket];
-  ++stats_.requests;
+  const Ticket ticket = next_ticket_;
   for (int64_t at = 0; at < bytes; at += piece_bytes_) {
-    queued_.push_back({ticket, write, offset + at, static_cast<char*>(buffer) + at, std::min(piece_bytes_, bytes - at)});
-    ++request.pieces_left;
+    pieces.push_back({ticket, write, offset + at, static_cast<char*>(buffer) + at, std::min(piece_bytes_, bytes - at)});
   }
+  Request& request = requests_[ticket];
+  try {
+    queued_.insert(queued_.end(), pieces.begin(), pieces.end());  // at the end: all or nothing
+  } catch (...) {
+    requests_.erase(ticket);
+    throw;
+  }
+  ++next_ticket_;
+  request.pieces_left = static_cast<int64_t>(pieces.size());
+  ++stats_.requests;
   work_cv_.notify_one();
   return ticket;
 }
