@@ -124,7 +124,10 @@ void WriteInitialValues(const std::vector<Slots>& fill, const ChunkValues& value
   }
   std::sort(staged.rbegin(), staged.rend());
   const int64_t threads = at::get_num_threads();
-  ps::base::StagingArena staging(staged.empty() ? 0 : staged.size() == 1 ? staged[0] : std::min(staged[0], threads * staged[1]));
+  const int64_t arena_numel = staged.empty()        ? 0
+                              : staged.size() == 1 ? staged[0]
+                                                   : std::min(staged[0], threads * staged[1]);
+  ps::base::StagingArena staging(arena_numel);
   ps::base::ParallelTasks(static_cast<int64_t>(order.size()), static_cast<int>(threads), [&](int64_t task, int) {
     const Slots& f = fill[order[task]];
     const at::Tensor& target = TargetOf(f);
