@@ -11,6 +11,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace ps::optim {
@@ -63,13 +64,13 @@ FusedAdamStepResult FusedAdam::Step(double lr, double max_norm) {
   // gradient, then the norm of those), one host sync for the clip decision.
   const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
   out.grad_norm = at::stack(norms).norm(2).item<double>();
-  if (!std::isfinite(out.grad_norm)) {
-    out.skipped = true;
-    return out;
-  }
   // The kernel divides gradients by grad_scale: clipping by coef = max_norm / (norm + 1e-6)
   // is grad_scale = 1 / coef, applied only when it shrinks them.
   const double coef = max_norm / (out.grad_norm + 1e-6);
+  if (!std::isfinite(out.grad_norm) || out.grad_norm * std::min(coef, 1.0) > kMaxUpdateGradNorm) {
+    out.skipped = true;
+    return out;
+  }
   const at::Device device = params_[with_grad.front()].device();
   std::optional<at::Tensor> grad_scale;
   if (coef < 1.0) grad_scale = at::full({}, 1.0 / coef, at::TensorOptions().dtype(at::kFloat).device(device));

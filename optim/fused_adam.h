@@ -18,7 +18,7 @@ namespace ps::optim {
 
 struct FusedAdamStepResult {
   double grad_norm = 0.0;  // global L2 norm of the gradients, before clipping
-  bool skipped = false;    // the norm was not finite: nothing was updated
+  bool skipped = false;    // the norm (after clipping) not finite or > kMaxUpdateGradNorm: nothing updated
 };
 
 class FusedAdam {

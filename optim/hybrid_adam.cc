@@ -292,13 +292,13 @@ StepReport HybridAdam::Step(double lr, double max_norm, LossScaler& scaler) {
   StepReport r;
   r.loss_scale = scaler.scale();
   const double sum_squares = SumSquares();
-  const bool overflow = !std::isfinite(sum_squares);
   r.grad_norm = std::sqrt(sum_squares) / r.loss_scale;
+  const double clip_coef =
+      max_norm > 0 && std::isfinite(max_norm) ? std::min(1.0, max_norm / (r.grad_norm + 1e-6)) : 1.0;
+  const bool overflow = !std::isfinite(sum_squares) || r.grad_norm * clip_coef > kMaxUpdateGradNorm;
   scaler.Update(overflow);
   // Speculated chunks (Speculate) stand when this step's grad_scale is the one they
   // assumed (clip coefficient 1, the same loss scale) at the same lr; else restored.
-  const double clip_coef =
-      max_norm > 0 && std::isfinite(max_norm) ? std::min(1.0, max_norm / (r.grad_norm + 1e-6)) : 1.0;
   const double grad_scale = clip_coef / r.loss_scale;
   const bool speculation_stands =
       !overflow && grad_scale == 1.0 / speculation_.loss_scale() && lr == speculation_.lr();

@@ -16,7 +16,9 @@
 // chunk views it is handed, takes the gradient norm and restores after an overflow.
 //
 // One step: sums of squares per chunk (one host sync) give the gradient norm and
-// the overflow flag; on overflow (fp16) the step is skipped, fp32 master/m/v are left
+// the overflow flag: a non-finite sum, or a norm after clipping above
+// kMaxUpdateGradNorm (optim/optim_config.h). On overflow the step is skipped (fp16;
+// fp32/bf16: the trainer stops, naming the norm), fp32 master/m/v are left
 // untouched and the compute-dtype parameters restored from the masters; otherwise the
 // loss-scale division and the clipping factor are folded into the update. Weight decay
 // applies to parameters with 2 or more dimensions only (not biases or norm weights).
@@ -66,7 +68,7 @@ struct HybridAdamOptions {
 };
 
 struct StepReport {
-  double grad_norm = 0.0;  // before clipping, loss scale removed; inf/NaN on overflow
+  double grad_norm = 0.0;  // before clipping, loss scale removed; inf/NaN or > kMaxUpdateGradNorm on overflow
   bool skipped = false;    // overflow: nothing was updated
   double loss_scale = 1.0; // the scale these gradients carried
   int device_chunks = 0;   // chunks updated on the compute device this step

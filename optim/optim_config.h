@@ -22,6 +22,13 @@ enum class StateDtype { kFp32, kBf16, kInt8 };
 // bf16 weights themselves with stochastic rounding (none; docs/optim.md).
 enum class MasterWeights { kFp32, kNone };
 
+// The largest gradient norm (after clipping, loss scale removed) an optimizer step
+// applies; a step above it counts as an overflow (skipped; the trainer stops unless a
+// loss scaler tolerates it). Any gradient element that large would overflow Adam's fp32
+// second moment (g^2 > FLT_MAX from |g| ~ 1.84e19: fp32 moments freeze at inf, int8
+// blocks lose their scale); 1e19 leaves a margin for the kernels' fp32 rounding.
+constexpr double kMaxUpdateGradNorm = 1e19;
+
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
   double lr = 6e-4;               // peak learning rate

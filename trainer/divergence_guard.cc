@@ -1,6 +1,7 @@
 #include "trainer/divergence_guard.h"
 
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -8,8 +9,14 @@ namespace ps::trainer {
 
 void DivergenceGuard::CheckUpdate(const StepOutcome& outcome, int64_t step) const {
   if (outcome.skipped && !outcome.overflow_tolerated) {
-    throw std::runtime_error("gradient norm became " + std::to_string(outcome.grad_norm) + " at step " +
-                             std::to_string(step) + " (lower optimizer.lr or set train.grad_clip)");
+    char norm[32], why[96] = "";
+    std::snprintf(norm, sizeof norm, "%g", outcome.grad_norm);
+    if (std::isfinite(outcome.grad_norm)) {
+      std::snprintf(why, sizeof why, ", above what Adam's fp32 second moment holds (%g after clipping)",
+                    optim::kMaxUpdateGradNorm);
+    }
+    throw std::runtime_error("gradient norm became " + std::string(norm) + " at step " + std::to_string(step) + why +
+                             " (lower optimizer.lr or set train.grad_clip)");
   }
 }
 

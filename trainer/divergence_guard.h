@@ -1,5 +1,6 @@
 // DivergenceGuard: the divergence stop. Decides, step by step, whether training can go
-// on: a gradient norm that no loss scaler skipped is non-finite, the loss is non-finite,
+// on: a step no loss scaler tolerates was skipped (its gradient norm non-finite, or
+// above optim::kMaxUpdateGradNorm after clipping), the loss is non-finite,
 // or fp16 has skipped precision.max_skips_at_min_scale steps in a row at the minimum
 // loss scale (after that every step would be skipped). Each ends the run with a
 // std::runtime_error that says what to change. Training thread only.
@@ -19,7 +20,7 @@ class DivergenceGuard {
       : limit_(precision.max_skips_at_min_scale), min_scale_(precision.min_loss_scale) {}
 
   // After OptimizerStep of step `step` (counted from 1), before EndStep: throws when the
-  // update was skipped for a non-finite norm the loss scaler does not tolerate.
+  // update was skipped (a non-finite or too large norm) and no loss scaler tolerates it.
   void CheckUpdate(const StepOutcome& outcome, int64_t step) const;
   // After the step: throws for a non-finite loss (unless the scaler skipped the step)
   // and for the limit of consecutive skips at the minimum scale.

@@ -1,7 +1,8 @@
 // FusedAdam (the plain engine's optimizer) against LibTorch's per-parameter
 // torch::optim::AdamW / Adam with the same decay groups and clip_grad_norm_: the same
 // parameters after several steps (to float rounding), the same norm, state created at the
-// first update, a non-finite gradient skips the step untouched, and SetState resumes.
+// first update, a non-finite gradient (or one whose square overflows fp32) skips the step
+// untouched, and SetState resumes.
 #include <ATen/ATen.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adam.h>
@@ -88,6 +89,17 @@ TEST_CASE("FusedAdam skips a non-finite step and resumes from SetState") {
   CHECK(std::isnan(r.grad_norm));
   CHECK(at::equal(params[0], before));
   CHECK(fused.steps(0) == 1);
+  // Above kMaxUpdateGradNorm (its square within fp32, so the norm is finite): skipped
+  // without clipping, applied when clipping shrinks it.
+  params[0].mutable_grad()[0][0] = 1.5e19f;
+  const auto huge = fused.Step(1e-3, std::numeric_limits<double>::infinity());
+  CHECK(huge.skipped);
+  CHECK(huge.grad_norm > kMaxUpdateGradNorm);
+  CHECK(at::equal(params[0], before));
+  CHECK(fused.steps(0) == 1);
+  CHECK_FALSE(fused.Step(1e-3, 1.0).skipped);
+  CHECK(fused.steps(0) == 2);
+  CHECK(at::isfinite(fused.exp_avg_sq(0)).all().item<bool>());
 
   // A copy restored from the state continues bitwise like the original.
   auto copy = MakeParams(3);

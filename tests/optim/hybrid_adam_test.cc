@@ -610,10 +610,11 @@ PrecisionConfig SpeculationPrecision(at::ScalarType dtype) {
   return pc;
 }
 
-// One speculation test step: its clip, whether a gradient overflows, the chunks kept and
-// rolled back it expects.
+// One speculation test step: its clip, the value one gradient element gets (0: none),
+// whether the step is skipped, and the chunks kept and rolled back it expects.
 struct Case {
   double max_norm;
+  float bad_grad;
   bool overflow;
   int kept, rolled_back;
 };
@@ -650,14 +651,20 @@ TEST_CASE("speculative host updates: kept, clipped and redone, overflow undone; 
         const PrecisionConfig pc = SpeculationPrecision(dtype);
         LossScaler scale_plain(pc), scale_spec(pc);
         // The gradient norm is ~16: a max norm of 1e-3 clips, 1e6 does not (coefficient 1).
-        const Case cases[] = {{inf, false, slots, 0},       {1e-3, false, 0, slots}, {1e6, true, 0, slots},
-                              {1e6, false, slots, 0},       {1e-3, false, 0, slots}};
+        // 3e19: finite in fp32 and bf16 (inf in fp16), but its square is not: an overflow
+        // unless clipping shrinks it.
+        const float finf = std::numeric_limits<float>::infinity(), huge = 3e19f;
+        const bool fp16 = dtype == at::kHalf;
+        const Case cases[] = {{inf, 0, false, slots, 0},          {1e-3, 0, false, 0, slots},
+                              {1e6, finf, true, 0, slots},        {1e6, 0, false, slots, 0},
+                              {1e-3, 0, false, 0, slots},         {inf, huge, true, 0, slots},
+                              {1e6, huge, fp16, 0, slots}};
         uint64_t seed = 1;
         for (const Case& k : cases) {
           auto grads = Grads(plain, seed++);
-          // Non-finite in chunk 1 (w2): speculated all the same (the worker does not look),
-          // the step skips and the rollback undoes what the update wrote.
-          if (k.overflow) grads[2][3][1] = std::numeric_limits<float>::infinity();
+          // In chunk 1 (w2): speculated all the same (the worker does not look); on an
+          // overflow the step skips and the rollback undoes what the update wrote.
+          if (k.bad_grad != 0) grads[2][3][1] = k.bad_grad;
           plain.Backward(grads, scale_plain.scale());
           spec.Backward(grads, scale_spec.scale());
           spec.adam->BeginSpeculation(1e-2, scale_spec.scale());
@@ -666,7 +673,7 @@ TEST_CASE("speculative host updates: kept, clipped and redone, overflow undone; 
           CHECK(speculated == slots);
           const StepReport a = plain.adam->Step(1e-2, k.max_norm, scale_plain);
           const StepReport b = spec.adam->Step(1e-2, k.max_norm, scale_spec);
-          INFO("max norm " << k.max_norm << (k.overflow ? ", overflow" : ""));
+          INFO("max norm " << k.max_norm << ", bad gradient " << k.bad_grad);
           CHECK(a.skipped == k.overflow);
           CHECK(b.skipped == k.overflow);
           CHECK(b.speculated_chunks == k.kept);
@@ -717,15 +724,16 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
     spec.store->set_copy_engine(spec.copies.get());
     const PrecisionConfig pc = SpeculationPrecision(dtype);
     LossScaler scale_plain(pc), scale_spec(pc);
-    const Case cases[] = {{inf, false, 2, 0}, {1e-3, false, 0, 2}, {1e6, true, 0, 2}, {1e6, false, 2, 0}};
+    const float finf = std::numeric_limits<float>::infinity();
+    const Case cases[] = {{inf, 0, false, 2, 0}, {1e-3, 0, false, 0, 2}, {1e6, finf, true, 0, 2}, {1e6, 0, false, 2, 0}};
     uint64_t seed = 1;
     for (const Case& k : cases) {
-      INFO("max norm " << k.max_norm << (k.overflow ? ", overflow" : ""));
+      INFO("max norm " << k.max_norm << ", bad gradient " << k.bad_grad);
       for (Rig* rig : {&plain, &spec}) {
         for (int c = 0; c < 2; ++c) rig->runtime->optimizer_moves().ToDevice(c);
       }
       auto grads = Grads(plain, seed++);
-      if (k.overflow) grads[2][3][1] = std::numeric_limits<float>::infinity();
+      if (k.bad_grad != 0) grads[2][3][1] = k.bad_grad;
       plain.Backward(grads, scale_plain.scale());
       spec.Backward(grads, scale_spec.scale());
       const int64_t d2h_before = spec.store->stats().d2h_copies;

@@ -389,6 +389,15 @@ TEST_CASE("the divergence stop", "[trainer][diverge]") {
     CHECK_THROWS_WITH(rig.Train(), Catch::Matchers::Contains("gradient norm became nan at step 4"));
     CHECK(rig.engine.calls.back() == "update");  // the step is not ended
   }
+  SECTION("a finite norm too large to apply (above optim::kMaxUpdateGradNorm)") {
+    Rig rig("huge");
+    StepOutcome bad;
+    bad.skipped = true;
+    bad.grad_norm = 3e19;
+    rig.engine.outcomes[2] = bad;
+    CHECK_THROWS_WITH(rig.Train(), Catch::Matchers::Contains("gradient norm became 3e+19 at step 2, above what "
+                                                             "Adam's fp32 second moment holds (1e+19 after clipping)"));
+  }
   SECTION("a non-finite loss") {
     Rig rig("loss");
     rig.engine.losses[7] = std::numeric_limits<double>::infinity();
