@@ -5,14 +5,23 @@
 // with the dynamic scaler mid-hysteresis, gradient accumulation, CPU embeddings and
 // bf16 with gradients in the compute slots. Checkpoints are layout independent (plain
 // <-> chunks, another chunk size), pruned to checkpoint.keep, a corrupt newest one is
-// skipped by resume: auto. (Stop signals: trainer_test's fake engine and signal_test.sh.)
+// skipped by resume: auto; moments saved in one state dtype load into another converted
+// exactly. (Stop signals: trainer_test's fake engine and signal_test.sh.)
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include <ATen/ATen.h>
+
+#include <tuple>
+
+#include "optim/block_quant.h"
+#include "optim/int8_moments.h"
 #include "tests/temp_dir.h"
 #include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/engine/engine_factory.h"
+#include "trainer/engine/model_factory.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/train_loop.h"
 // Last: c10 headers define a glog-style CHECK that Catch must override.
@@ -150,6 +159,71 @@ TEST_CASE("int8 moments (optimizer.state_dtype): bf16 and fp32 compute, speculat
   REQUIRE(from_fp32.start_step > 0);
   REQUIRE(!from_fp32.losses.empty());
   CHECK(from_fp32.losses.back() < from_fp32.losses.front() * 1.1);
+}
+
+// The state an engine configured by `c` holds after loading `saved` (read back by Save()).
+EngineState LoadedBy(const Config& c, const EngineState& saved) {
+  models::InitPlan plan;
+  plan.all_provided = true;
+  const std::unique_ptr<TrainingEngine> engine = MakeEngine(MakeModel(c), c, at::kCPU, plan);
+  engine->Load(saved);
+  return engine->Save();
+}
+
+// A checkpoint's moment `saved` as fp32 (8-bit ones dequantised).
+at::Tensor SavedMoment(const at::Tensor& saved, const at::Tensor& param, optim::QuantCode code) {
+  if (saved.scalar_type() != at::kByte) return saved.to(at::kFloat);
+  return optim::DequantizePackedInt8(saved, param.numel(), code).view(param.sizes());
+}
+
+// Loading moments saved in another mode: each one the saved values converted, exactly (a
+// run that zeroed them, or read the wrong tensor, would still train on).
+TEST_CASE("cross-mode loads: every moment is the saved one dequantised, rounded or quantised",
+          "[resume][chunk][state_dtype][int8]") {
+  const std::vector<std::string> chunked = {"chunk.enabled=true", "chunk.size_elements=20000", "precision.dtype=bf16",
+                                            "train.max_steps=4", "checkpoint.every_steps=4"};
+  const auto with = [&](const std::string& name, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), chunked.begin(), chunked.end());
+    return Tiny(name, extra);
+  };
+  for (const char* source : {"int8", "fp32"}) {
+    const Config src = with(std::string("cross_src_") + source, {std::string("optimizer.state_dtype=") + source});
+    Train(src);
+    const std::vector<std::string> saved_dirs = ListCheckpoints(src.run.output_dir + "/checkpoints");
+    REQUIRE(saved_dirs.size() == 1);
+    const EngineState saved = ReadCheckpoint(saved_dirs.front()).engine;
+    REQUIRE(saved.exp_avg.size() == saved.params.size());
+    for (const char* target : {"fp32", "bf16", "int8", "plain"}) {
+      INFO(source << " checkpoint loaded by " << target);
+      const bool plain = std::string(target) == "plain";
+      const Config c = plain ? Tiny("cross_plain", {"precision.dtype=bf16"})
+                             : with(std::string("cross_") + target, {std::string("optimizer.state_dtype=") + target});
+      const EngineState loaded = LoadedBy(c, saved);
+      REQUIRE(loaded.exp_avg.size() == saved.exp_avg.size());
+      for (const auto& [name, param] : saved.params) {
+        INFO(name);
+        CHECK(loaded.adam_steps.at(name) == saved.adam_steps.at(name));
+        for (const auto& [map, loaded_map, code] :
+             {std::tuple{&saved.exp_avg, &loaded.exp_avg, optim::QuantCode::kSigned},
+              std::tuple{&saved.exp_avg_sq, &loaded.exp_avg_sq, optim::QuantCode::kUnsigned}}) {
+          const at::Tensor values = SavedMoment(map->at(name), param, code);
+          REQUIRE(values.abs().max().item<float>() > 0);
+          const at::Tensor got = loaded_map->at(name);
+          at::Tensor want = values;
+          if (std::string(target) == "bf16") want = values.to(at::kBFloat16);
+          if (std::string(target) == "int8") {
+            const at::Tensor flat = values.reshape({-1}).contiguous();
+            const optim::Int8Moment q{at::empty({flat.numel()}, at::kByte),
+                                      at::empty({(flat.numel() + optim::kQuantBlockNumel - 1) / optim::kQuantBlockNumel})};
+            optim::QuantizeInt8(flat, code, q);
+            want = optim::PackInt8(q);
+          }
+          REQUIRE(got.scalar_type() == want.scalar_type());
+          CHECK(at::equal(got.reshape({-1}), want.reshape({-1})));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("chunks with CPU embeddings (untied): the same losses bitwise", "[resume][chunk][cpu_embedding]") {
