@@ -177,28 +177,48 @@ NvmeFileStats NvmeFile::stats() const {
   return stats_;
 }
 
+PieceOutcome ClassifyCompletion(int64_t result, int64_t piece_bytes, int tries) {
+  PieceOutcome out;
+  if (result == -EAGAIN || result == -EINTR) {
+    if (tries < kNvmeTransientRetries) {
+      out.kind = PieceOutcome::kAgain;
+      out.transient = true;
+      return out;
+    }
+    out.kind = PieceOutcome::kFailed;
+    out.error = Errno(static_cast<int>(-result)) + " (" + std::to_string(tries + 1) + " times in a row)";
+  } else if (result < 0) {
+    out.kind = PieceOutcome::kFailed;
+    out.error = Errno(static_cast<int>(-result));
+  } else if (result == 0) {
+    out.kind = PieceOutcome::kFailed;
+    out.error = "no bytes transferred (end of file or device)";
+  } else if (result < piece_bytes) {  // short: the rest goes again, if it stays aligned
+    out.kind = Aligned(result) ? PieceOutcome::kAgain : PieceOutcome::kFailed;
+    out.done_bytes = result;
+    if (out.kind == PieceOutcome::kFailed) out.error = "a short transfer of " + std::to_string(result) + " bytes";
+  }
+  return out;
+}
+
 void NvmeFile::Finish(const Piece& piece, int64_t result) {
   Request& request = requests_.at(piece.ticket);
-  std::string error;
-  if (result < 0) {
-    error = Errno(static_cast<int>(-result));
-  } else if (result == 0) {
-    error = "no bytes transferred (end of file or device)";
-  } else if (result < piece.bytes) {  // short: the rest goes again, if it stays aligned
-    if (!Aligned(result)) {
-      error = "a short transfer of " + std::to_string(result) + " bytes";
-    } else {
-      queued_.push_front({piece.ticket, piece.write, piece.offset + result, piece.buffer + result, piece.bytes - result});
-      (piece.write ? stats_.written_bytes : stats_.read_bytes) += result;
-      return;  // the piece is not finished
-    }
+  const PieceOutcome outcome = ClassifyCompletion(result, piece.bytes, piece.tries);
+  int64_t& moved = piece.write ? stats_.written_bytes : stats_.read_bytes;
+  if (outcome.kind == PieceOutcome::kAgain) {  // the piece is not finished
+    const int64_t d = outcome.done_bytes;
+    queued_.push_front({piece.ticket, piece.write, piece.offset + d, piece.buffer + d, piece.bytes - d,
+                        outcome.transient ? piece.tries + 1 : 0});
+    moved += d;
+    if (outcome.transient) ++stats_.transient_retries;
+    return;
   }
-  if (error.empty()) {
-    (piece.write ? stats_.written_bytes : stats_.read_bytes) += piece.bytes;
+  if (outcome.kind == PieceOutcome::kDone) {
+    moved += piece.bytes;
   } else if (request.error.empty()) {
     request.error = std::string("NVMe tier: ") + (piece.write ? "writing " : "reading ") +
                     std::to_string(piece.bytes) + " bytes at offset " + std::to_string(piece.offset) +
-                    " of the tier's file in '" + dir_ + "' failed: " + error;
+                    " of the tier's file in '" + dir_ + "' failed: " + outcome.error;
   }
   if (--request.pieces_left == 0) done_cv_.notify_all();
 }

@@ -29,10 +29,26 @@ namespace ps::chunkmem {
 // is not writable, does not support O_DIRECT, or has less free space than `bytes`.
 std::string CheckNvmeDir(const std::string& dir, int64_t bytes);
 
+// What the completion of one piece of `piece_bytes` means, `result` being the bytes
+// transferred or -errno, after `tries` earlier transient failures of the same piece:
+// kDone; kAgain (the remainder from `done_bytes` on goes again: a short transfer that
+// stays 4 KiB-aligned, or EAGAIN/EINTR, which some kernels return for O_DIRECT under
+// pressure, at most kNvmeTransientRetries times in a row); kFailed (`error` says why:
+// an errno, no bytes, a short unaligned transfer, or transient failures past the bound).
+constexpr int kNvmeTransientRetries = 16;
+struct PieceOutcome {
+  enum Kind { kDone, kAgain, kFailed } kind = kDone;
+  int64_t done_bytes = 0;  // kAgain: the bytes transferred before the remainder
+  bool transient = false;  // kAgain: an EAGAIN/EINTR (counts towards the bound)
+  std::string error;       // kFailed
+};
+PieceOutcome ClassifyCompletion(int64_t result, int64_t piece_bytes, int tries);
+
 struct NvmeFileStats {
   int64_t read_bytes = 0;     // completed, cumulative
   int64_t written_bytes = 0;
   int64_t requests = 0;
+  int64_t transient_retries = 0;  // pieces sent again after an EAGAIN/EINTR
 };
 
 class NvmeFile {
@@ -71,6 +87,7 @@ class NvmeFile {
     int64_t offset;
     char* buffer;
     int64_t bytes;
+    int tries = 0;  // transient failures in a row (ClassifyCompletion)
   };
   struct Request {
     int64_t pieces_left = 0;

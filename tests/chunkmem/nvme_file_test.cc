@@ -1,12 +1,14 @@
 // NvmeFile and CheckNvmeDir (chunkmem/nvme_file.h) on this machine's disk: bytes round
 // trip through both backends with many requests and pieces in flight; the file is
 // unlinked (no name left behind); bad requests and unusable directories are refused with
-// the path and the bytes.
+// the path and the bytes; each completion result (short, transient, failed) is read as
+// the ring must act on it.
 #include "chunkmem/nvme_file.h"
 
 #include <dirent.h>
 #include <sys/vfs.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -130,6 +132,35 @@ TEST_CASE("NvmeFile: a refused write fails its Wait naming the file, offset and 
     INFO((uring ? "io_uring" : "pread/pwrite") << ": child exit status " << status);
     CHECK(status == 0);
   }
+}
+
+TEST_CASE("a piece's completion: done, the rest again, a bounded retry of EAGAIN/EINTR, or failed", "[nvme]") {
+  constexpr int64_t kPiece = 4 * kNvmeAlignBytes;
+  CHECK(ClassifyCompletion(kPiece, kPiece, 0).kind == PieceOutcome::kDone);
+  const PieceOutcome shorter = ClassifyCompletion(kNvmeAlignBytes, kPiece, 3);
+  CHECK(shorter.kind == PieceOutcome::kAgain);
+  CHECK(shorter.done_bytes == kNvmeAlignBytes);
+  CHECK_FALSE(shorter.transient);  // progress: not counted towards the bound
+  for (const int64_t err : {-EAGAIN, -EINTR}) {
+    INFO("errno " << -err);
+    for (int tries : {0, kNvmeTransientRetries - 1}) {
+      const PieceOutcome again = ClassifyCompletion(err, kPiece, tries);
+      CHECK(again.kind == PieceOutcome::kAgain);
+      CHECK(again.transient);
+      CHECK(again.done_bytes == 0);
+    }
+    const PieceOutcome given_up = ClassifyCompletion(err, kPiece, kNvmeTransientRetries);
+    CHECK(given_up.kind == PieceOutcome::kFailed);
+    CHECK_THAT(given_up.error, Catch::Contains(std::strerror(static_cast<int>(-err))) &&
+                                   Catch::Contains(std::to_string(kNvmeTransientRetries + 1) + " times in a row"));
+  }
+  const PieceOutcome io = ClassifyCompletion(-EIO, kPiece, 0);
+  CHECK(io.kind == PieceOutcome::kFailed);
+  CHECK(io.error == std::strerror(EIO));
+  CHECK(ClassifyCompletion(0, kPiece, 0).kind == PieceOutcome::kFailed);
+  const PieceOutcome odd = ClassifyCompletion(100, kPiece, 0);
+  CHECK(odd.kind == PieceOutcome::kFailed);
+  CHECK_THAT(odd.error, Catch::Contains("short transfer of 100 bytes"));
 }
 
 TEST_CASE("NvmeFile: requests must be aligned and within the file", "[nvme]") {
