@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -73,19 +74,11 @@ struct RunStart {
   std::unique_ptr<TensorBoardWriter> tensorboard;
 };
 
-// Event files of earlier runs in `dir` (a run that starts afresh starts a fresh tb/, as
-// it does metrics.jsonl; a continued run adds a file beside its earlier ones, and
-// TensorBoard drops their steps after the resumed one when it reads the new file's).
-void RemoveEventFiles(const std::filesystem::path& dir) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) std::filesystem::remove(entry.path());
-  }
-}
-
 // `writer`: rank 0 (or the only rank) claims the folder and opens the sinks; the other
-// ranks of a data-parallel run only find the checkpoint to resume.
-RunStart StartRun(const Config& c, bool writer) {
+// ranks of a data-parallel run only find the checkpoint to resume. `agree` (several
+// ranks): called by every rank with the step it found (-1: none), before rank 0 moves,
+// deletes or writes anything (CheckRanksResumeOneStep).
+RunStart StartRun(const Config& c, bool writer, const std::function<void(int64_t)>& agree) {
   RunStart s;
   const std::string ckpt_dir = CheckpointDir(c);
   const bool resume_auto = c.checkpoint.resume == "auto";
@@ -104,6 +97,7 @@ RunStart StartRun(const Config& c, bool writer) {
     s.resume = FindResumeCheckpoint(c.checkpoint, ckpt_dir, IdentityOf(c), &s.resume_path, &unusable);
   }
   if (s.resume) CheckFingerprint(s.resume->fingerprint, RunFingerprint(c), s.resume_path);
+  if (agree) agree(s.resume ? s.resume->step : -1);
   if (!writer) return s;
   RefuseIncompleteCheckpointFolders(ckpt_dir, s.resume ? s.resume->step : 0);  // before anything is moved
   const bool resume_here = s.resume && CheckpointIsIn(s.resume_path, ckpt_dir);
@@ -121,7 +115,7 @@ RunStart StartRun(const Config& c, bool writer) {
     s.metrics = std::make_unique<MetricsWriter>(path);
   }
   const auto tb_dir = std::filesystem::path(c.run.output_dir) / "tb";
-  if (!continue_metrics) RemoveEventFiles(tb_dir);
+  if (!continue_metrics) RemoveEventFiles(tb_dir.string());
   if (c.logging.tensorboard) s.tensorboard = std::make_unique<TensorBoardWriter>(tb_dir.string());
   return s;
 }
@@ -335,14 +329,14 @@ struct OpenedRun {
   RunStart start;
 };
 
-OpenedRun OpenRun(const Config& c, bool writer, StartupPhases& phases) {
+OpenedRun OpenRun(const Config& c, bool writer, const std::function<void(int64_t)>& agree, StartupPhases& phases) {
   if (c.checkpoint.export_hf) {  // a missing tokenizer or a folder that is not ours fails now, not at the end
     TokenizerFiles(TokenizerSource(c));
     if (writer) CheckExportDestination(HfExportFolder(c), /*replace=*/true, {CheckpointDir(c)}, "checkpoint.export_hf");
   }
   OpenedRun run;
   if (!c.model.init_from.empty()) run.initial_weights = ReadInitialWeights(c);  // unused on resume
-  run.start = StartRun(c, writer);
+  run.start = StartRun(c, writer, agree);
   phases.Mark(run.start.resume ? "run folder and checkpoint read" : "run folder");
   return run;
 }
@@ -357,9 +351,11 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   phases.Mark("setup");
   RunData data(c, rank.rank, rank.world);  // every input is checked before a file is written
   phases.Mark("data");
-  OpenedRun run = OpenRun(c, rank.writer, phases);
-  const int64_t resumed = run.start.resume ? run.start.resume->step : -1;
-  if (options.comm && rank.world > 1) CheckRanksResumeOneStep(*options.comm, resumed, rank.device);
+  std::function<void(int64_t)> agree;  // every rank resumes the same step (or none)
+  if (options.comm && rank.world > 1) {
+    agree = [&](int64_t step) { CheckRanksResumeOneStep(*options.comm, step, rank.device); };
+  }
+  OpenedRun run = OpenRun(c, rank.writer, agree, phases);
   const BuiltEngine built =
       BuildEngine(c, rank, options.comm, run.start.resume.has_value(), std::move(run.initial_weights), phases);
   TrainingEngine& engine = *built.engine;

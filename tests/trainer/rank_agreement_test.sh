@@ -8,7 +8,8 @@
 #   stops near distributed.init_timeout_s, and a SIGTERM ends that wait at once;
 # - one version: what --version prints is what a checkpoint records;
 # - ranks that find different checkpoints to resume (a node's own checkpoint.dir) stop
-#   with exit 2 before training, naming each rank's step;
+#   with exit 2 before training, naming each rank's step, before rank 0 sets aside a
+#   corrupt newer checkpoint;
 # - when rank 0 of --nproc 2 is killed, the launcher names it and the group stops at once.
 set -euo pipefail
 bin="$TEST_SRCDIR/ps_train/trainer/ps_train"
@@ -58,14 +59,19 @@ recorded=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vers
 [ "$version" = "$recorded" ] || fail "--version says '$version', the checkpoint '$recorded'"
 
 echo "== rank 1 sees no checkpoint where rank 0 resumes step 3 (a node's own checkpoint.dir)"
+# A corrupt newer checkpoint, which rank 0 alone would set aside (step_4.unusable): the
+# ranks compare steps before rank 0 moves anything.
+cp -r "$tmp/same/checkpoints/step_3" "$tmp/same/checkpoints/step_4"
+sed -i 's/"step": 3/"step": 4/' "$tmp/same/checkpoints/step_4/state.json"
+printf 'x' >> "$tmp/same/checkpoints/step_4/model.safetensors"
 two_ranks same "checkpoint.dir=$tmp/same/checkpoints" "checkpoint.dir=$tmp/empty_ckpt"
 [ "$rc0" = 2 ] && [ "$rc1" = 2 ] || fail "resume: exit $rc0 / $rc1, expected 2 / 2"
 for r in 0 1; do
   grep -q "resumed checkpoint: none on rank 1; step 3 on rank 0" "$tmp/same.$r.log" ||
     fail "resume: rank $r does not name the steps"
 done
-saved=$(ls "$tmp/same/checkpoints" | grep -v '^step_3$' | grep -v '^latest$' || true)
-[ -z "$saved" ] || fail "resume: a checkpoint was saved ($saved)"
+saved=$(ls "$tmp/same/checkpoints" | grep -v '^step_[34]$' | grep -v '^latest$' || true)
+[ -z "$saved" ] || fail "resume: a checkpoint was saved or moved ($saved)"
 
 echo "== a rendezvous port held by a program that never answers"
 silent_port_file="$tmp/silent.port"

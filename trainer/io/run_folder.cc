@@ -246,4 +246,11 @@ void DropPartialLastLine(const std::string& path) {
   spdlog::warn("{}: dropped a partial last line (the previous process was killed while writing it)", path);
 }
 
+void RemoveEventFiles(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) fs::remove(entry.path());
+  }
+}
+
 }  // namespace ps::trainer

@@ -75,4 +75,10 @@ void RefuseIncompleteCheckpointFolders(const std::string& dir, int64_t step);
 // lines start on their own line.
 void DropPartialLastLine(const std::string& path);
 
+// Removes the TensorBoard event files of earlier runs in `dir` (a run that starts afresh
+// starts a fresh tb/, as it does metrics.jsonl; a continued run adds a file beside its
+// earlier ones, and TensorBoard drops their steps after the resumed one when it reads the
+// new file's).
+void RemoveEventFiles(const std::string& dir);
+
 }  // namespace ps::trainer
