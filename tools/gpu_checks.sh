@@ -58,6 +58,15 @@ BIG=(--config configs/gpt2_1b-offload.yaml --set run.device=cuda --set chunk.dev
 # The gaming-PC config (8 GiB stated device memory, a hard cap) on synthetic data.
 GPC=(--config configs/gpt2-1.5b-gaming-pc.yaml --set data.format=synthetic --set data.train_path= --set data.valid_path= --set train.max_steps=4 --set train.eval_every=0)
 
+# cuda_test NAME BINARY: a Catch2 test of a --config=cuda build whose CUDA cases only WARN
+# without a device: logged as failed (rc=nocuda) when they checked nothing.
+cuda_test() {
+  $G timeout 120 "$2" > "$OUT/$1.log" 2>&1
+  local rc=$?
+  grep -q "checked nothing" "$OUT/$1.log" && rc=nocuda
+  log "$1 rc=$rc"
+}
+
 check() {
   case $1 in
     parity)  # every placement mode against plain training, fp32 (tools/device_checks.py)
@@ -161,12 +170,12 @@ check() {
     sr_cuda)  # issue #25 §1: the CUDA stochastic-rounding kernel bitwise against the CPU specification
       # (device_rounding_test's CUDA case, of a --config=cuda build) and its bandwidth against a device copy
       # (tools/bench_device_rounding)
-      $G timeout 120 .device/device_rounding_test > "$OUT/sr_cuda_test.log" 2>&1; log "sr_cuda test rc=$?"
+      cuda_test sr_cuda_test .device/device_rounding_test
       $G timeout 120 "${BENCH_SR:-.device/bench_device_rounding}" > "$OUT/sr_cuda.log" 2>&1; log "sr_cuda rc=$?" ;;
     adam_cuda)  # issue #25 §1: the fused CUDA device update (bf16/8-bit state, no master) bitwise against the CPU
       # kernels (device_adam_cuda_test of a --config=cuda build) and per mode against a device copy's bandwidth
       # (tools/bench_device_adam); both in .device/
-      $G timeout 120 .device/device_adam_cuda_test > "$OUT/adam_cuda_test.log" 2>&1; log "adam_cuda test rc=$?"
+      cuda_test adam_cuda_test .device/device_adam_cuda_test
       $G timeout 120 "${BENCH_ADAM:-.device/bench_device_adam}" > "$OUT/adam_cuda.log" 2>&1; log "adam_cuda rc=$?" ;;
     host_adam)  # issue #25 §1: the host Adam kernels on every core of the machine and on 8, m and v in fp32, bf16 and
       # 8-bit, with an fp32 master and without (stochastic rounding), each against a copy probe of its own bytes (a -c opt
