@@ -9,11 +9,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace ps::chunkmem {
@@ -210,7 +213,10 @@ void NvmeFile::Finish(const Piece& piece, int64_t result) {
     queued_.push_front({piece.ticket, piece.write, piece.offset + d, piece.buffer + d, piece.bytes - d,
                         outcome.transient ? piece.tries + 1 : 0});
     moved += d;
-    if (outcome.transient) ++stats_.transient_retries;
+    if (outcome.transient) {
+      ++stats_.transient_retries;
+      retry_pause_us_ = std::max(retry_pause_us_, std::min<int64_t>(kMaxRetryPauseUs, int64_t{50} << piece.tries));
+    }
     return;
   }
   if (outcome.kind == PieceOutcome::kDone) {
@@ -229,9 +235,9 @@ void NvmeFile::RunBlocking(const Piece& piece) {
   while (done < piece.bytes) {
     const ssize_t n = piece.write ? ::pwrite(fd_, piece.buffer + done, piece.bytes - done, piece.offset + done)
                                   : ::pread(fd_, piece.buffer + done, piece.bytes - done, piece.offset + done);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR) continue;  // interrupted by a signal before any transfer
     if (n <= 0) {
-      result = n < 0 ? -errno : 0;
+      if (done == 0) result = n < 0 ? -errno : 0;  // else a short transfer: the rest goes again
       break;
     }
     done += n;
@@ -246,6 +252,12 @@ void NvmeFile::Work() {
   while (true) {
     work_cv_.wait(lock, [&] { return stop_ || !queued_.empty() || in_flight_ > 0; });
     if (stop_ && queued_.empty() && in_flight_ == 0) return;
+    if (retry_pause_us_ > 0) {  // a transient failure: give the device a moment before sending again
+      const int64_t pause_us = std::exchange(retry_pause_us_, 0);
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+      lock.lock();
+    }
     if (!uring_) {
       const Piece piece = queued_.front();
       queued_.pop_front();

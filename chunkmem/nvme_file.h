@@ -33,7 +33,8 @@ std::string CheckNvmeDir(const std::string& dir, int64_t bytes);
 // transferred or -errno, after `tries` earlier transient failures of the same piece:
 // kDone; kAgain (the remainder from `done_bytes` on goes again: a short transfer that
 // stays 4 KiB-aligned, or EAGAIN/EINTR, which some kernels return for O_DIRECT under
-// pressure, at most kNvmeTransientRetries times in a row); kFailed (`error` says why:
+// pressure, at most kNvmeTransientRetries times in a row, the worker pausing longer each
+// time); kFailed (`error` says why:
 // an errno, no bytes, a short unaligned transfer, or transient failures past the bound).
 constexpr int kNvmeTransientRetries = 16;
 struct PieceOutcome {
@@ -114,6 +115,10 @@ class NvmeFile {
   std::deque<Piece> queued_;
   int in_flight_ = 0;
   bool stop_ = false;
+  // A transient failure's pause before the worker sends again: 50 us doubled per try in a
+  // row, at most kMaxRetryPauseUs (16 tries wait ~0.2 s in all).
+  static constexpr int64_t kMaxRetryPauseUs = 20000;
+  int64_t retry_pause_us_ = 0;
   Ticket next_ticket_ = 1;
   std::unordered_map<Ticket, Request> requests_;
   NvmeFileStats stats_;

@@ -76,8 +76,8 @@ struct RunStart {
 
 // `writer`: rank 0 (or the only rank) claims the folder and opens the sinks; the other
 // ranks of a data-parallel run only find the checkpoint to resume. `agree` (several
-// ranks): called by every rank with the step it found (-1: none), before rank 0 moves,
-// deletes or writes anything (CheckRanksResumeOneStep).
+// ranks): called by every rank with the step it found (-1: none), before rank 0 sets
+// aside, moves or deletes anything (CheckRanksResumeOneStep; only the folder locks exist).
 RunStart StartRun(const Config& c, bool writer, const std::function<void(int64_t)>& agree) {
   RunStart s;
   const std::string ckpt_dir = CheckpointDir(c);

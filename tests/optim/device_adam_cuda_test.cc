@@ -45,7 +45,8 @@ Layout Small() { return {"small", {{0, 700, true, true, 3, 11u}, {768, 1000, fal
 // One parameter of more blocks than a launch has thread blocks (4,096): each strides.
 Layout Large() { return {"large", {{0, 4608 * 256 - 100, true, true, 2, 21u}}, 4608 * 256, 4608 * 256}; }
 
-// 45 parameters in one batch: three launches of at most 20 pieces.
+// 45 parameters, the eighth left out of the step (which splits the batch): launches of
+// 7, 20 and 17 pieces, more than one launch's 20.
 Layout Many() {
   Layout l{"many", {}, 45 * 512, 45 * 512};
   for (int i = 0; i < 45; ++i) l.params.push_back({i * 512, 300 + 4 * i, i % 2 == 0, i != 7, 1 + i % 5, 100u + i});

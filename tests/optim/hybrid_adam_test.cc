@@ -725,7 +725,8 @@ TEST_CASE("speculation of device-resident compute chunks: to the host on the cop
     const PrecisionConfig pc = SpeculationPrecision(dtype);
     LossScaler scale_plain(pc), scale_spec(pc);
     const float finf = std::numeric_limits<float>::infinity();
-    const Case cases[] = {{inf, 0, false, 2, 0}, {1e-3, 0, false, 0, 2}, {1e6, finf, true, 0, 2}, {1e6, 0, false, 2, 0}};
+    const Case cases[] = {{inf, 0, false, 2, 0},    {1e-3, 0, false, 0, 2}, {1e6, finf, true, 0, 2},
+                          {1e6, 0, false, 2, 0},    {inf, 3e19f, true, 0, 2}};
     uint64_t seed = 1;
     for (const Case& k : cases) {
       INFO("max norm " << k.max_norm << ", bad gradient " << k.bad_grad);

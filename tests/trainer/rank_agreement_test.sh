@@ -72,6 +72,7 @@ for r in 0 1; do
 done
 saved=$(ls "$tmp/same/checkpoints" | grep -v '^step_[34]$' | grep -v '^latest$' || true)
 [ -z "$saved" ] || fail "resume: a checkpoint was saved or moved ($saved)"
+[ -f "$tmp/same/checkpoints/step_4/state.json" ] || fail "resume: the newer checkpoint step_4 was removed"
 
 echo "== a rendezvous port held by a program that never answers"
 silent_port_file="$tmp/silent.port"

@@ -209,6 +209,7 @@ void ChunkEngine::AddStepMetrics(MetricFields& fields) {
     const chunkmem::NvmeFileStats fs = nvme->file_stats();
     fields.Add("nvme_read_bytes", fs.read_bytes)
         .Add("nvme_written_bytes", fs.written_bytes)
+        .Add("nvme_transient_retries", fs.transient_retries)
         .Add("nvme_wait_ms", nvme->ring_stats().wait_ms);
   }
   if (comm_ != nullptr) {
