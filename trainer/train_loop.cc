@@ -41,6 +41,7 @@
 #include "trainer/logging/tensorboard_writer.h"
 #include "trainer/rank_agreement.h"
 #include "trainer/run_data.h"
+#include "trainer/run_preflight.h"
 #include "trainer/trainer.h"
 
 namespace ps::trainer {
@@ -351,6 +352,7 @@ TrainResult Train(const Config& c, const TrainOptions& options) {
   phases.Mark("setup");
   RunData data(c, rank.rank, rank.world);  // every input is checked before a file is written
   phases.Mark("data");
+  CheckRunCanStart(c, rank.device, options.comm);  // a refused plan claims no folder (run.overwrite deletes)
   std::function<void(int64_t)> agree;  // every rank resumes the same step (or none)
   if (options.comm && rank.world > 1) {
     agree = [&](int64_t step) { CheckRanksResumeOneStep(*options.comm, step, rank.device); };

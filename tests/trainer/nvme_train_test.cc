@@ -7,7 +7,8 @@
 // checkpoint goes on with the same losses (ZeRO over 2 ranks: zero_test.sh); a disk that
 // cannot hold the tier stops the resumed run with an error naming it, and the checkpoint
 // before stays valid and resumes bitwise; unusable directories and speculation are
-// refused before training, naming the key.
+// refused before training, naming the key (and by --plan), and a refused run deletes
+// nothing of an earlier one under run.overwrite.
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -20,6 +21,7 @@
 #include "tests/temp_dir.h"
 #include "tests/trainer/killed_run.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/engine/chunk_setup.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/train_loop.h"
 
@@ -245,6 +247,39 @@ TEST_CASE("NVMe tier: refusals before training name the key", "[nvme][config]") 
                     Catch::Contains("chunk.nvme_dir and optimizer.speculation_slots 2 cannot be combined"));
   CHECK_THROWS_WITH(Tiny("nvme_plain", {"chunk.enabled=false", "chunk.nvme_dir=" + NvmeDir("plain")}),
                     Catch::Contains("chunk.nvme_dir needs chunk.enabled: true"));
+  // --plan refuses the same directory (exit 3), with the same reason.
+  bool fits = true;
+  const std::string plan = PlanReport(c, at::kCPU, &fits);
+  CHECK_FALSE(fits);
+  CHECK_THAT(plan, Catch::Contains("refused           chunk.nvme_dir: directory '" + missing + "' cannot be used"));
+}
+
+TEST_CASE("a refused plan claims nothing: run.overwrite keeps the earlier run", "[nvme][config][overwrite]") {
+  const Config earlier = Tiny("refused_overwrite", {"train.max_steps=2"});
+  Train(earlier);
+  const std::string folder = earlier.run.output_dir;
+  const std::vector<std::string> saved = ListCheckpoints(folder + "/checkpoints");
+  REQUIRE(saved.size() == 1);
+  const auto config_text = [&] {
+    std::ifstream in(folder + "/config.resolved.yaml");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string config_before = config_text();
+  const std::string missing = TempDir() + "/no_such_dir";
+  for (const std::vector<std::string>& refused :
+       {std::vector<std::string>{"chunk.nvme_dir=" + missing, "chunk.nvme_host_budget_bytes=0",
+                                 "optimizer.hybrid_adam=false"},
+        std::vector<std::string>{"chunk.host_budget_bytes=100000"}}) {
+    std::vector<std::string> extra = refused;
+    extra.push_back("run.overwrite=true");
+    extra.push_back("train.max_steps=2");
+    INFO(refused.front());
+    CHECK_THROWS_WITH(Train(Tiny("refused_overwrite", extra)),
+                      Catch::Contains(refused.size() > 1 ? "chunk.nvme_dir: directory" : "does not fit"));
+    CHECK(ListCheckpoints(folder + "/checkpoints") == saved);  // not deleted by the overwrite
+    CHECK(ReadCheckpoint(saved.front()).step == 2);
+    CHECK(config_text() == config_before);  // not rewritten with the refused config
+  }
 }
 
 }  // namespace ps::trainer

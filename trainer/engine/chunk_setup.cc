@@ -8,7 +8,6 @@
 
 #include "chunkmem/master_rule.h"
 #include "chunkmem/memory_plan.h"
-#include "chunkmem/nvme_file.h"
 #include "optim/cpu_topology.h"
 #include "trainer/config/config_loader.h"
 #include "trainer/engine/model_factory.h"
@@ -107,18 +106,8 @@ chunkmem::RuntimeOptions RuntimeOptionsOf(const Config& c, int world_size) {
 // it does not fit; a stated device memory below the card's caps the caching allocator.
 RunPlan FittingPlan(const Config& c, at::Device device, int world, int rank) {
   RunPlan run_plan = PlanRun(c, device, world, rank);
-  if (!run_plan.plan.fits) throw ConfigError("this run does not fit its memory budgets: " + run_plan.plan.why_not);
-  // Before anything is allocated, the directory can hold the file (a directory named is one
-  // meant to work: checked even when the plan puts nothing there this run).
-  const std::string refusal =
-      c.chunk.nvme_dir.empty() ? "" : chunkmem::CheckNvmeDir(c.chunk.nvme_dir, run_plan.plan.tiers.nvme_bytes);
-  if (!refusal.empty()) {
-    const int64_t chunks = run_plan.plan.tiers.nvme_chunks, bytes = run_plan.plan.tiers.nvme_bytes;
-    throw ConfigError("chunk.nvme_dir: " + refusal +
-                      (chunks > 0 ? " (the plan puts the optimizer state of " + std::to_string(chunks) +
-                                        " chunks there: " + std::to_string(bytes) + " bytes)"
-                                  : " (the plan puts no optimizer state there this run: 0 bytes)"));
-  }
+  const std::string refusal = PlanRefusal(c, run_plan, run_plan.plan.tiers.nvme_bytes);
+  if (!refusal.empty()) throw ConfigError(refusal);
   // A stated device memory below the card's is a hard limit: the caching allocator is
   // capped there, so going beyond it is an out-of-memory error, as on a card that small.
   if (device.is_cuda() && c.chunk.device_memory_bytes > 0 &&
@@ -386,14 +375,6 @@ RunPlan PlanRun(const Config& c, at::Device device, int world_size, int rank) {
                      " MiB (lower train.micro_batch_size or turn on model.activation_checkpointing)";
   }
   return r;
-}
-
-std::string PlanReport(const Config& c, at::Device device, bool* fits, int world_size, int rank) {
-  const RunPlan r = PlanRun(c, device, world_size, rank);
-  *fits = r.plan.fits;
-  std::string head = "memory plan for '" + c.run.name + "' (" + optim::ToString(c.precision.dtype) + ", " +
-                     (r.budgets.simulated ? "simulated device" : "CUDA device") + ")\n";
-  return head + chunkmem::FormatPlan(r.plan, r.input);
 }
 
 }  // namespace ps::trainer

@@ -82,8 +82,17 @@ void CheckAccumulationSchedule(const Config& config, int world_size);
 // `world_size`, `rank`: the plan of that rank of a ZeRO run (chunkmem::PlanInput).
 RunPlan PlanRun(const Config& config, at::Device device, int world_size = 1, int rank = 0);
 
+// Why a run with `run_plan` cannot start (empty: it can): the plan does not fit its
+// budgets, or chunk.nvme_dir cannot hold `nvme_dir_bytes` (this rank's tier file, or the
+// files of every rank of this machine that shares the directory: `sharing` then says so
+// in the message, after the plan's own bytes). What MakeChunkSetup, the trainer's start
+// and `--plan` refuse by (plan_refusal.cc).
+std::string PlanRefusal(const Config& config, const RunPlan& run_plan, int64_t nvme_dir_bytes,
+                        const std::string& sharing = "");
+
 // The `--plan` report for `config`: model data per tier, the largest model the budgets
-// hold, and whether this run fits. Allocates nothing. Sets `fits`.
+// hold, and whether this run fits (and, with chunk.nvme_dir, whether the directory can
+// hold this rank's tier file: a "refused" line). Allocates nothing. Sets `fits`.
 // `world_size`, `rank`: the plan of that rank of a ZeRO run.
 std::string PlanReport(const Config& config, at::Device device, bool* fits, int world_size = 1, int rank = 0);
 
