@@ -142,9 +142,11 @@ check() {
       run lora8b_8gb 280 "${L8[@]}"
       run lora8b_card 280 "${L8[@]}" --set chunk.device_memory_bytes=0 ;;
     state_q)  # issue #25 §1: optimizer.state_dtype fp32/bf16/int8 on CUDA, quick-start model, every chunk on the
-      # device (the device update path), 40 steps on synthetic tokens: the losses side by side
+      # device (the device update path), 40 steps on synthetic tokens: the losses side by side; a checkpoint at
+      # steps 20 and 40 (device chunks written in pieces; 8-bit moments packed one parameter at a time)
       local Q=(--config configs/quickstart.yaml --set run.device=cuda --set data.format=synthetic --set data.train_path=
-               --set data.valid_path= --set train.max_steps=40 --set train.eval_every=0 --set chunk.enabled=true)
+               --set data.valid_path= --set train.max_steps=40 --set train.eval_every=0 --set chunk.enabled=true
+               --set checkpoint.every_steps=20)
       for s in fp32 bf16 int8; do run state_q_$s 60 "${Q[@]}" --set optimizer.state_dtype=$s; done ;;
     state6b)  # issue #25 §1: GPT3_6B micro 8 (as gpt3_6b) with bf16 and with int8 moments: host bytes, step, placement
       for s in bf16 int8; do

@@ -167,7 +167,13 @@ EngineState LoadedBy(const Config& c, const EngineState& saved) {
   plan.all_provided = true;
   const std::unique_ptr<TrainingEngine> engine = MakeEngine(MakeModel(c), c, at::kCPU, plan);
   engine->Load(saved);
-  return engine->Save();
+  EngineState loaded = engine->Save();
+  for (const auto& [name, m] : loaded.exp_avg) {  // 8-bit moments: read as the writer reads them
+    if (m.scalar_type() == at::kByte) CHECK(m.is_meta());  // not packed copies of the whole state
+  }
+  if (loaded.deferred) CHECK_FALSE(loaded.deferred->reads_tier());  // in memory: may be snapshot
+  ReadDeferredValues(loaded);
+  return loaded;
 }
 
 // A checkpoint's moment `saved` as fp32 (8-bit ones dequantised).

@@ -64,32 +64,55 @@ class NvmeCursor {
   int chunk_ = -1;
 };
 
-// A checkpoint's values on the NVMe tier (EngineState::deferred), read one chunk at a
-// time as the writer asks for them: no host copy of the tier's state.
-class TierValues final : public DeferredValues {
+// Parameter i's 8-bit moment `kind` (m or v) in its chunk's payload.
+optim::Int8Moment Int8MomentOf(const chunkmem::ChunkRuntime& rt, chunkmem::ChunkKind kind, int i) {
+  const auto& pl = rt.layout().placements()[i];
+  return optim::Int8MomentOf(rt.store().payload(rt.chunk_id(kind, pl.chunk_id)),
+                             rt.layout().chunks()[pl.chunk_id].capacity_numel, pl.offset_numel, pl.numel);
+}
+
+// A checkpoint's deferred values (EngineState::deferred), read as the writer asks for
+// them: the NVMe tier's state one chunk at a time, and 8-bit moments packed (codes, then
+// block scales) one parameter at a time into host memory: no copy of the whole state.
+class ChunkValues final : public DeferredValues {
  public:
-  explicit TierValues(const chunkmem::ChunkRuntime& rt) : rt_(rt) {
-    for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) index_[rt.params()[i].name] = i;
+  explicit ChunkValues(const chunkmem::ChunkRuntime& rt) : rt_(rt) {
+    for (int i = 0; i < static_cast<int>(rt.params().size()); ++i) {
+      index_[rt.params()[i].name] = i;
+      reads_tier_ = reads_tier_ || rt.optimizer_on_nvme(rt.layout().placements()[i].chunk_id);
+    }
   }
   at::Tensor Read(const std::string& map, const std::string& name) override {
     const int i = index_.at(name);
     if (!cursor_) cursor_.emplace(rt_, /*written=*/false);
     cursor_->Mount(rt_.layout().placements()[i].chunk_id);
     const ChunkKind kind = map == "params" ? ChunkKind::kMaster : map == "exp_avg" ? ChunkKind::kAdamM : ChunkKind::kAdamV;
-    return rt_.View(kind, i);  // the slot's: the writer writes it before the next Read
+    if (kind == ChunkKind::kMaster || rt_.state_dtype() != at::kByte) return rt_.View(kind, i);  // the slot's, if mounted
+    const optim::Int8Moment moment = Int8MomentOf(rt_, kind, i);
+    const int64_t numel = moment.codes.numel();
+    packed_ = at::empty({optim::PackedInt8Numel(numel)}, at::kByte);  // the one before is the writer's no more
+    packed_.narrow(0, 0, numel).copy_(moment.codes.reshape({-1}));
+    packed_.narrow(0, numel, packed_.numel() - numel).copy_(moment.scales.view(at::kByte));
+    return packed_;
   }
+  bool reads_tier() const override { return reads_tier_; }
   // The chunk, then the map (a chunk's m and v come from one mounted slot), then the offset.
   std::array<int64_t, 3> Position(const std::string& map, const std::string& name) const override {
     const auto& pl = rt_.layout().placements()[index_.at(name)];
     const int64_t map_rank = map == "params" ? 0 : map == "exp_avg" ? 1 : 2;
     return {pl.chunk_id, map_rank, pl.offset_numel};
   }
-  void Finish() override { cursor_.reset(); }  // the last chunk unmounted
+  void Finish() override {  // the last chunk unmounted
+    cursor_.reset();
+    packed_ = at::Tensor();
+  }
 
  private:
   const chunkmem::ChunkRuntime& rt_;
   std::optional<NvmeCursor> cursor_;
   std::unordered_map<std::string, int> index_;
+  bool reads_tier_ = false;  // some chunk's optimizer state is on the NVMe tier
+  at::Tensor packed_;        // the last 8-bit moment read
 };
 
 nlohmann::json WarmupToJson(const chunkmem::WarmupState& w) {
@@ -106,13 +129,6 @@ chunkmem::WarmupState WarmupFromJson(const nlohmann::json& j) {
   w.chunk_moments = j.at("chunk_moments").get<std::vector<std::vector<int>>>();
   w.non_model_peak_bytes = j.at("non_model_peak_bytes").get<std::vector<int64_t>>();
   return w;
-}
-
-// Parameter i's 8-bit moment `kind` (m or v) in its chunk's payload.
-optim::Int8Moment Int8MomentOf(const chunkmem::ChunkRuntime& rt, chunkmem::ChunkKind kind, int i) {
-  const auto& pl = rt.layout().placements()[i];
-  return optim::Int8MomentOf(rt.store().payload(rt.chunk_id(kind, pl.chunk_id)),
-                             rt.layout().chunks()[pl.chunk_id].capacity_numel, pl.offset_numel, pl.numel);
 }
 
 }  // namespace
@@ -240,25 +256,26 @@ EngineState ChunkEngine::Save() const {
   // ZeRO: this rank's share (the parameters of the chunks it owns), which it writes into
   // its own checkpoint files; the step counts of every parameter (state.json's).
   at::Tensor steps = at::zeros({num_params}, at::kLong);
-  NvmeCursor nvme(rt, /*written=*/false);  // 8-bit moments of the NVMe tier: packed copies
   for (int i = 0; i < num_params; ++i) {
     // LoRA's base: its fingerprint (below), not its values.
     const int chunk = rt.layout().placements()[i].chunk_id;
     if (!rt.owned(chunk) || rt.frozen(i)) continue;
     const std::string& name = rt.params()[i].name;
-    // State on the NVMe tier: meta tensors, read by the writer (TierValues).
+    // State on the NVMe tier, and 8-bit moments: meta tensors, read by the writer (ChunkValues).
     const bool on_tier = rt.optimizer_on_nvme(chunk);
-    if (on_tier && !out.deferred) out.deferred = std::make_shared<TierValues>(rt);
+    const bool int8 = rt.state_dtype() == at::kByte;
+    if ((on_tier || int8) && !out.deferred) out.deferred = std::make_shared<ChunkValues>(rt);
     auto value = [&](ChunkKind kind, at::ScalarType dtype) {
       return on_tier ? at::empty(rt.param_sizes(i), at::TensorOptions().dtype(dtype).device(at::kMeta))
                      : rt.View(kind, i);
     };
     // The tier holds a separate fp32 master; else the master is the compute chunk, in memory.
     out.params[name] = rt.separate_master() ? value(ChunkKind::kMaster, at::kFloat) : rt.View(ChunkKind::kMaster, i);
-    if (rt.state_dtype() == at::kByte) {  // 8-bit moments: codes and block scales, packed (a copy)
-      nvme.Mount(chunk);
-      out.exp_avg[name] = optim::PackInt8(Int8MomentOf(rt, ChunkKind::kAdamM, i));
-      out.exp_avg_sq[name] = optim::PackInt8(Int8MomentOf(rt, ChunkKind::kAdamV, i));
+    if (int8) {  // 8-bit moments: codes and block scales, packed as the writer reads them
+      const auto packed = at::TensorOptions().dtype(at::kByte).device(at::kMeta);
+      const int64_t bytes = optim::PackedInt8Numel(rt.layout().placements()[i].numel);
+      out.exp_avg[name] = at::empty({bytes}, packed);
+      out.exp_avg_sq[name] = at::empty({bytes}, packed);
     } else {
       out.exp_avg[name] = value(ChunkKind::kAdamM, rt.state_dtype());
       out.exp_avg_sq[name] = value(ChunkKind::kAdamV, rt.state_dtype());

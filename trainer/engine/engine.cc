@@ -3,11 +3,38 @@
 #include <ATen/TensorOperators.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <chrono>
+#include <tuple>
+#include <vector>
 
 namespace ps::trainer {
 
 using Clock = std::chrono::steady_clock;
+
+void ReadDeferredValues(EngineState& state) {
+  if (!state.deferred) return;
+  const std::shared_ptr<DeferredValues> reader = state.deferred;  // outlives `finish` below
+  DeferredValues& values = *reader;
+  std::vector<std::tuple<std::array<int64_t, 3>, std::string, models::TensorMap*, std::string>> reads;
+  for (auto [map_name, map] : {std::pair{"params", &state.params}, std::pair{"exp_avg", &state.exp_avg},
+                               std::pair{"exp_avg_sq", &state.exp_avg_sq}}) {
+    for (const auto& [name, tensor] : *map) {
+      if (tensor.is_meta()) reads.emplace_back(values.Position(map_name, name), map_name, map, name);
+    }
+  }
+  std::sort(reads.begin(), reads.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a), std::get<3>(a)) < std::tie(std::get<0>(b), std::get<1>(b), std::get<3>(b));
+  });
+  struct FinishAtEnd {  // also when a read throws
+    DeferredValues& values;
+    ~FinishAtEnd() { values.Finish(); }
+  } finish{values};
+  for (const auto& [position, map_name, map, name] : reads) {
+    (*map)[name] = values.Read(map_name, name).detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  }
+  state.deferred.reset();
+}
 
 Clock::time_point TrainingEngine::PhaseBoundary() const {
   const at::Device dev = device();

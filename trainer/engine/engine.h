@@ -57,8 +57,9 @@ struct StepOutcome {
 };
 
 // Values an EngineState leaves on the meta device (those tensors carry dtype and shape
-// only; a chunk run keeps the values in its NVMe tier): the checkpoint writer reads each
-// one as it writes it, so the values never sit in host memory all at once. Read(map,
+// only; a chunk run keeps the values in its NVMe tier, or as 8-bit codes and block
+// scales that a checkpoint stores packed): the checkpoint writer reads each one as it
+// writes it, so the values never sit in host memory all at once. Read(map,
 // name), `map` one of "params", "exp_avg", "exp_avg_sq": the values, valid until the
 // next Read or Finish. Finish after the last Read (also after a failed write).
 // Position(map, name): where the values are stored, as a sort key; reading a file's
@@ -70,6 +71,10 @@ class DeferredValues {
   virtual at::Tensor Read(const std::string& map, const std::string& name) = 0;
   virtual std::array<int64_t, 3> Position(const std::string& map, const std::string& name) const = 0;
   virtual void Finish() = 0;
+  // Whether reading goes to the NVMe tier (then the writer reads as it writes, on the
+  // training thread); false: the values are in memory, so a snapshot may read them all
+  // for a background write (ReadDeferredValues) when the host has room.
+  virtual bool reads_tier() const { return true; }
 };
 
 // The training state by parameter name, independent of the chunk layout (checkpoints).
@@ -86,6 +91,11 @@ struct EngineState {
   // deferred values is written on the training thread, not in the background.
   std::shared_ptr<DeferredValues> deferred;
 };
+
+// Reads every deferred value of `state` into a host tensor of its own (in Position order,
+// each stored unit once per map), finishes and drops the reader: `state` then holds all
+// its values in host memory, independent of the engine (a snapshot; tests).
+void ReadDeferredValues(EngineState& state);
 
 class TrainingEngine {
  public:

@@ -59,6 +59,28 @@ std::vector<std::string> DataOrder(const models::TensorMap& tensors, const Posit
   return order;
 }
 
+// Passes the bytes of `values` to `put`: a host tensor's at once, another device's in pieces
+// of at most 64 MiB through one host buffer (no whole host copy of a GPU embedding's master).
+template <typename Put>
+void PutValues(const at::Tensor& values, const Put& put) {
+  const at::Tensor t = values.detach();
+  const auto element_bytes = static_cast<int64_t>(t.element_size());
+  if (t.is_cpu()) {
+    const at::Tensor host = t.contiguous();
+    put(host.data_ptr(), static_cast<size_t>(host.numel() * element_bytes));
+    return;
+  }
+  const at::Tensor flat = t.contiguous().reshape({-1});
+  const int64_t per_piece = std::max<int64_t>(1, (int64_t{64} << 20) / element_bytes);
+  const at::Tensor buffer = at::empty({std::min(per_piece, flat.numel())}, flat.options().device(at::kCPU));
+  for (int64_t from = 0; from < flat.numel(); from += per_piece) {
+    const int64_t n = std::min(per_piece, flat.numel() - from);
+    at::Tensor piece = buffer.narrow(0, 0, n);
+    piece.copy_(flat.narrow(0, from, n));
+    put(piece.data_ptr(), static_cast<size_t>(n * element_bytes));
+  }
+}
+
 FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tensors, const Fetch& fetch = {},
                           const Position& position = {}) {
   CheckedFile out(path, CheckedFile::Mode::kTruncate);
@@ -93,8 +115,7 @@ FileEntry WriteTensorFile(const std::string& path, const models::TensorMap& tens
                   name, "' was read as ", values.sizes(), " ", values.scalar_type(), ", declared ", tensor.sizes(), " ",
                   tensor.scalar_type());
     }
-    const at::Tensor host = values.detach().to(at::kCPU).contiguous();
-    put(host.data_ptr(), static_cast<size_t>(host.numel()) * host.element_size());
+    PutValues(values, put);
   }
   out.Sync();
   out.Close();
@@ -106,7 +127,6 @@ models::TensorMap Prefixed(const models::TensorMap& tensors, const std::string& 
   for (const auto& [name, t] : tensors) out.emplace(prefix + name, t);
   return out;
 }
-
 
 }  // namespace
 

@@ -27,9 +27,13 @@ int64_t TensorBytes(const models::TensorMap& map) {
   return bytes;
 }
 
-// Host copies of every tensor, so training can go on while they are written.
-void Snapshot(models::TensorMap& map) {
-  for (auto& [name, t] : map) t = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+// Host copies of every tensor, so training can go on while they are written: deferred
+// values (in memory: DeferredValues::reads_tier false) read, the others copied.
+void Snapshot(EngineState& e) {
+  ReadDeferredValues(e);  // host tensors of their own
+  for (models::TensorMap* map : {&e.params, &e.exp_avg, &e.exp_avg_sq}) {
+    for (auto& [name, t] : *map) t = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  }
 }
 
 // First number in `path` (a /proc or cgroup file), or -1.
@@ -64,6 +68,12 @@ int64_t AvailableHostBytes() {
 
 // Whether the host has room for a snapshot of `bytes` (with a quarter to spare).
 bool HostHasRoomFor(int64_t bytes) { return static_cast<double>(bytes) * 1.25 < static_cast<double>(AvailableHostBytes()); }
+
+// Whether a save may go to the background: asked for, no value to read from the NVMe
+// tier (read as it is written, on this thread), and room for the copies.
+bool MayWriteInBackground(bool async, const EngineState& e, int64_t bytes) {
+  return async && (!e.deferred || !e.deferred->reads_tier()) && HostHasRoomFor(bytes);
+}
 
 }  // namespace
 
@@ -118,8 +128,8 @@ void Checkpointer::Save(CheckpointContents contents) {
   const int64_t bytes = TensorBytes(e.params) + TensorBytes(e.exp_avg) + TensorBytes(e.exp_avg_sq);
   SaveRecord record;
   record.step = contents.step;
-  // Deferred values (the NVMe tier) are read on this thread, as they are written.
-  record.background = config_.async && !e.deferred && HostHasRoomFor(bytes);
+  // Deferred values of the NVMe tier are read on this thread, as they are written.
+  record.background = MayWriteInBackground(config_.async, e, bytes);
   if (!record.background) {
     const CheckpointWriteReport r = WriteCheckpoint(dir_, contents);
     record.path = r.path;
@@ -130,9 +140,7 @@ void Checkpointer::Save(CheckpointContents contents) {
     return;
   }
   const auto t0 = Clock::now();
-  Snapshot(contents.engine.params);
-  Snapshot(contents.engine.exp_avg);
-  Snapshot(contents.engine.exp_avg_sq);
+  Snapshot(contents.engine);
   record.snapshot_s = SecondsSince(t0);
   in_flight_ = record;
   writer_done_ = false;
@@ -173,7 +181,7 @@ void Checkpointer::SaveSharded(CheckpointContents contents) {
   record.step = step;
   record.path = dir_ + "/step_" + std::to_string(step);
   // In the background only if every rank can: the commit is a collective they must reach together.
-  const bool room = config_.async && !e.deferred && HostHasRoomFor(bytes);
+  const bool room = MayWriteInBackground(config_.async, e, bytes);
   record.background = comm::AllReduceInt(*comm_, room ? 0 : 1, comm::ReduceOp::kMax, device_) == 0;
   in_flight_contents_ = std::move(contents);
   in_flight_files_ = nlohmann::json::object();
@@ -190,9 +198,7 @@ void Checkpointer::SaveSharded(CheckpointContents contents) {
     return;
   }
   const auto t0 = Clock::now();
-  Snapshot(in_flight_contents_->engine.params);
-  Snapshot(in_flight_contents_->engine.exp_avg);
-  Snapshot(in_flight_contents_->engine.exp_avg_sq);
+  Snapshot(in_flight_contents_->engine);
   record.snapshot_s = SecondsSince(t0);
   in_flight_ = record;
   writer_done_ = false;
