@@ -170,7 +170,7 @@ std::string FormatTiers(const MemoryPlan& p, const PlanInput& in) {
   }
   if (pl.nvme_chunks > 0) {
     out += "nvme              the optimizer state of " + std::to_string(pl.nvme_chunks) + " chunks in chunk.nvme_dir (" +
-           Bytes(static_cast<double>(pl.nvme_bytes)) + "), through a ring of " + std::to_string(in.nvme_ring_slots) +
+           Bytes(static_cast<double>(pl.nvme_bytes)) + "), through a ring of " + std::to_string(pl.nvme_ring_slots) +
            " slots in host memory (" + Bytes(static_cast<double>(pl.nvme_ring_bytes)) + ")\n";
   } else if (in.nvme) {
     out += "nvme              not needed: host memory keeps every host-updated chunk's state\n";

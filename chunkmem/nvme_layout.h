@@ -35,6 +35,14 @@ inline NvmeParts NvmePartsOf(int64_t master_bytes, int64_t moment_bytes) {
   return p;
 }
 
+// The slots of the ring: `requested` (chunk.nvme_ring_slots), but no more than one per
+// chunk on the tier (a slot beyond those would never hold anything) and at least the 2 a
+// ring needs (NvmeRing).
+inline int64_t NvmeRingSlots(int64_t requested, int64_t chunks_on_tier) {
+  const int64_t used = requested < chunks_on_tier ? requested : chunks_on_tier;
+  return used < 2 ? 2 : used;
+}
+
 // Host bytes of a ring of `slots` slots for extents of at most `largest_extent_bytes`,
 // each slot one alignment unit more to start on a 4 KiB boundary (NvmeState).
 inline int64_t NvmeRingBytes(int64_t slots, int64_t largest_extent_bytes) {

@@ -11,7 +11,7 @@ namespace ps::chunkmem {
 NvmeState::NvmeState(ChunkStore& store, std::vector<NvmeChunkIds> chunks, const NvmeSettings& settings)
     : store_(store), ids_(std::move(chunks)) {
   TORCH_CHECK(settings.ring_slots >= 2, "chunk.nvme_ring_slots must be at least 2, got ", settings.ring_slots);
-  int64_t at = 0, largest = 0;
+  int64_t at = 0, largest = 0, on_tier = 0;
   for (const NvmeChunkIds& ids : ids_) {
     if (ids[kNvmeM] < 0) {  // not on the tier
       parts_.emplace_back();
@@ -24,14 +24,16 @@ NvmeState::NvmeState(ChunkStore& store, std::vector<NvmeChunkIds> chunks, const 
     extents_.push_back({at, parts_.back().extent_bytes});
     at += parts_.back().extent_bytes;
     largest = std::max(largest, parts_.back().extent_bytes);
+    ++on_tier;
   }
   TORCH_CHECK(largest > 0, "NvmeState: no chunk on the NVMe tier");
-  const int64_t ring = NvmeRingBytes(settings.ring_slots, largest);
+  const int64_t slots = NvmeRingSlots(settings.ring_slots, on_tier);
+  const int64_t ring = NvmeRingBytes(slots, largest);
   TORCH_CHECK(store_.BytesUsed(Tier::kHost) + ring <= store_.Budget(Tier::kHost), "the NVMe tier's ring (", ring,
               " bytes) does not fit the host budget");
   file_ = std::make_unique<NvmeFile>(settings.dir, at, settings.pieces_in_flight, settings.piece_bytes);
   try {
-    for (int s = 0; s < settings.ring_slots; ++s) {
+    for (int64_t s = 0; s < slots; ++s) {
       TORCH_CHECK(store_.CanHold(Tier::kHost, largest + kNvmeAlignBytes), "the NVMe tier's ring (", ring,
                   " bytes) does not fit the host budget");
       borrowed_.push_back(store_.Borrow(Tier::kHost, largest + kNvmeAlignBytes, at::kByte, /*zero=*/false));

@@ -235,22 +235,28 @@ void PlaceNvme(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSi
     std::stable_sort(keep_order.begin(), keep_order.end(), [&](int a, int b) { return z.optimizer[a] > z.optimizer[b]; });
     std::vector<int64_t> file_bytes(n, 0);  // [chunk] its state's bytes in the file
     for (int c : keep_order) file_bytes[c] = NvmeChunkBytes(layout.chunks()[c].capacity_numel, in);
-    int64_t slot = 0;  // the ring's slot: the largest chunk on the tier
-    for (int settle = 0; settle <= n; ++settle) {
-      const int64_t ring = slot > 0 ? NvmeRingBytes(in.nvme_ring_slots, slot) : 0;
+    int64_t slot = 0;     // the ring's slot: the largest chunk on the tier
+    int64_t on_tier = 0;  // the chunks on the tier, whose count bounds the ring's slots
+    for (int settle = 0; settle <= 2 * n + 1; ++settle) {
+      const int64_t ring = slot > 0 ? NvmeRingBytes(NvmeRingSlots(in.nvme_ring_slots, on_tier), slot) : 0;
       int64_t keep = in.nvme_host_budget_bytes;
       if (keep < 0) {
         const int64_t others = Add(Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_scratch_bytes), in.host_param_bytes), ring);
         keep = std::max<int64_t>(0, in.host_budget_bytes - others);
       }
-      int64_t largest = 0;
+      int64_t largest = 0, count = 0;
       for (int c : keep_order) {
         p.optimizer_on_nvme[c] = z.optimizer[c] > keep;
-        if (!p.optimizer_on_nvme[c]) keep -= z.optimizer[c];
-        else largest = std::max(largest, file_bytes[c]);
+        if (!p.optimizer_on_nvme[c]) {
+          keep -= z.optimizer[c];
+        } else {
+          largest = std::max(largest, file_bytes[c]);
+          ++count;
+        }
       }
-      if (largest <= slot) break;  // the ring assumed holds every chunk on the tier
-      slot = largest;
+      if (largest <= slot && count <= on_tier) break;  // the ring assumed holds every chunk on the tier
+      slot = std::max(slot, largest);
+      on_tier = std::max(on_tier, count);
     }
     for (int c : keep_order) {
       if (!p.optimizer_on_nvme[c]) continue;
@@ -258,7 +264,10 @@ void PlaceNvme(const ChunkLayout& layout, const TierPlanInput& in, const ChunkSi
       p.nvme_bytes = Add(p.nvme_bytes, file_bytes[c]);
       p.host_optimizer_bytes -= z.optimizer[c];
     }
-    if (p.nvme_chunks > 0) p.nvme_ring_bytes = NvmeRingBytes(in.nvme_ring_slots, slot);
+    if (p.nvme_chunks > 0) {
+      p.nvme_ring_slots = NvmeRingSlots(in.nvme_ring_slots, p.nvme_chunks);
+      p.nvme_ring_bytes = NvmeRingBytes(p.nvme_ring_slots, slot);
+    }
   }
   p.host_chunk_bytes = Add(Add(Add(Add(p.compute_bytes, p.grad_bytes), p.host_optimizer_bytes), p.host_scratch_bytes),
                            p.nvme_ring_bytes);

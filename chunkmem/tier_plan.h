@@ -104,8 +104,9 @@ struct TierPlanInput {
   bool prefetch_groups = false;
   // The NVMe tier (chunk.nvme_dir; docs/chunkmem.md, "NVMe tier"): the optimizer state of
   // host-updated chunks that host memory does not keep goes to a file, streamed through
-  // a ring of `nvme_ring_slots` host buffers of the largest such chunk's state (4 KiB-
-  // aligned parts: chunkmem/nvme_layout.h). Host memory keeps state in layout order
+  // a ring of `nvme_ring_slots` host buffers (at most one per chunk on the tier:
+  // NvmeRingSlots) of the largest such chunk's state (4 KiB-aligned parts:
+  // chunkmem/nvme_layout.h). Host memory keeps state in layout order
   // while it fits `nvme_host_budget_bytes`; < 0: what the host budget leaves after the
   // compute and grad chunks, the host buffers, the parameters outside the chunks and the
   // ring.
@@ -146,6 +147,7 @@ struct TierPlan {
   std::vector<bool> optimizer_on_nvme;
   int nvme_chunks = 0;
   int64_t nvme_bytes = 0;
+  int64_t nvme_ring_slots = 0;  // NvmeRingSlots: chunk.nvme_ring_slots, at most one per chunk on the tier
   int64_t nvme_ring_bytes = 0;
   int64_t host_scratch_bytes = 0;         // the gradient path's host buffers and the speculation slots, at most
   // Speculation slots reserved on the host: min(slots asked for, owned chunks whose

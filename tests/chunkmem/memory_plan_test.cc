@@ -221,7 +221,8 @@ TEST_CASE("NVMe tier: host memory keeps state while it fits (largest first), the
           "[plan][tiers][nvme]") {
   // bf16 as above: chunk 0's state on the device; chunks 1-3 host-updated, 12288 bytes of
   // state each (master 4096, m 4096, v 4096: already 4 KiB parts, so 12288 in the file).
-  // Ring: 4 slots x (12288 + 4096) = 65536. Compute 8192, grads 16384.
+  // Ring: 4 slots asked, one per chunk on the tier kept: 2 x (12288 + 4096) = 32768.
+  // Compute 8192, grads 16384.
   PlanInput in = Small(2, 30000, 1000000);
   in.margin_use_ratio = 0.8;
   in.nvme = true;
@@ -230,9 +231,11 @@ TEST_CASE("NVMe tier: host memory keeps state while it fits (largest first), the
   CHECK(plan.tiers.optimizer_on_device == std::vector<bool>{true, false, false, false});
   CHECK(plan.tiers.optimizer_on_nvme == std::vector<bool>{false, false, true, true});
   CHECK(plan.tiers.nvme_bytes == 2 * 12288);
-  CHECK(plan.tiers.nvme_ring_bytes == 65536);
-  CHECK(plan.host_bytes == 8192 + 16384 + 12288 + 65536);
+  CHECK(plan.tiers.nvme_ring_slots == 2);
+  CHECK(plan.tiers.nvme_ring_bytes == 32768);
+  CHECK(plan.host_bytes == 8192 + 16384 + 12288 + 32768);
   CHECK_THAT(FormatPlan(plan, in), Catch::Contains("the optimizer state of 2 chunks in chunk.nvme_dir") &&
+                                       Catch::Contains("through a ring of 2 slots") &&
                                        Catch::Contains("(2 of them in the NVMe tier)"));
   // Derived from the host budget (hybrid off: all four chunks host-updated, 49152 bytes
   // of state; a ring of 2 slots, 32768): without the ring the host would keep three
@@ -261,13 +264,14 @@ TEST_CASE("NVMe tier: host memory keeps state while it fits (largest first), the
   CHECK(plan.host_bytes == 8192 + 16384 + 3 * 12288);
   CHECK_THAT(FormatPlan(plan, in), Catch::Contains("not needed"));
   // Too little host for the state, and the ring does not fit beside the compute and grad
-  // chunks either: refused, naming the ring (every chunk's state on the tier, 65536 short).
+  // chunks either: refused, naming the ring (every chunk's state on the tier: three
+  // slots of the four asked, 49152 bytes, 36864 short).
   in.host_budget_bytes = 8192 + 16384 + 12288;
   plan = PlanMemory(in);
   CHECK_FALSE(plan.fits);
   CHECK(plan.tiers.nvme_chunks == 3);
-  CHECK_THAT(plan.why_not, Catch::Contains("the NVMe tier's ring 65536 bytes") &&
-                               Catch::Contains("is 53248 bytes (0.05 MiB) short"));
+  CHECK_THAT(plan.why_not, Catch::Contains("the NVMe tier's ring 49152 bytes") &&
+                               Catch::Contains("is 36864 bytes (0.04 MiB) short"));
 }
 
 TEST_CASE("NVMe tier: the largest chunks stay in host memory first, so the ring's slots are regular ones",

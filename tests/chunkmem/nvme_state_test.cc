@@ -114,6 +114,34 @@ TEST_CASE("NvmeState: state mounted on ring slots, exact after the slots were re
   CHECK(store.BytesUsed(Tier::kHost) == 0);  // the ring went back
 }
 
+TEST_CASE("NvmeState: no more ring slots than chunks on the tier, and at least 2", "[nvme]") {
+  CHECK(NvmeRingSlots(4, 1) == 2);
+  CHECK(NvmeRingSlots(4, 3) == 3);
+  CHECK(NvmeRingSlots(4, 100) == 4);
+  CHECK(NvmeRingSlots(2, 0) == 2);
+  ChunkStore store = HostStore(int64_t{64} << 20);
+  std::vector<NvmeChunkIds> ids;
+  for (int c = 0; c < 3; ++c) ids.push_back(AddState(store, 1000, false));  // extents of 12,288 bytes
+  {
+    NvmeState nvme(store, {ids[0]}, {FreshDir("slots_one"), /*ring_slots=*/8, 4, 8192});
+    CHECK(nvme.ring_bytes() == NvmeRingBytes(2, 12288));
+    CHECK(store.BytesUsed(Tier::kHost) == nvme.ring_bytes());
+  }
+  NvmeState nvme(store, ids, {FreshDir("slots_three"), /*ring_slots=*/8, 4, 8192});
+  CHECK(nvme.ring_bytes() == NvmeRingBytes(3, 12288));
+  for (int round = 0; round < 2; ++round) {  // every chunk through the three slots, twice
+    for (int c = 0; c < 3; ++c) {
+      NvmeMount mount(nvme, c);
+      if (round == 0) {
+        mount.set_written();
+        store.payload(ids[c][kNvmeM]).copy_(Pattern(1000, at::kBFloat16, c));
+      } else {
+        CHECK(at::equal(store.payload(ids[c][kNvmeM]), Pattern(1000, at::kBFloat16, c)));
+      }
+    }
+  }
+}
+
 TEST_CASE("NvmeState: a ring the host budget cannot take is refused", "[nvme]") {
   ChunkStore store = HostStore(30000);
   std::vector<NvmeChunkIds> ids = {AddState(store, 4000, false)};  // extent 16,384 + 8,192 + 8,192

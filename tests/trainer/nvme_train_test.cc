@@ -247,6 +247,12 @@ TEST_CASE("NVMe tier: refusals before training name the key", "[nvme][config]") 
                     Catch::Contains("chunk.nvme_dir and optimizer.speculation_slots 2 cannot be combined"));
   CHECK_THROWS_WITH(Tiny("nvme_plain", {"chunk.enabled=false", "chunk.nvme_dir=" + NvmeDir("plain")}),
                     Catch::Contains("chunk.nvme_dir needs chunk.enabled: true"));
+  // The tier's own keys without a tier: named, where they were set.
+  CHECK_THROWS_WITH(Tiny("nvme_keys", {"chunk.nvme_host_budget_bytes=0"}),
+                    Catch::Contains("--set chunk.nvme_host_budget_bytes=0: chunk.nvme_host_budget_bytes is set but "
+                                    "chunk.nvme_dir is empty"));
+  CHECK_THROWS_WITH(Tiny("nvme_keys", {"chunk.nvme_ring_slots=8"}),
+                    Catch::Contains("chunk.nvme_ring_slots is set but chunk.nvme_dir is empty"));
   // --plan refuses the same directory (exit 3), with the same reason.
   bool fits = true;
   const std::string plan = PlanReport(c, at::kCPU, &fits);

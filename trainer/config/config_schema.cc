@@ -572,7 +572,7 @@ std::vector<FieldSpec> BuildConfigSchema() {
           IntRange(-1, kMaxBytes)),
       Int("chunk.nvme_ring_slots", PS_ACCESS(chunk.nvme_ring_slots),
           "with chunk.nvme_dir: host buffers of one chunk's optimizer state each, through which the tier reads "
-          "ahead and writes behind", IntRange(2, 64)),
+          "ahead and writes behind (at most one per chunk on the tier)", IntRange(2, 64)),
       // distributed
       Enum<comm::Launcher>("distributed.launcher", PS_ACCESS(distributed.launcher),
                            "auto: torchrun env (RANK, WORLD_SIZE), else Slurm env (SLURM_PROCID, SLURM_NTASKS > 1), else one process",

@@ -169,7 +169,17 @@ class Validator {
   // updates chunks in backward, before the tier's reads in the step's order.
   void ValidateNvme() const {
     const auto& c = config_;
-    if (c.chunk.nvme_dir.empty()) return;
+    if (c.chunk.nvme_dir.empty()) {  // the tier's own keys only with a tier
+      const chunkmem::ChunkConfig defaults;
+      const std::pair<const char*, bool> keys[] = {
+          {"chunk.nvme_host_budget_bytes", c.chunk.nvme_host_budget_bytes != defaults.nvme_host_budget_bytes},
+          {"chunk.nvme_ring_slots", c.chunk.nvme_ring_slots != defaults.nvme_ring_slots}};
+      for (const auto& [key, changed] : keys) {
+        if (changed) throw ConfigError(At(key) + ": " + key + " is set but chunk.nvme_dir is empty (no NVMe tier); "
+                                       "name the tier's directory, or drop the key");
+      }
+      return;
+    }
     if (!c.chunk.enabled) {
       throw ConfigError(At("chunk.nvme_dir") + ": chunk.nvme_dir needs chunk.enabled: true (the NVMe tier holds "
                         "chunks' optimizer state)");
