@@ -58,6 +58,7 @@ class NvmeState {
 
   int64_t file_bytes() const { return file_->size_bytes(); }
   int64_t ring_bytes() const;
+  int ring_slots() const { return static_cast<int>(slots_.size()); }  // NvmeRingSlots: at most one per chunk
   const std::string& backend() const { return file_->backend(); }
   NvmeRingStats ring_stats() const { return ring_->stats(); }
   NvmeFileStats file_stats() const { return file_->stats(); }

@@ -44,7 +44,7 @@ verdict() {
     bf16) args+=(--set optimizer.state_dtype=bf16) ;;
     int8) args+=(--set optimizer.state_dtype=int8) ;;
     none) args+=(--set optimizer.state_dtype=int8 --set optimizer.master_weights=none) ;;
-    nvme) args+=(--set optimizer.state_dtype=fp32 --set chunk.nvme_dir="$tmp") ;;  # --plan: the directory is not used
+    nvme) args+=(--set optimizer.state_dtype=fp32 --set chunk.nvme_dir="$tmp") ;;  # the table takes the plan's fits line: the budgets' verdict, not this machine's disk
     lora) args+=(--set lora.enabled=true --set lora.r=16
                  --set "lora.target_modules=[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]") ;;
   esac

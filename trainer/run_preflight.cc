@@ -45,11 +45,17 @@ void CheckRunCanStart(const Config& c, at::Device device, comm::Communicator* co
     const std::vector<std::string> all = comm::AllGatherStrings(*comm, std::to_string(own) + " " + id, device);
     if (!id.empty()) bytes = BytesSharingDirectory(all, id, &sharing);
   }
-  const std::string note = sharing > 1 ? " per rank; " + std::to_string(bytes) + " bytes for the " +
+  const std::string note = sharing > 1 ? " on this rank; " + std::to_string(bytes) + " bytes for the " +
                                              std::to_string(sharing) + " ranks of this machine sharing the directory"
                                        : "";
   const std::string refusal = PlanRefusal(c, plan, bytes, note);
+  // Every rank stops, also where only one node's directory is refused (else the others
+  // would wait for it in their next collective).
+  const bool any = comm != nullptr && world > 1
+                       ? comm::AllReduceInt(*comm, refusal.empty() ? 0 : 1, comm::ReduceOp::kMax, device) != 0
+                       : !refusal.empty();
   if (!refusal.empty()) throw ConfigError(refusal);
+  if (any) throw ConfigError("another rank's chunk plan was refused before the run started (its error names why)");
 }
 
 }  // namespace ps::trainer

@@ -204,5 +204,16 @@ TEST_CASE("a saved synthetic config with stale data paths still loads for an exp
   CHECK(c.model.n_embd == 32);
 }
 
+TEST_CASE("a saved config with the NVMe tier's keys but no tier (accepted by older builds) still loads") {
+  const Config c = ConfigOfCheckpoint(
+      "model: {n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, vocab_size: 256}\n"
+      "data: {format: synthetic, seq_len: 16}\n"
+      "chunk: {enabled: true, nvme_dir: \"\", nvme_ring_slots: 8, nvme_host_budget_bytes: 0}\n",
+      "old/step_4");
+  CHECK(c.chunk.nvme_ring_slots == 4);
+  CHECK(c.chunk.nvme_host_budget_bytes == -1);
+  CHECK(c.chunk.enabled);
+}
+
 }  // namespace
 }  // namespace ps::trainer

@@ -51,7 +51,7 @@ void LogSetup(const ChunkSetup& s, const Config& c) {
     int on_tier = 0;
     for (int chunk = 0; chunk < s.runtime->layout().num_chunks(); ++chunk) on_tier += nvme->on_nvme(chunk) ? 1 : 0;
     spdlog::info("NVMe tier: the optimizer state of {} chunks in {} ({:.2f} GiB, {}), through {} host slots ({:.1f} MiB)",
-                 on_tier, c.chunk.nvme_dir, nvme->file_bytes() / 1073741824.0, nvme->backend(), c.chunk.nvme_ring_slots,
+                 on_tier, c.chunk.nvme_dir, nvme->file_bytes() / 1073741824.0, nvme->backend(), nvme->ring_slots(),
                  nvme->ring_bytes() / 1048576.0);
   }
 }

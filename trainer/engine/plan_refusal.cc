@@ -18,7 +18,7 @@ std::string PlanRefusal(const Config& c, const RunPlan& run_plan, int64_t nvme_d
   return "chunk.nvme_dir: " + refusal +
          (chunks > 0 ? " (the plan puts the optimizer state of " + std::to_string(chunks) + " chunks there: " +
                            std::to_string(bytes) + " bytes" + sharing + ")"
-                     : " (the plan puts no optimizer state there this run: 0 bytes)");
+                     : " (the plan puts no optimizer state there this run: 0 bytes" + sharing + ")");
 }
 
 std::string PlanReport(const Config& c, at::Device device, bool* fits, int world_size, int rank) {

@@ -30,10 +30,12 @@ int64_t TensorBytes(const models::TensorMap& map) {
 // Host copies of every tensor, so training can go on while they are written: deferred
 // values (in memory: DeferredValues::reads_tier false) read, the others copied.
 void Snapshot(EngineState& e) {
-  ReadDeferredValues(e);  // host tensors of their own
   for (models::TensorMap* map : {&e.params, &e.exp_avg, &e.exp_avg_sq}) {
-    for (auto& [name, t] : *map) t = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    for (auto& [name, t] : *map) {
+      if (!t.is_meta()) t = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    }
   }
+  ReadDeferredValues(e);  // the meta ones: read into host tensors of their own
 }
 
 // First number in `path` (a /proc or cgroup file), or -1.

@@ -324,6 +324,13 @@ Config ConfigOfCheckpoint(const std::string& config_yaml, const std::string& che
       overrides.push_back("data.train_path=\"\"");
       overrides.push_back("data.valid_path=\"\"");
     }
+    // Builds before the NVMe tier's keys needed chunk.nvme_dir accepted them without it
+    // (ignored); they mean nothing without a tier either.
+    const YAML::Node chunk = root["chunk"];
+    if (chunk && (!chunk["nvme_dir"] || chunk["nvme_dir"].as<std::string>().empty())) {
+      overrides.push_back("chunk.nvme_host_budget_bytes=-1");
+      overrides.push_back("chunk.nvme_ring_slots=4");
+    }
   } catch (const YAML::Exception& e) {
     TORCH_CHECK(false, checkpoint_path, ": the saved config is not valid YAML: ", e.what());
   }
