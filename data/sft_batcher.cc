@@ -58,6 +58,9 @@ SftBatcher::SftBatcher(const SftExamples& examples, int64_t seq_len, bool packin
   epoch_.total_slots = samples * seq_len_;
   PS_DATA_CHECK(epoch_.token_slots > 0, examples.description(), ": none of its ", n,
                 " examples has two tokens (an input and its target)");
+  PS_DATA_CHECK(epoch_.target_tokens > 0, examples.description(), ": none of its ", n, " examples has a trained token ",
+                "within their first ", seq_len_, " (data.seq_len): every assistant turn, or every 1 of the mask, lies ",
+                "beyond it; raise data.seq_len, or check the mask (ps_prep --format sft trains the assistant turns)");
   order_ = std::make_unique<SampleOrder>(samples, shuffle, seed);
 }
 

@@ -95,7 +95,7 @@ BertConfig ReadHfBertConfig(const std::string& folder) {
   const std::string path = (fs::path(folder) / "config.json").string();
   const nlohmann::json j = ReadHfJson(path);
   TORCH_CHECK(j.is_object(), path, ": not a JSON object");
-  const std::string type = j.value("model_type", std::string());
+  const std::string type = HfStringKey(j, "model_type", path, "");
   TORCH_CHECK(type == "bert", path, ": model_type '", type, "' is not bert");
   BertConfig c;
   c.n_layer = HfIntKey(j, "num_hidden_layers", path);
@@ -104,17 +104,19 @@ BertConfig ReadHfBertConfig(const std::string& folder) {
   c.intermediate_size = HfIntKey(j, "intermediate_size", path);
   c.n_positions = HfIntKey(j, "max_position_embeddings", path);
   c.vocab_size = HfIntKey(j, "vocab_size", path);
-  c.type_vocab_size = j.contains("type_vocab_size") ? HfIntKey(j, "type_vocab_size", path) : 2;
-  c.layer_norm_eps = j.value("layer_norm_eps", 1e-12);
-  c.dropout = j.value("hidden_dropout_prob", 0.1);
-  c.attention_dropout = j.value("attention_probs_dropout_prob", 0.1);
-  c.init_std = j.value("initializer_range", 0.02);
-  const std::string act = j.value("hidden_act", std::string("gelu"));
+  c.type_vocab_size = HfIntKey(j, "type_vocab_size", path, 2);
+  c.layer_norm_eps = HfNumberKey(j, "layer_norm_eps", path, 1e-12);
+  c.dropout = HfNumberKey(j, "hidden_dropout_prob", path, 0.1);
+  c.attention_dropout = HfNumberKey(j, "attention_probs_dropout_prob", path, 0.1);
+  c.init_std = HfNumberKey(j, "initializer_range", path, 0.02);
+  const std::string act = HfStringKey(j, "hidden_act", path, "gelu");
   TORCH_CHECK(act == "gelu", path, ": hidden_act '", act, "' is not supported (this BERT uses the erf GELU, gelu)");
-  const std::string pos = j.value("position_embedding_type", std::string("absolute"));
+  const std::string pos = HfStringKey(j, "position_embedding_type", path, "absolute");
   TORCH_CHECK(pos == "absolute", path, ": position_embedding_type '", pos, "' is not supported (absolute only)");
   std::string arch;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()) {
+    TORCH_CHECK(j["architectures"][0].is_string(), path, ": key 'architectures' is ", j["architectures"].dump(),
+                ", not a list of names");
     arch = j["architectures"][0].get<std::string>();
   }
   c.mlm_head = arch == "BertForMaskedLM" || arch == "BertForPreTraining" || arch.empty() || arch == "BertModel";
@@ -122,7 +124,7 @@ BertConfig ReadHfBertConfig(const std::string& folder) {
   if (arch == "BertForSequenceClassification") {
     c.mlm_head = false;
     c.num_labels = j.contains("id2label") && j["id2label"].is_object() ? static_cast<int64_t>(j["id2label"].size())
-                                                                       : j.value("num_labels", int64_t{2});
+                                                                       : HfIntKey(j, "num_labels", path, 2);
   }
   return c;
 }

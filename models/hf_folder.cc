@@ -75,6 +75,36 @@ int64_t HfIntKey(const nlohmann::json& j, const std::string& key, const std::str
   return j[key].get<int64_t>();
 }
 
+namespace {
+
+// Whether j[key] is absent or null: the optional key's fallback applies.
+bool Absent(const nlohmann::json& j, const std::string& key) { return !j.contains(key) || j[key].is_null(); }
+
+}  // namespace
+
+double HfNumberKey(const nlohmann::json& j, const std::string& key, const std::string& path, double fallback) {
+  if (Absent(j, key)) return fallback;
+  TORCH_CHECK(j[key].is_number(), path, ": key '", key, "' is ", j[key].dump(), ", not a number");
+  return j[key].get<double>();
+}
+
+int64_t HfIntKey(const nlohmann::json& j, const std::string& key, const std::string& path, int64_t fallback) {
+  return Absent(j, key) ? fallback : HfIntKey(j, key, path);
+}
+
+bool HfBoolKey(const nlohmann::json& j, const std::string& key, const std::string& path, bool fallback) {
+  if (Absent(j, key)) return fallback;
+  TORCH_CHECK(j[key].is_boolean(), path, ": key '", key, "' is ", j[key].dump(), ", not true or false");
+  return j[key].get<bool>();
+}
+
+std::string HfStringKey(const nlohmann::json& j, const std::string& key, const std::string& path,
+                        const std::string& fallback) {
+  if (Absent(j, key)) return fallback;
+  TORCH_CHECK(j[key].is_string(), path, ": key '", key, "' is ", j[key].dump(), ", not a string");
+  return j[key].get<std::string>();
+}
+
 std::vector<int64_t> ReadHfEosTokenIds(const std::string& folder) {
   for (const char* name : {"generation_config.json", "config.json"}) {
     const fs::path path = fs::path(folder) / name;

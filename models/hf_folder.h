@@ -37,6 +37,13 @@ std::vector<std::string> HfWeightFiles(const std::string& folder);
 
 // j[key] as an integer; throws naming `path` and the key when missing or not one.
 int64_t HfIntKey(const nlohmann::json& j, const std::string& key, const std::string& path);
+// Optional keys: `fallback` when missing or null; else throws c10::Error naming `path`,
+// the key and its value when it is not of the type (a number, true/false, a string).
+double HfNumberKey(const nlohmann::json& j, const std::string& key, const std::string& path, double fallback);
+int64_t HfIntKey(const nlohmann::json& j, const std::string& key, const std::string& path, int64_t fallback);
+bool HfBoolKey(const nlohmann::json& j, const std::string& key, const std::string& path, bool fallback);
+std::string HfStringKey(const nlohmann::json& j, const std::string& key, const std::string& path,
+                        const std::string& fallback);
 
 // The end-of-sequence ids of an HF folder: generation_config.json's eos_token_id (an
 // integer or a list of them), else config.json's; empty when neither file names one

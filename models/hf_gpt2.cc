@@ -73,7 +73,7 @@ GptConfig ReadHfGpt2Config(const std::string& folder) {
   TORCH_CHECK(fs::is_directory(folder), folder, ": not a folder (an HF model folder holds config.json and model.safetensors)");
   const nlohmann::json j = ReadHfJson(path);
   TORCH_CHECK(j.is_object(), path, ": not a JSON object");
-  const std::string type = j.value("model_type", std::string());
+  const std::string type = HfStringKey(j, "model_type", path, "");
   TORCH_CHECK(type == "gpt2", path, ": model_type '", type, "' is not gpt2 (this loader reads GPT-2 models)");
   GptConfig c;
   c.n_layer = HfIntKey(j, "n_layer", path);
@@ -81,19 +81,19 @@ GptConfig ReadHfGpt2Config(const std::string& folder) {
   c.n_embd = HfIntKey(j, "n_embd", path);
   c.n_positions = HfIntKey(j, "n_positions", path);
   c.vocab_size = HfIntKey(j, "vocab_size", path);
-  if (j.contains("layer_norm_epsilon")) c.layer_norm_eps = j["layer_norm_epsilon"].get<double>();
-  if (j.contains("tie_word_embeddings")) c.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
-  if (j.contains("initializer_range")) c.init_std = j["initializer_range"].get<double>();
-  const std::string act = j.value("activation_function", std::string("gelu_new"));
+  c.layer_norm_eps = HfNumberKey(j, "layer_norm_epsilon", path, c.layer_norm_eps);
+  c.tie_word_embeddings = HfBoolKey(j, "tie_word_embeddings", path, c.tie_word_embeddings);
+  c.init_std = HfNumberKey(j, "initializer_range", path, c.init_std);
+  const std::string act = HfStringKey(j, "activation_function", path, "gelu_new");
   TORCH_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", path, ": activation_function '", act,
               "' is not supported (this GPT uses the tanh GELU, gelu_new)");
   if (j.contains("n_inner") && !j["n_inner"].is_null()) {
-    TORCH_CHECK(j["n_inner"].get<int64_t>() == 4 * c.n_embd, path, ": n_inner ", j["n_inner"].dump(),
+    TORCH_CHECK(HfIntKey(j, "n_inner", path) == 4 * c.n_embd, path, ": n_inner ", j["n_inner"].dump(),
                 " is not 4 x n_embd = ", 4 * c.n_embd, " (the only MLP width this GPT has)");
   }
-  TORCH_CHECK(!j.value("scale_attn_by_inverse_layer_idx", false), path,
+  TORCH_CHECK(!HfBoolKey(j, "scale_attn_by_inverse_layer_idx", path, false), path,
               ": scale_attn_by_inverse_layer_idx true is not supported");
-  TORCH_CHECK(j.value("scale_attn_weights", true), path, ": scale_attn_weights false is not supported");
+  TORCH_CHECK(HfBoolKey(j, "scale_attn_weights", path, true), path, ": scale_attn_weights false is not supported");
   return c;
 }
 

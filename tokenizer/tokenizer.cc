@@ -75,13 +75,24 @@ std::string TypeOf(const json& j) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
+// A token id read from `file`: an integer in [0, kMaxTokenId] (model.vocab_size's
+// bound: an id beyond it could never be embedded, and the vocabulary's tables are sized
+// by the largest id), else an error naming the token.
+int32_t TokenId(const json& id, const std::string& token, const std::string& file) {
+  constexpr int64_t kMaxTokenId = 10000000 - 1;
+  TORCH_CHECK(id.is_number_integer(), file, ": token '", token, "' has no integer id (", id.dump(), ")");
+  const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() <= static_cast<uint64_t>(kMaxTokenId)
+                                                : id.get<int64_t>() >= 0 && id.get<int64_t>() <= kMaxTokenId;
+  TORCH_CHECK(in_range, file, ": token '", token, "' has id ", id.dump(), ", outside [0, ", kMaxTokenId, "]");
+  return static_cast<int32_t>(id.get<int64_t>());
+}
+
 std::vector<std::pair<std::string, int32_t>> ParseVocab(const json& vocab, const std::string& file) {
   TORCH_CHECK(vocab.is_object(), file, ": 'vocab' must be an object of token -> id");
   std::vector<std::pair<std::string, int32_t>> out;
   out.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    TORCH_CHECK(it.value().is_number_integer(), file, ": vocab entry '", it.key(), "' has no integer id");
-    out.emplace_back(it.key(), it.value().get<int32_t>());
+    out.emplace_back(it.key(), TokenId(it.value(), it.key(), file));
   }
   return out;
 }
@@ -94,8 +105,9 @@ std::vector<AddedToken> ParseAddedTokens(const json& j, const std::string& file)
   for (const json& t : *it) {
     AddedToken a;
     a.content = Get<std::string>(t, "content", "", file);
-    a.id = Get<int32_t>(t, "id", -1, file);
-    TORCH_CHECK(!a.content.empty() && a.id >= 0, file, ": an added token needs 'content' and 'id'");
+    const auto id = t.is_object() ? t.find("id") : t.end();
+    TORCH_CHECK(!a.content.empty() && id != t.end() && !id->is_null(), file, ": an added token needs 'content' and 'id'");
+    a.id = TokenId(*id, a.content, file);
     a.single_word = Get<bool>(t, "single_word", false, file);
     a.lstrip = Get<bool>(t, "lstrip", false, file);
     a.rstrip = Get<bool>(t, "rstrip", false, file);

@@ -212,5 +212,20 @@ TEST_CASE("sft: data with no example of two tokens is a DataError naming it", "[
   CHECK_THROWS_WITH(SftBatcher(*ex, kSeqLen, false, false, 0), Catch::Contains(p + ": none of its 2 examples"));
 }
 
+TEST_CASE("sft: data with no trained token within data.seq_len is a DataError naming it (it would train on nothing)",
+          "[data][sft][errors]") {
+  // Targets only past the first 3 positions: seq_len 3 sees none, 4 sees one.
+  const std::string p = WriteSft("late_targets", {{{1, 2, 3, 4, 5}, {0, 0, 0, 0, 1}}, {{6, 7, 8}, {0, 0, 0}}});
+  const auto ex = OpenSftExamples(p, 20);
+  for (bool packing : {false, true}) {
+    CHECK_THROWS_WITH(SftBatcher(*ex, 3, packing, false, 0),
+                      Catch::Contains(p + ": none of its 2 examples has a trained token within their first 3"));
+  }
+  CHECK_NOTHROW(SftBatcher(*ex, 4, false, false, 0));
+  const std::string none = WriteSft("all_zero_mask", {{{1, 2, 3}, {0, 0, 0}}});
+  CHECK_THROWS_WITH(SftBatcher(*OpenSftExamples(none, 20), kSeqLen, false, false, 0),
+                    Catch::Contains("has a trained token"));
+}
+
 }  // namespace
 }  // namespace ps::data

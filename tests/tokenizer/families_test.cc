@@ -234,6 +234,18 @@ TEST_CASE("unsupported pipeline components are errors naming the file and field"
   CHECK_THAT(error_with("decoder", {{"type", "CTC"}}), Catch::Contains("unsupported decoder 'CTC' at decoder"));
   CHECK_THAT(error_with("post_processor", {{"type", "RobertaProcessing"}}),
              Catch::Contains("unsupported post_processor 'RobertaProcessing' at post_processor"));
+  // Ids beyond model.vocab_size's bound (one wrapped to 0 through int32 before; one sized
+  // the tables for 2^31 entries), or not integers: named with their token.
+  for (const json& id : {json(int64_t{1} << 40), json(int64_t{2147483647}), json(-3), json("7")}) {
+    json v = base;
+    v["model"]["vocab"]["!"] = id;
+    CHECK_THAT(ErrorOf([&] { LoadTokenizer(WriteTemp("bad_id/tokenizer.json", v.dump())); }),
+               Catch::Contains("bad_id/tokenizer.json: token '!' has "));
+    json a = base;
+    a["added_tokens"][0]["id"] = id;
+    CHECK_THAT(ErrorOf([&] { LoadTokenizer(WriteTemp("bad_added_id/tokenizer.json", a.dump())); }),
+               Catch::Contains("bad_added_id/tokenizer.json: token '<|begin_of_text|>' has "));
+  }
   json j = base;
   j["model"]["dropout"] = 0.1;
   CHECK_THAT(ErrorOf([&] { LoadTokenizer(WriteTemp("dropout/tokenizer.json", j.dump())); }),

@@ -204,6 +204,42 @@ TEST_CASE("a saved synthetic config with stale data paths still loads for an exp
   CHECK(c.model.n_embd == 32);
 }
 
+// A copy of the fixture's folder whose config.json has `key` set to `value`.
+std::string FixtureWith(const std::string& name, const std::string& key, const nlohmann::json& value) {
+  const std::string dir = TempDir() + "/bad_hf_" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(kFixture + "/config.json"));
+  j[key] = value;
+  std::ofstream(dir + "/config.json") << j.dump();
+  fs::copy_file(kFixture + "/model.safetensors", dir + "/model.safetensors");
+  return dir;
+}
+
+TEST_CASE("model.init_from: config.json values out of range or of the wrong type are config errors naming them") {
+  // A head count of 0 once divided by zero (SIGFPE); a billion layers exhausted memory.
+  CHECK_THROWS_WITH(FineTune("bad_hf", {"model.init_from=" + FixtureWith("heads", "n_head", 0)}),
+                    Catch::Contains("bad_hf_heads': its config.json gives model.n_head 0, which must be in [1, "));
+  CHECK_THROWS_WITH(FineTune("bad_hf", {"model.init_from=" + FixtureWith("layers", "n_layer", 1000000000)}),
+                    Catch::Contains("its config.json gives model.n_layer 1000000000, which must be in [1, "));
+  // A field of the wrong type: named with its value (was the JSON library's own message).
+  CHECK_THROWS_WITH(FineTune("bad_hf", {"model.init_from=" + FixtureWith("tie", "tie_word_embeddings", "yes")}),
+                    Catch::Contains("config.json: key 'tie_word_embeddings' is \"yes\", not true or false"));
+  CHECK_THROWS_WITH(FineTune("bad_hf", {"model.init_from=" + FixtureWith("eps", "layer_norm_epsilon", "x")}),
+                    Catch::Contains("key 'layer_norm_epsilon' is \"x\", not a number"));
+  CHECK_THROWS_WITH(FineTune("bad_hf", {"model.init_from=" + FixtureWith("type", "model_type", nullptr)}),
+                    Catch::Contains("model_type '' is not gpt2"));
+}
+
+TEST_CASE("a text file inferred as data.format text is refused for a model with a tokenizer") {
+  const std::string text = TempDir() + "/plain.txt";
+  std::ofstream(text) << "some words, read as bytes, would mean nothing to a BPE model\n";
+  CHECK_THROWS_WITH(FineTune("text_bytes", {"data.format=auto", "data.train_path=" + text}),
+                    Catch::Contains("is text, which data.format text reads as bytes (ids 0-255), but this model has a "
+                                    "tokenizer (model.init_from '"));
+  CHECK_NOTHROW(FineTune("text_bytes", {"data.format=text", "data.train_path=" + text}));  // asked for: its bytes
+}
+
 TEST_CASE("a saved config with the NVMe tier's keys but no tier (accepted by older builds) still loads") {
   const Config c = ConfigOfCheckpoint(
       "model: {n_layer: 1, n_head: 2, n_embd: 32, n_positions: 32, vocab_size: 256}\n"

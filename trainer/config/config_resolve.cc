@@ -1,5 +1,8 @@
 #include <c10/util/Exception.h>
 
+#include <yaml-cpp/yaml.h>
+
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -9,6 +12,7 @@
 #include "models/hf_bert.h"
 #include "models/hf_gpt2.h"
 #include "trainer/config/config_loader.h"
+#include "trainer/config/config_schema.h"
 #include "trainer/config/config_steps.h"
 #include "trainer/config/llama_keys.h"
 
@@ -195,6 +199,16 @@ class Resolver {
                         "train on its bytes (labelled examples are data.format classification, for model.type bert " +
                         "with model.num_labels)");
     }
+    // Text is read as bytes (ids 0-255): nonsense to a model with a tokenizer of its own.
+    const auto& m = config_.model;
+    const std::string tokenizer = !d.tokenizer.empty() ? "data.tokenizer '" + d.tokenizer + "'"
+                                  : !m.init_from.empty() ? "model.init_from '" + m.init_from + "'" : "";
+    if (train == data::DataFormat::kText && !tokenizer.empty() && m.vocab_size > 256) {
+      throw ConfigError(At("data.train_path") + ": data.train_path '" + d.train_path + "' is text, which " +
+                        "data.format text reads as bytes (ids 0-255), but this model has a tokenizer (" + tokenizer +
+                        "): tokenize the text with ps_prep (docs/data.md), or set data.format: text to train on its " +
+                        "bytes all the same");
+    }
     d.format = train;
     places_.set_at["data.format"] = At("data.train_path") + " (data.format inferred from data.train_path)";
   }
@@ -213,6 +227,28 @@ std::string KeyPlaces::At(const std::string& key) const {
   return it == set_at.end() ? std::string("config") : it->second;
 }
 
+namespace {
+
+// The model keys model.init_from's config.json filled bypassed the schema's checks at
+// parse time (a head count of 0 divides by zero later; a billion layers exhausts memory
+// building their shapes): each model.* key is checked again by its field's own setter.
+void CheckInitFromKeys(const Config& config, const KeyPlaces& places) {
+  if (config.model.init_from.empty()) return;
+  Config scratch = config;
+  for (const FieldSpec& field : BuildConfigSchema()) {
+    if (field.key.rfind("model.", 0) != 0 || places.set_at.count(field.key) > 0) continue;
+    const std::string value = field.get(config);
+    try {
+      field.set(scratch, YAML::Load(value));
+    } catch (const std::exception& e) {
+      throw ConfigError(places.At("model.init_from") + ": model.init_from '" + config.model.init_from +
+                        "': its config.json gives " + field.key + " " + value + ", which " + e.what());
+    }
+  }
+}
+
+}  // namespace
+
 void ResolveModel(Config& config, KeyPlaces& places) {
   Resolver r(config, places);
   if (config.model_type == models::ModelType::kLlama) {
@@ -222,6 +258,7 @@ void ResolveModel(Config& config, KeyPlaces& places) {
     r.ApplyBertDefaults();
     r.ResolveInitFrom();
   }
+  CheckInitFromKeys(config, places);
 }
 
 void ResolveDataFormat(Config& config, KeyPlaces& places) { Resolver(config, places).ResolveDataFormat(); }
