@@ -69,6 +69,15 @@ struct Entry {
   int64_t bytes;
 };
 
+// `field` of a header entry: a list of integers (a fraction would be cut silently).
+std::vector<int64_t> Integers(const nlohmann::json& field, const std::string& where, const char* name) {
+  TORCH_CHECK(field.is_array(), where, ": ", name, " is ", field.dump(), ", not a list of integers");
+  for (const auto& x : field) {
+    TORCH_CHECK(x.is_number_integer(), where, ": ", name, " holds ", x.dump(), ", not an integer");
+  }
+  return field.get<std::vector<int64_t>>();
+}
+
 // Parses and checks the header of the `file_bytes` bytes at `file`; entries by name.
 std::map<std::string, Entry> ParseEntries(const std::string& path, const char* file, int64_t file_bytes) {
   TORCH_CHECK(file_bytes >= 8, path, ": too short for a safetensors header (", file_bytes,
@@ -98,8 +107,8 @@ std::map<std::string, Entry> ParseEntries(const std::string& path, const char* f
     Entry e;
     try {
       e.type = ParseDtype(v["dtype"].get<std::string>(), where);
-      e.shape = v["shape"].get<std::vector<int64_t>>();
-      const auto offsets = v["data_offsets"].get<std::vector<int64_t>>();
+      e.shape = Integers(v["shape"], where, "shape");
+      const auto offsets = Integers(v["data_offsets"], where, "data_offsets");
       TORCH_CHECK(offsets.size() == 2 && offsets[0] >= 0 && offsets[0] <= offsets[1] &&
                       offsets[1] <= data_bytes,
                   where, ": data_offsets out of range of ", data_bytes, " data bytes");

@@ -74,6 +74,12 @@ TEST_CASE("corrupt files are rejected with the file and tensor named", "[safeten
   CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("tensor 'w': shape needs 16 bytes but data_offsets span 12"));
   WriteBytes(path, WithHeader(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", std::string(4, 'x')));
   CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("data_offsets out of range"));
+  // Fractions are not cut to integers; a shape is a list.
+  const std::string eight(8, 'x');
+  WriteBytes(path, WithHeader(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 7.5]}})", eight));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("tensor 'w': data_offsets holds 7.5, not an integer"));
+  WriteBytes(path, WithHeader(R"({"w": {"dtype": "F32", "shape": 2, "data_offsets": [0, 8]}})", eight));
+  CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("tensor 'w': shape is 2, not a list of integers"));
   WriteBytes(path, WithHeader(R"({"w": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}})", "x"));
   CHECK_THROWS_WITH(LoadSafetensors(path), Catch::Contains("unsupported dtype 'Q4'"));
   CHECK_THROWS_WITH(LoadSafetensors(TempPath("missing.safetensors")), Catch::Contains("cannot open"));
