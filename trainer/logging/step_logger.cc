@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -122,13 +123,15 @@ void StepLogger::LogDone(const TrainResult& result, double elapsed_s) {
   }
   const double tflops = facts_.flops_per_token * result.tokens_per_s / 1e12;
   // The evaluation's figure: perplexity for a language model, accuracy for a classifier.
-  const std::string eval_figure = facts_.classifier
-                                      ? fmt::format("accuracy {:.4f}", result.final_eval_accuracy)
-                                      : fmt::format("perplexity {:.3f}", Perplexity(result.final_eval_loss));
-  spdlog::info("done: steps {} to {} in {:.1f} s (start-up {:.1f} s) | loss {:.4f} -> {:.4f} | eval {:.4f} ({}) | {} "
-               "tok/s | {:.3f} TFLOPS",
+  // No evaluation ran (no validation data): no eval part.
+  const double eval = result.final_eval_loss;
+  const std::string eval_part =
+      std::isnan(eval)      ? std::string()
+      : facts_.classifier ? fmt::format(" | eval {:.4f} (accuracy {:.4f})", eval, result.final_eval_accuracy)
+                          : fmt::format(" | eval {:.4f} (perplexity {:.3f})", eval, Perplexity(eval));
+  spdlog::info("done: steps {} to {} in {:.1f} s (start-up {:.1f} s) | loss {:.4f} -> {:.4f}{} | {} tok/s | {:.3f} TFLOPS",
                result.start_step + 1, facts_.max_steps, elapsed_s, result.startup_s, result.losses.front(),
-               result.losses.back(), result.final_eval_loss, eval_figure, FormatThousands(result.tokens_per_s), tflops);
+               result.losses.back(), eval_part, FormatThousands(result.tokens_per_s), tflops);
   if (!sinks_.metrics) return;
   JsonLine line;
   line.Add("summary", true)
