@@ -15,8 +15,12 @@ void DivergenceGuard::CheckUpdate(const StepOutcome& outcome, int64_t step) cons
       std::snprintf(why, sizeof why, ", above what Adam's fp32 second moment holds (%g after clipping)",
                     optim::kMaxUpdateGradNorm);
     }
+    // At the very first step no update has happened yet: the weights it started from are the suspects.
+    const char* what_to_do = step == 1 && !std::isfinite(outcome.grad_norm)
+                                 ? " (the first step: do the initial weights, e.g. model.init_from's, hold NaN or inf?)"
+                                 : " (lower optimizer.lr or set train.grad_clip)";
     throw std::runtime_error("gradient norm became " + std::string(norm) + " at step " + std::to_string(step) + why +
-                             " (lower optimizer.lr or set train.grad_clip)");
+                             what_to_do);
   }
 }
 

@@ -386,8 +386,18 @@ TEST_CASE("the divergence stop", "[trainer][diverge]") {
     bad.skipped = true;
     bad.grad_norm = std::nan("");
     rig.engine.outcomes[4] = bad;
-    CHECK_THROWS_WITH(rig.Train(), Catch::Matchers::Contains("gradient norm became nan at step 4"));
+    CHECK_THROWS_WITH(rig.Train(), Catch::Matchers::Contains("gradient norm became nan at step 4") &&
+                                       Catch::Matchers::Contains("lower optimizer.lr"));
     CHECK(rig.engine.calls.back() == "update");  // the step is not ended
+  }
+  SECTION("a non-finite norm at the first step points at the initial weights") {
+    Rig rig("first");
+    StepOutcome bad;
+    bad.skipped = true;
+    bad.grad_norm = std::nan("");
+    rig.engine.outcomes[1] = bad;
+    CHECK_THROWS_WITH(rig.Train(), Catch::Matchers::Contains("gradient norm became nan at step 1") &&
+                                       Catch::Matchers::Contains("do the initial weights"));
   }
   SECTION("a finite norm too large to apply (above optim::kMaxUpdateGradNorm)") {
     Rig rig("huge");
