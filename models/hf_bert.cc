@@ -98,7 +98,7 @@ BertConfig ReadHfBertConfig(const std::string& folder) {
   const std::string type = HfStringKey(j, "model_type", path, "");
   TORCH_CHECK(type == "bert", path, ": model_type '", type, "' is not bert");
   BertConfig c;
-  c.n_layer = HfIntKey(j, "num_hidden_layers", path);
+  c.n_layer = HfLayersKey(j, "num_hidden_layers", path);
   c.n_head = HfIntKey(j, "num_attention_heads", path);
   c.n_embd = HfIntKey(j, "hidden_size", path);
   c.intermediate_size = HfIntKey(j, "intermediate_size", path);

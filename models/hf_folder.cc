@@ -82,6 +82,12 @@ bool Absent(const nlohmann::json& j, const std::string& key) { return !j.contain
 
 }  // namespace
 
+int64_t HfLayersKey(const nlohmann::json& j, const std::string& key, const std::string& path) {
+  const int64_t n = HfIntKey(j, key, path);
+  TORCH_CHECK(n >= 1 && n <= 10000, path, ": key '", key, "' is ", n, ", outside [1, 10000]");
+  return n;
+}
+
 double HfNumberKey(const nlohmann::json& j, const std::string& key, const std::string& path, double fallback) {
   if (Absent(j, key)) return fallback;
   TORCH_CHECK(j[key].is_number(), path, ": key '", key, "' is ", j[key].dump(), ", not a number");

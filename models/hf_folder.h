@@ -37,6 +37,9 @@ std::vector<std::string> HfWeightFiles(const std::string& folder);
 
 // j[key] as an integer; throws naming `path` and the key when missing or not one.
 int64_t HfIntKey(const nlohmann::json& j, const std::string& key, const std::string& path);
+// j[key] as a layer count: an integer in [1, 10000] (model.n_layer's bound; a larger
+// count would build a table of expected weights per layer before any file is read).
+int64_t HfLayersKey(const nlohmann::json& j, const std::string& key, const std::string& path);
 // Optional keys: `fallback` when missing or null; else throws c10::Error naming `path`,
 // the key and its value when it is not of the type (a number, true/false, a string).
 double HfNumberKey(const nlohmann::json& j, const std::string& key, const std::string& path, double fallback);

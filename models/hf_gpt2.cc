@@ -76,7 +76,7 @@ GptConfig ReadHfGpt2Config(const std::string& folder) {
   const std::string type = HfStringKey(j, "model_type", path, "");
   TORCH_CHECK(type == "gpt2", path, ": model_type '", type, "' is not gpt2 (this loader reads GPT-2 models)");
   GptConfig c;
-  c.n_layer = HfIntKey(j, "n_layer", path);
+  c.n_layer = HfLayersKey(j, "n_layer", path);
   c.n_head = HfIntKey(j, "n_head", path);
   c.n_embd = HfIntKey(j, "n_embd", path);
   c.n_positions = HfIntKey(j, "n_positions", path);

@@ -168,7 +168,7 @@ LlamaConfig ReadHfLlamaConfig(const std::string& folder) {
   cj.Refuse(j.value("hidden_act", std::string("silu")) != "silu", "hidden_act", "the MLP is SwiGLU with silu");
   cj.Refuse(cj.Bool("mlp_bias", false), "mlp_bias", "the MLP projections have no biases");
   LlamaConfig c;
-  c.n_layer = cj.Int("num_hidden_layers");
+  c.n_layer = HfLayersKey(cj.j, "num_hidden_layers", cj.path);
   c.n_head = cj.Int("num_attention_heads");
   c.n_kv_head = cj.Has("num_key_value_heads") ? cj.Int("num_key_value_heads") : c.n_head;
   c.n_embd = cj.Int("hidden_size");

@@ -39,7 +39,11 @@ int64_t NextToken(const at::Tensor& logits, const SamplingOptions& options, at::
   TORCH_CHECK(options.temperature >= 0.0, "temperature must be >= 0, got ", options.temperature);
   const at::Tensor host = logits.detach().to(at::kCPU, at::kFloat).reshape({-1});
   if (options.temperature == 0.0) return host.argmax().item<int64_t>();
-  const at::Tensor filtered = FilterLogits(host / options.temperature, options.top_k, options.top_p);
+  const at::Tensor scaled = host / options.temperature;
+  // A temperature so small that the logits overflow (or it rounds to 0 in fp32): its
+  // limit, the argmax.
+  if ((scaled.isnan() | scaled.isposinf()).any().item<bool>()) return host.argmax().item<int64_t>();
+  const at::Tensor filtered = FilterLogits(scaled, options.top_k, options.top_p);
   const at::Tensor probs = filtered.softmax(0);
   return at::multinomial(probs, 1, /*replacement=*/false, generator).item<int64_t>();
 }

@@ -66,6 +66,10 @@ TEST_CASE("greedy takes the argmax; a seed fixes the draws; draws follow the dis
     db.push_back(NextToken(logits, SamplingOptions{}, b));
   }
   CHECK(da == db);
+  // A temperature so small that logits / temperature overflows: the argmax, not an error.
+  SamplingOptions tiny;
+  tiny.temperature = 1e-300;
+  for (int i = 0; i < 5; ++i) CHECK(NextToken(at::tensor({0.1f, 2.0f, 1.0f}), tiny, g) == 1);
 }
 
 TEST_CASE("Generate appends tokens, keeps to the window and stops at a stop token") {

@@ -130,6 +130,11 @@ TEST_CASE("checkpoint.export_hf writes an HF folder holding exactly the trained 
   CheckExportMatches(sharded, saved.engine.params, c.model);
   CHECK_THROWS_WITH(ExportCheckpoint(c.run.output_dir + "/checkpoints", sharded, false),
                     Catch::Contains("exists already"));
+  CHECK_THROWS_WITH(ExportCheckpoint(c.run.output_dir + "/checkpoints", sharded + "/", false),
+                    Catch::Contains("exists already"));
+  // A trailing slash names the same folder: replaced, nothing left inside it.
+  CHECK_NOTHROW(ExportCheckpoint(c.run.output_dir + "/checkpoints", sharded + "/", true, 100000));
+  for (const auto& entry : fs::directory_iterator(sharded)) CHECK_FALSE(entry.is_directory());  // no stray folder
   CHECK_NOTHROW(ExportCheckpoint(c.run.output_dir + "/checkpoints", sharded, true));
   CHECK(fs::is_regular_file(fs::path(sharded) / "model.safetensors"));
   CHECK_FALSE(fs::exists(fs::path(sharded) / "model.safetensors.index.json"));
@@ -221,7 +226,10 @@ TEST_CASE("model.init_from: config.json values out of range or of the wrong type
   CHECK_THROWS_WITH(FineTune("bad_hf", {"model.init_from=" + FixtureWith("heads", "n_head", 0)}),
                     Catch::Contains("bad_hf_heads': its config.json gives model.n_head 0, which must be in [1, "));
   CHECK_THROWS_WITH(FineTune("bad_hf", {"model.init_from=" + FixtureWith("layers", "n_layer", 1000000000)}),
-                    Catch::Contains("its config.json gives model.n_layer 1000000000, which must be in [1, "));
+                    Catch::Contains("config.json: key 'n_layer' is 1000000000, outside [1, 10000]"));
+  // (ps_sample --hf reads the same way.)
+  CHECK_THROWS_WITH(models::ReadHfGpt2Config(FixtureWith("layers", "n_layer", 1000000000)),
+                    Catch::Contains("outside [1, 10000]"));
   // A field of the wrong type: named with its value (was the JSON library's own message).
   CHECK_THROWS_WITH(FineTune("bad_hf", {"model.init_from=" + FixtureWith("tie", "tie_word_embeddings", "yes")}),
                     Catch::Contains("config.json: key 'tie_word_embeddings' is \"yes\", not true or false"));

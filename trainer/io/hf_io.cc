@@ -152,6 +152,12 @@ std::vector<std::string> TokenizerFiles(const std::string& source) {
 
 namespace {
 
+// `path` without trailing slashes ("/" stays): a folder named "out/" is the folder "out".
+std::string WithoutTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
 // A new empty folder beside `out` (hidden, unique), for an export in progress or the
 // folder it replaces.
 fs::path FreshSibling(const fs::path& out, const char* purpose) {
@@ -235,9 +241,10 @@ at::ScalarType ExportDtype(const Config& config) {
 
 std::string HfExportFolder(const Config& config) { return (fs::path(config.run.output_dir) / "hf").string(); }
 
-void CheckExportDestination(const std::string& out_dir, bool replace, const std::vector<std::string>& protected_paths,
+void CheckExportDestination(const std::string& out_path, bool replace, const std::vector<std::string>& protected_paths,
                             const std::string& what) {
-  if (out_dir.empty()) throw ConfigError(what + ": the export folder is empty");
+  if (out_path.empty()) throw ConfigError(what + ": the export folder is empty");
+  const std::string out_dir = WithoutTrailingSlashes(out_path);
   for (const auto& p : protected_paths) {
     if (FolderIsWithin(p, out_dir) || FolderIsWithin(out_dir, p)) {
       throw ConfigError(what + " " + out_dir + ": " + (FolderIsWithin(p, out_dir) ? "is or holds " : "lies in ") + p +
@@ -272,11 +279,12 @@ HfExportReport ExportHfFolder(const models::TensorMap& params, const Config& con
       /*generation_config=*/true);
 }
 
-HfExportReport ExportFolder(const Config& config, const std::string& out_dir, bool replace,
+HfExportReport ExportFolder(const Config& config, const std::string& out_path, bool replace,
                             const std::vector<std::string>& protected_paths, const ExportFilesFn& write_files,
                             bool generation_config) {
   const auto start = std::chrono::steady_clock::now();
-  CheckExportDestination(out_dir, replace, protected_paths, "export");
+  CheckExportDestination(out_path, replace, protected_paths, "export");
+  const std::string out_dir = WithoutTrailingSlashes(out_path);  // "e/a/" is the folder e/a
   const fs::path out(out_dir);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
   const fs::path tmp = FreshSibling(out, "export");
