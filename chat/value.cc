@@ -55,7 +55,8 @@ Value Value::Function(std::string name) {
   return v;
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& j) {
+Value Value::FromJson(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxJsonDepth) throw TemplateError("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return None();
@@ -70,12 +71,12 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
       return String(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List items;
-      for (const auto& e : j) items.push_back(FromJson(e));
+      for (const auto& e : j) items.push_back(FromJson(e, depth + 1));
       return MakeList(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict items;
-      for (const auto& [k, e] : j.items()) items.emplace_back(k, FromJson(e));
+      for (const auto& [k, e] : j.items()) items.emplace_back(k, FromJson(e, depth + 1));
       return MakeDict(std::move(items));
     }
     default:

@@ -44,7 +44,10 @@ class Value {
   static Value Namespace(Dict items);       // mutable, shared
   static Value Function(std::string name);  // a builtin global (raise_exception, ...)
   // JSON -> Value: null -> none, numbers -> int or float, objects keep their key order.
-  static Value FromJson(const nlohmann::ordered_json& j);
+  // Throws TemplateError for JSON nested deeper than kMaxJsonDepth (a recursion that
+  // deep would overflow the stack of the thread converting it).
+  static constexpr int kMaxJsonDepth = 256;
+  static Value FromJson(const nlohmann::ordered_json& j, int depth = 0);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }

@@ -84,6 +84,17 @@ TEST_CASE("strftime_now formats the local time", "[chat]") {
   CHECK(year >= "2024");
 }
 
+TEST_CASE("JSON nested beyond the bound is an error, not a stack overflow", "[chat]") {
+  const auto nested = [](int depth) {
+    nlohmann::ordered_json j = 1;
+    for (int i = 0; i < depth; ++i) j = nlohmann::ordered_json::array({j});
+    return j;
+  };
+  CHECK_NOTHROW(Value::FromJson(nested(Value::kMaxJsonDepth)));
+  CHECK_THROWS_WITH(Value::FromJson(nested(Value::kMaxJsonDepth + 1)), Catch::Contains("nested deeper than 256"));
+  CHECK_THROWS_WITH(Value::FromJson(nested(20000)), Catch::Contains("nested deeper than"));
+}
+
 TEST_CASE("unsupported constructs are errors naming them and their line", "[chat]") {
   CHECK(ErrorOf("x\n{% macro f() %}{% endmacro %}") == "chat template line 2: unsupported statement '{% macro %}'");
   CHECK(ErrorOf("{% include 'x' %}") == "chat template line 1: unsupported statement '{% include %}'");
