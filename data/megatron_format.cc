@@ -212,7 +212,12 @@ void MegatronWriter::AddDocument(const int32_t* ids, int64_t num_ids) {
 }
 
 void MegatronWriter::Finish() {
-  TORCH_CHECK(!finished_ && bin_, "MegatronWriter::Finish called twice");
+  Close();
+  Commit();
+}
+
+void MegatronWriter::Close() {
+  TORCH_CHECK(!closed_ && bin_, "MegatronWriter::Close called twice");
   const std::string bin_tmp = paths_.bin_path + ".tmp", idx_tmp = paths_.idx_path + ".tmp";
   std::FILE* bin = bin_;
   bin_ = nullptr;
@@ -240,7 +245,12 @@ void MegatronWriter::Finish() {
   for (uint64_t j = 0; j < d; ++j) column[j] = static_cast<int64_t>(j);
   WriteAll(idx, column.data(), 8 * d, idx_tmp);
   CloseChecked(idx, idx_tmp);
+  closed_ = true;
+}
 
+void MegatronWriter::Commit() {
+  TORCH_CHECK(closed_ && !finished_, "MegatronWriter::Commit without Close, or twice");
+  const std::string bin_tmp = paths_.bin_path + ".tmp", idx_tmp = paths_.idx_path + ".tmp";
   TORCH_CHECK(std::rename(bin_tmp.c_str(), paths_.bin_path.c_str()) == 0, paths_.bin_path,
               ": cannot rename from ", bin_tmp, ": ", std::strerror(errno));
   TORCH_CHECK(std::rename(idx_tmp.c_str(), paths_.idx_path.c_str()) == 0, paths_.idx_path,

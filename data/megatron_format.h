@@ -87,8 +87,13 @@ class MegatronWriter {
 
   // Appends one document of `num_ids` ids (the caller appends the end-of-text id).
   void AddDocument(const int32_t* ids, int64_t num_ids);
-  // Writes the index and renames both files into place.
+  // Writes the index and renames both files into place: Close(), then Commit().
   void Finish();
+  // Writes the index; both files complete under their ".tmp" names, nothing in place yet.
+  void Close();
+  // Renames both files into place (after Close): where several writers make one dataset,
+  // each is closed before any is committed, so a failed write leaves the old one whole.
+  void Commit();
 
   int64_t num_documents() const { return static_cast<int64_t>(sequence_lengths_.size()); }
   int64_t num_tokens() const { return num_tokens_; }
@@ -101,7 +106,8 @@ class MegatronWriter {
   std::vector<int32_t> sequence_lengths_;  // [S]
   std::vector<uint8_t> buffer_;            // one document converted to dtype_
   int64_t num_tokens_ = 0;
-  bool finished_ = false;
+  bool closed_ = false;
+  bool finished_ = false;  // committed
 };
 
 }  // namespace ps::data

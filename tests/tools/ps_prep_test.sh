@@ -151,6 +151,25 @@ wait "$pid" || rc=$?
 grep -q "stopped by signal 15" sig_err.txt || fail "SIGTERM message: $(cat sig_err.txt)"
 ls out/sig_* > /dev/null 2>&1 && fail "SIGTERM left files: $(ls out/sig_*)"
 
+# 5e. A write that fails midway (a file-size limit, as a disk that fills: the validation
+#     split, here the larger, cannot be written) leaves the dataset already at the prefix
+#     whole: no new train files beside old valid ones. A later run without a validation
+#     split removes the old one (it belongs to another corpus).
+args=(--tokenizer "$tok" --input a.txt b.jsonl --text-split blank-line --valid-fraction 0.9 --seed 3)
+"$prep" "${args[@]}" --output-prefix out/keep > /dev/null
+"$prep" "${args[@]}" --seed 4 --output-prefix out/probe > /dev/null
+cp out/keep_train.bin keep_train.before
+cmp -s out/keep_train.bin out/probe_train.bin && fail "seeds 3 and 4 chose the same training documents"
+sizes="train $(stat -c %s out/probe_train.bin) B, valid $(stat -c %s out/probe_valid.bin) B"
+limit=$(( ($(stat -c %s out/probe_train.bin) + $(stat -c %s out/probe_valid.bin)) / 2 / 1024 ))  # KiB (bash's unit)
+rc=0
+(ulimit -f "$limit"; trap '' XFSZ; exec "$prep" "${args[@]}" --seed 4 --output-prefix out/keep) > /dev/null 2> err.txt || rc=$?
+[ "$rc" -ne 0 ] || fail "the write past a file-size limit of $limit KiB succeeded ($sizes)"
+cmp -s keep_train.before out/keep_train.bin || fail "a failed run replaced the train split: $(cat err.txt)"
+ls out/keep_*.tmp > /dev/null 2>&1 && fail "a failed run left: $(ls out/keep_*.tmp)"
+"$prep" --tokenizer "$tok" --input a.txt --valid-fraction 0 --output-prefix out/keep > /dev/null
+[ ! -e out/keep_valid.bin ] && [ ! -e out/keep_valid.idx ] || fail "the old validation split was left beside new data"
+
 # 6. ps_train reads the megatron output (prefix for train, the .idx path for valid).
 vocab=$(sed -n 's/.*vocab \([0-9]*\).*/\1/p' summary.txt)
 [ -n "$vocab" ] || fail "the summary does not give the vocabulary size"

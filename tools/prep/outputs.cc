@@ -22,7 +22,8 @@ class MegatronSplitWriter final : public SplitWriter {
   void AddDocument(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) override {
     writer_.AddDocument(ids.data(), static_cast<int64_t>(ids.size()));
   }
-  void Finish() override { writer_.Finish(); }
+  void Close() override { writer_.Close(); }
+  void Commit() override { writer_.Commit(); }
   int64_t num_documents() const override { return writer_.num_documents(); }
   int64_t num_tokens() const override { return writer_.num_tokens(); }
   std::vector<std::string> files() const override {
@@ -37,7 +38,7 @@ class MegatronSplitWriter final : public SplitWriter {
 
 // An llm.c shard (dev/data/data_common.py): 256 x int32 header {magic, version, count},
 // then uint16 ids (GPT-2 magic) or uint32 ids (Llama-3 magic) when they do not fit 16 bits.
-// Written as "<path>.tmp", renamed by Finish(); removed if never finished.
+// Written as "<path>.tmp", renamed by Commit(); removed if never committed.
 class LlmcSplitWriter final : public SplitWriter {
  public:
   LlmcSplitWriter(const std::string& path, int64_t vocab_size)
@@ -48,12 +49,16 @@ class LlmcSplitWriter final : public SplitWriter {
     Write(header.data(), data::kLlmcHeaderBytes);
   }
   ~LlmcSplitWriter() override {
-    if (file_ == nullptr) return;
-    std::fclose(file_);
-    std::remove(tmp_.c_str());
+    if (file_ != nullptr) std::fclose(file_);
+    if (!committed_) std::remove(tmp_.c_str());
   }
   void AddDocument(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) override;
-  void Finish() override;
+  void Close() override;
+  void Commit() override {
+    TORCH_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, path_, ": cannot rename from ", tmp_, ": ",
+                std::strerror(errno));
+    committed_ = true;
+  }
   int64_t num_documents() const override { return num_documents_; }
   int64_t num_tokens() const override { return num_tokens_; }
   std::vector<std::string> files() const override { return {path_}; }
@@ -67,6 +72,7 @@ class LlmcSplitWriter final : public SplitWriter {
 
   std::string path_, tmp_;
   bool wide_;
+  bool committed_ = false;
   std::FILE* file_ = nullptr;
   std::vector<uint16_t> narrow_;
   int64_t num_tokens_ = 0, num_documents_ = 0;
@@ -85,7 +91,7 @@ void LlmcSplitWriter::AddDocument(const std::vector<int32_t>& ids, const std::ve
   ++num_documents_;
 }
 
-void LlmcSplitWriter::Finish() {
+void LlmcSplitWriter::Close() {
   std::vector<int32_t> header(256, 0);
   header[0] = wide_ ? data::kLlmcMagicLlama3 : data::kLlmcMagicGpt2;
   header[1] = wide_ ? 7 : 1;
@@ -96,12 +102,10 @@ void LlmcSplitWriter::Finish() {
   const int rc = std::fclose(file_);
   file_ = nullptr;
   TORCH_CHECK(ok && rc == 0, tmp_, ": write failed: ", std::strerror(errno));
-  TORCH_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, path_, ": cannot rename from ", tmp_, ": ",
-              std::strerror(errno));
 }
 
 // Megatron .bin/.idx plus <prefix>.mask: one uint8 per token of the .bin, in order (no
-// header). Written as "<path>.tmp", renamed by Finish(); removed if never finished.
+// header). Written as "<path>.tmp", renamed by Commit(); removed if never committed.
 class SftSplitWriter final : public SplitWriter {
  public:
   SftSplitWriter(const std::string& prefix, int64_t vocab_size)
@@ -110,9 +114,8 @@ class SftSplitWriter final : public SplitWriter {
     TORCH_CHECK(file_ != nullptr, tmp_, ": cannot create: ", std::strerror(errno));
   }
   ~SftSplitWriter() override {
-    if (file_ == nullptr) return;
-    std::fclose(file_);
-    std::remove(tmp_.c_str());
+    if (file_ != nullptr) std::fclose(file_);
+    if (!committed_) std::remove(tmp_.c_str());
   }
   void AddDocument(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) override {
     TORCH_INTERNAL_ASSERT(mask.size() == ids.size(), "sft: a mask of ", mask.size(), " for ", ids.size(), " tokens");
@@ -120,14 +123,18 @@ class SftSplitWriter final : public SplitWriter {
                 ": write failed: ", std::strerror(errno));
     tokens_.AddDocument(ids, mask);
   }
-  void Finish() override {
+  void Close() override {
     const bool ok = std::ferror(file_) == 0;
     const int rc = std::fclose(file_);
     file_ = nullptr;
     TORCH_CHECK(ok && rc == 0, tmp_, ": write failed: ", std::strerror(errno));
-    tokens_.Finish();
+    tokens_.Close();
+  }
+  void Commit() override {
+    tokens_.Commit();
     TORCH_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, path_, ": cannot rename from ", tmp_, ": ",
                 std::strerror(errno));
+    committed_ = true;
   }
   int64_t num_documents() const override { return tokens_.num_documents(); }
   int64_t num_tokens() const override { return tokens_.num_tokens(); }
@@ -142,6 +149,7 @@ class SftSplitWriter final : public SplitWriter {
   MegatronSplitWriter tokens_;
   std::string path_, tmp_;
   std::FILE* file_ = nullptr;
+  bool committed_ = false;
 };
 
 }  // namespace

@@ -46,8 +46,12 @@ class SplitWriter {
   virtual ~SplitWriter() = default;
   // `mask`: [ids.size()] for --format sft, else empty.
   virtual void AddDocument(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) = 0;
-  // Completes the files; until then (and if never called) none is in place.
-  virtual void Finish() = 0;
+  // Completes the files under their ".tmp" names; none is in place yet (destroyed
+  // without Commit, the writer removes them).
+  virtual void Close() = 0;
+  // Renames the closed files into place. A dataset's writers are all closed before any is
+  // committed, so a failed write (a full disk) leaves the files already there whole.
+  virtual void Commit() = 0;
   virtual int64_t num_documents() const = 0;
   virtual int64_t num_tokens() const = 0;
   virtual std::vector<std::string> files() const = 0;
