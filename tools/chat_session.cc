@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "tokenizer/utf8.h"
 #include "tools/text_stream.h"
 
 namespace ps::tools {
@@ -21,6 +22,10 @@ ChatSession::ChatSession(const prep::ChatSetup& setup, const tokenizer::Tokenize
 }
 
 std::vector<int32_t> ChatSession::PromptAfterUserTurn(const std::string& text) {
+  const size_t bad = tokenizer::FindInvalidUtf8(text);
+  if (bad != std::string::npos) {
+    throw std::invalid_argument("the line is not valid UTF-8 (byte " + std::to_string(bad + 1) + ")");
+  }
   chat::List messages = messages_;
   messages.push_back(Message("user", text));
   chat::Dict context = setup_.variables;
@@ -34,8 +39,9 @@ std::vector<int32_t> ChatSession::PromptAfterUserTurn(const std::string& text) {
   } catch (const chat::TemplateError& e) {
     throw std::invalid_argument(setup_.template_origin + ": " + e.what());
   }
+  std::vector<int32_t> ids = tok_.Encode(rendered);  // before the turn joins the history
   messages_ = std::move(messages);
-  return tok_.Encode(rendered);
+  return ids;
 }
 
 std::string ChatSession::AddReply(std::vector<int32_t> ids) {

@@ -2,7 +2,8 @@
 // each turn's prompt equal apply_chat_template(messages, add_generation_prompt=True,
 // tokenize=True) of the Llama 3 template fixture (literals below, computed with
 // transformers 5 on tests/tools/testdata/llama_path/llama_chat), a reply joins the
-// conversation without its end-of-turn id, and a turn the template refuses is left out.
+// conversation without its end-of-turn id, and a turn the template refuses (or a line
+// that is not UTF-8) is left out.
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -64,6 +65,9 @@ TEST_CASE("ChatSession: a turn the template refuses is reported with the templat
   session.AddReply(tok->Encode("hello"));
   CHECK_THROWS_WITH(session.PromptAfterUserTurn("bad"), Catch::Contains("refusing.jinja (--chat-template)") &&
                                                             Catch::Contains("no bad turns"));
+  CHECK(session.turns() == 2);
+  // A line that is not UTF-8 is left out too (it ended the session), and joins no history.
+  CHECK_THROWS_WITH(session.PromptAfterUserTurn("hi\xff"), Catch::Contains("the line is not valid UTF-8 (byte 3)"));
   CHECK(session.turns() == 2);
   CHECK(tok->Decode(session.PromptAfterUserTurn("again")) == "user: hi\nassistant: hello\nuser: again\nassistant:");
 }
