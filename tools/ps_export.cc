@@ -53,6 +53,11 @@ int Run(int argc, char** argv) {
     std::cerr << "ps_export: --dtype " << dtype << ": expected auto, bf16 or fp32\n";
     return 2;
   }
+  const int64_t max_shard_bytes = args["max-shard-bytes"].as<int64_t>();
+  if (max_shard_bytes < (int64_t{1} << 20)) {  // a shard per tensor below that: never meant
+    std::cerr << "ps_export: --max-shard-bytes " << max_shard_bytes << ": must be at least 1 MiB (1048576)\n";
+    return 2;
+  }
   const std::string checkpoint = args["checkpoint"].as<std::string>(), out = args["out"].as<std::string>();
   const std::string folder = ps::trainer::ResolveCheckpointFolder(checkpoint);
   const auto manifest = ps::trainer::ReadCheckpoint(folder, ps::trainer::CheckpointParts::kManifestOnly);
@@ -68,12 +73,11 @@ int Run(int argc, char** argv) {
     o.merge = args.count("merge") > 0;
     o.base_model = args.count("base-model") ? args["base-model"].as<std::string>() : "";
     o.replace = args.count("overwrite") > 0;
-    o.max_shard_bytes = args["max-shard-bytes"].as<int64_t>();
+    o.max_shard_bytes = max_shard_bytes;
     o.export_dtype = dtype;
     report = ps::trainer::ExportLoraCheckpoint(folder, out, o);
   } else {
-    report = ps::trainer::ExportCheckpoint(folder, out, args.count("overwrite") > 0,
-                                           args["max-shard-bytes"].as<int64_t>(), dtype);
+    report = ps::trainer::ExportCheckpoint(folder, out, args.count("overwrite") > 0, max_shard_bytes, dtype);
   }
   std::string files;
   for (const auto& f : report.files) files += (files.empty() ? "" : ", ") + f;

@@ -53,6 +53,10 @@ for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
   [ -s "my-gpt2/$f" ] || fail "ps_export's folder lacks $f"
 done
 cmp -s "$run/hf/model.safetensors" my-gpt2/model.safetensors || fail "ps_export and checkpoint.export_hf differ"
+rc=0
+bazel-bin/tools/ps_export --checkpoint "$run/checkpoints" --out tiny-shards --max-shard-bytes 0 2> err.txt || rc=$?
+[ "$rc" -eq 2 ] && grep -q -- "--max-shard-bytes 0: must be at least 1 MiB" err.txt && [ ! -e tiny-shards ] ||
+  fail "--max-shard-bytes 0: rc $rc, $(cat err.txt)"
 grep -q '^The old bridge' sample.txt || fail "ps_sample did not continue the prompt: $(cat sample.txt)"
 [ "$(wc -c < sample.txt)" -gt 20 ] || fail "ps_sample wrote almost nothing: $(cat sample.txt)"
 
