@@ -74,6 +74,20 @@ bool Collect(const Options& opt, const Encoded& r, PrepReport& report, int& show
   return true;
 }
 
+// Every file of both splits complete before any is renamed into place, so a write that
+// fails (a full disk) leaves the dataset already at this prefix whole; a run without a
+// validation split removes one an earlier run left there (it belongs to another corpus).
+void PutInPlace(SplitWriter& train, SplitWriter& valid) {
+  train.Close();
+  if (valid.num_documents() > 0) valid.Close();
+  train.Commit();
+  if (valid.num_documents() > 0) {
+    valid.Commit();
+  } else {
+    for (const std::string& stale : valid.files()) std::remove(stale.c_str());
+  }
+}
+
 }  // namespace
 
 PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& loaded, const ChatSetup* chat) {
@@ -145,17 +159,7 @@ PrepReport Prepare(const Options& opt, const tokenizer::Tokenizer& loaded, const
   CheckStop(opt);
 
   if (train->num_documents() == 0) throw BadInput("no documents to write (all inputs empty or skipped)");
-  // Every file complete before any is renamed into place, so a write that fails (a full
-  // disk) leaves the dataset already at this prefix whole; a run without a validation
-  // split removes one an earlier run left (it belongs to another corpus).
-  train->Close();
-  if (valid->num_documents() > 0) valid->Close();
-  train->Commit();
-  if (valid->num_documents() > 0) {
-    valid->Commit();
-  } else {
-    for (const std::string& stale : valid->files()) std::remove(stale.c_str());
-  }
+  PutInPlace(*train, *valid);
   report.elapsed_s = progress.elapsed_s();
   report.train = ReportOf(*train);
   report.valid = ReportOf(*valid);
