@@ -371,6 +371,14 @@ TEST_CASE("every rank stops at the step any rank got a signal at", "[trainer][ra
   }
 }
 
+// A step the optimizer skipped for its gradient norm `norm`, which no loss scaler tolerates.
+StepOutcome SkippedWithNorm(double norm) {
+  StepOutcome outcome;
+  outcome.skipped = true;
+  outcome.grad_norm = norm;
+  return outcome;
+}
+
 TEST_CASE("the divergence stop", "[trainer][diverge]") {
   SECTION("steps skipped at the minimum loss scale, up to the limit") {
     Rig rig("diverge");
@@ -382,29 +390,20 @@ TEST_CASE("the divergence stop", "[trainer][diverge]") {
   }
   SECTION("a non-finite norm no scaler tolerates") {
     Rig rig("norm");
-    StepOutcome bad;
-    bad.skipped = true;
-    bad.grad_norm = std::nan("");
-    rig.engine.outcomes[4] = bad;
+    rig.engine.outcomes[4] = SkippedWithNorm(std::nan(""));
     CHECK_THROWS_WITH(rig.Train(), Catch::Matchers::Contains("gradient norm became nan at step 4") &&
                                        Catch::Matchers::Contains("lower optimizer.lr"));
     CHECK(rig.engine.calls.back() == "update");  // the step is not ended
   }
   SECTION("a non-finite norm at the first step points at the initial weights") {
     Rig rig("first");
-    StepOutcome bad;
-    bad.skipped = true;
-    bad.grad_norm = std::nan("");
-    rig.engine.outcomes[1] = bad;
+    rig.engine.outcomes[1] = SkippedWithNorm(std::nan(""));
     CHECK_THROWS_WITH(rig.Train(), Catch::Matchers::Contains("gradient norm became nan at step 1") &&
                                        Catch::Matchers::Contains("do the initial weights"));
   }
   SECTION("a finite norm too large to apply (above optim::kMaxUpdateGradNorm)") {
     Rig rig("huge");
-    StepOutcome bad;
-    bad.skipped = true;
-    bad.grad_norm = 3e19;
-    rig.engine.outcomes[2] = bad;
+    rig.engine.outcomes[2] = SkippedWithNorm(3e19);
     CHECK_THROWS_WITH(rig.Train(), Catch::Matchers::Contains("gradient norm became 3e+19 at step 2, above what "
                                                              "Adam's fp32 second moment holds (1e+19 after clipping)"));
   }
