@@ -95,7 +95,8 @@ int PrintPlan(const ps::trainer::Config& config, int nproc) {
   const ps::comm::RankEnv env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
   const int world = nproc > 0 ? nproc : env.world_size;
   const int rank = nproc > 0 ? 0 : env.rank;
-  std::cout << ps::trainer::PlanReport(config, device, &fits, world, rank);
+  // --nproc N: the N ranks run on this machine, sharing chunk.nvme_dir.
+  std::cout << ps::trainer::PlanReport(config, device, &fits, world, rank, nproc > 0 ? nproc : 1);
   return fits ? 0 : 3;
 }
 

@@ -61,6 +61,12 @@ compare force1_plain plain8 1e-6
 echo "== --plan --nproc 2 prints rank 0's share"
 "$bin" -c "$tmp/tiny.yaml" --plan --nproc 2 > "$tmp/plan.txt"
 grep -q "ZeRO              rank 0 of 2 holds 4 of 8 chunks" "$tmp/plan.txt" || { cat "$tmp/plan.txt"; exit 1; }
+# With the NVMe tier the directory must hold both ranks' files (one machine's ranks share it).
+rc=0
+"$bin" -c "$tmp/tiny.yaml" --plan --nproc 2 --set optimizer.hybrid_adam=false --set chunk.nvme_host_budget_bytes=0 \
+  --set chunk.nvme_dir="$tmp/no_such_dir" > "$tmp/plan_nvme.txt" || rc=$?
+[ "$rc" -eq 3 ] && grep -q "bytes for the 2 ranks of this machine sharing the directory" "$tmp/plan_nvme.txt" ||
+  { cat "$tmp/plan_nvme.txt"; echo "FAILED: --plan --nproc 2 with an unusable nvme_dir: rc $rc"; exit 1; }
 
 echo "== the vertical accumulation schedule is refused for ZeRO before training, naming the key"
 if "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/zero_vertical" --nproc 2 --set train.global_batch_size=16 \

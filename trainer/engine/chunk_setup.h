@@ -92,8 +92,10 @@ std::string PlanRefusal(const Config& config, const RunPlan& run_plan, int64_t n
 
 // The `--plan` report for `config`: model data per tier, the largest model the budgets
 // hold, and whether this run fits (and, with chunk.nvme_dir, whether the directory can
-// hold this rank's tier file: a "refused" line). Allocates nothing. Sets `fits`.
+// hold the tier files of the first `local_ranks` ranks, which one machine runs: a
+// "refused" line). Allocates nothing. Sets `fits`.
 // `world_size`, `rank`: the plan of that rank of a ZeRO run.
-std::string PlanReport(const Config& config, at::Device device, bool* fits, int world_size = 1, int rank = 0);
+std::string PlanReport(const Config& config, at::Device device, bool* fits, int world_size = 1, int rank = 0,
+                       int local_ranks = 1);
 
 }  // namespace ps::trainer

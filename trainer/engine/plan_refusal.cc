@@ -21,10 +21,19 @@ std::string PlanRefusal(const Config& c, const RunPlan& run_plan, int64_t nvme_d
                      : " (the plan puts no optimizer state there this run: 0 bytes" + sharing + ")");
 }
 
-std::string PlanReport(const Config& c, at::Device device, bool* fits, int world_size, int rank) {
+std::string PlanReport(const Config& c, at::Device device, bool* fits, int world_size, int rank, int local_ranks) {
   const RunPlan r = PlanRun(c, device, world_size, rank);
-  // Beyond the plan's own verdict (its "fits" line): the directory of the NVMe tier.
-  const std::string refusal = r.plan.fits ? PlanRefusal(c, r, r.plan.tiers.nvme_bytes) : "";
+  // Beyond the plan's own verdict (its "fits" line): the directory of the NVMe tier, which
+  // the first `local_ranks` ranks (one machine's, --nproc) share.
+  int64_t bytes = r.plan.tiers.nvme_bytes;
+  std::string sharing;
+  if (local_ranks > 1 && !c.chunk.nvme_dir.empty()) {
+    bytes = 0;
+    for (int k = 0; k < local_ranks; ++k) bytes += PlanRun(c, device, world_size, k).plan.tiers.nvme_bytes;
+    sharing = " on this rank; " + std::to_string(bytes) + " bytes for the " + std::to_string(local_ranks) +
+              " ranks of this machine sharing the directory";
+  }
+  const std::string refusal = r.plan.fits ? PlanRefusal(c, r, bytes, sharing) : "";
   *fits = r.plan.fits && refusal.empty();
   std::string head = "memory plan for '" + c.run.name + "' (" + optim::ToString(c.precision.dtype) + ", " +
                      (r.budgets.simulated ? "simulated device" : "CUDA device") + ")\n";
