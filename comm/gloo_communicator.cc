@@ -15,6 +15,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -182,8 +183,9 @@ GlooCommunicator::~GlooCommunicator() {
   GlooState& s = *state_;
   s.heartbeat.reset();
   // Rank 0 serves the store: it leaves last, so no rank's heartbeat or teardown finds
-  // the store gone (best effort, bounded; skipped after a failure).
-  if (s.store && s.broken.empty()) {
+  // the store gone (best effort, bounded; skipped after a failure, and while an error
+  // unwinds this rank: the others may be waiting in a collective this rank never joins).
+  if (s.store && s.broken.empty() && std::uncaught_exceptions() == 0) {
     try {
       s.store->add("ps/leaving", 1);
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -14,7 +14,7 @@ namespace {
 // have other core counts.
 const std::vector<std::string> kPerNodeKeys = {"run.output_dir",  "checkpoint.dir", "checkpoint.resume",
                                                "data.train_path", "data.valid_path", "data.tokenizer",
-                                               "model.init_from", "run.threads"};
+                                               "model.init_from", "run.threads",    "chunk.nvme_dir"};
 
 std::string RankList(const std::vector<int>& ranks) {
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";

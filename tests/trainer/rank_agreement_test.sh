@@ -74,6 +74,29 @@ saved=$(ls "$tmp/same/checkpoints" | grep -v '^step_[34]$' | grep -v '^latest$' 
 [ -z "$saved" ] || fail "resume: a checkpoint was saved or moved ($saved)"
 [ -f "$tmp/same/checkpoints/step_4/state.json" ] || fail "resume: the newer checkpoint step_4 was removed"
 
+echo "== rank 0 alone refused (its folder held by another process): it exits at once"
+# (Before, its communicator waited 10 s for every rank to leave, while rank 1 waited in
+# a collective rank 0 never joined.)
+mkdir -p "$tmp/held"
+flock "$tmp/held/.ps_train.lock" sleep 120 &
+holder=$!
+sleep 0.5
+port=$(free_port)
+t0=$(date +%s%N)
+{ rc=0
+  RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/held" > "$tmp/held.0.log" 2>&1 || rc=$?
+  echo "$rc" > "$tmp/held.rc0"
+  echo $(( ($(date +%s%N) - t0) / 1000000 )) > "$tmp/held.ms0"; } &
+p0=$!
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  "$bin" -c "$tmp/tiny.yaml" --set run.output_dir="$tmp/held" > "$tmp/held.1.log" 2>&1 || true
+wait $p0 || true
+kill "$holder" 2> /dev/null || true
+[ "$(cat "$tmp/held.rc0")" = 2 ] && grep -q "ps_train" "$tmp/held.0.log" ||
+  fail "held folder: rank 0 exit $(cat "$tmp/held.rc0")"
+[ "$(cat "$tmp/held.ms0")" -lt 8000 ] || fail "held folder: rank 0 took $(cat "$tmp/held.ms0") ms to stop"
+
 echo "== a rendezvous port held by a program that never answers"
 silent_port_file="$tmp/silent.port"
 python3 - "$silent_port_file" <<'PY' &
