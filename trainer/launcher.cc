@@ -147,16 +147,19 @@ int LaunchLocalRanks(int nproc, const std::vector<std::string>& args) {
   const std::string port = std::to_string(FreeLoopbackPort());
   std::vector<pid_t> pids;
   const pid_t launcher = getpid();
+  // Caught before the first fork: a stop signal while the ranks start is forwarded to
+  // them once they run (else it killed the launcher, the ranks went with it, exit 143, no
+  // checkpoint). A rank's exec restores the default handlers.
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &sa, nullptr);
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = fork();
     if (pid < 0) throw std::runtime_error(std::string("--nproc: fork failed: ") + std::strerror(errno));
     if (pid == 0) ExecRank(r, nproc, port, launcher, args);
     pids.push_back(pid);
   }
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &sa, nullptr);
   return RankGroup(std::move(pids)).Wait();
 }
 
