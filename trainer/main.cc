@@ -87,12 +87,22 @@ std::vector<std::string> ExtractOverrides(int& argc, char** argv) {
   return overrides;
 }
 
+// This process's place among the ranks, from the launcher's variables; a variable that
+// is missing, not a number or out of range is a user error (exit 2), as a bad config is.
+ps::comm::RankEnv RankEnvOf(const ps::trainer::Config& config) {
+  try {
+    return ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
+  } catch (const c10::Error& e) {
+    throw ps::trainer::ConfigError(e.what_without_backtrace());
+  }
+}
+
 // --plan: the memory plan, exit status 0 if the run fits, 3 if not. A ZeRO chunk run's
 // plan is per rank: rank 0 of --nproc N, or this rank of the launcher's world.
 int PrintPlan(const ps::trainer::Config& config, int nproc) {
   bool fits = false;
   const at::Device device = config.run.device == ps::trainer::DeviceKind::kCuda ? at::kCUDA : at::kCPU;
-  const ps::comm::RankEnv env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
+  const ps::comm::RankEnv env = RankEnvOf(config);
   const int world = nproc > 0 ? nproc : env.world_size;
   const int rank = nproc > 0 ? 0 : env.rank;
   // --nproc N: the N ranks run on this machine, sharing chunk.nvme_dir.
@@ -103,7 +113,7 @@ int PrintPlan(const ps::trainer::Config& config, int nproc) {
 // The run on this rank (of the launcher's world, from the rank variables): the log set
 // up, the stop signals caught, the communicator connected when there are several ranks.
 int TrainOnThisRank(const ps::trainer::Config& config) {
-  const ps::comm::RankEnv rank_env = ps::comm::ResolveRankEnv(config.distributed, ps::comm::ProcessEnvGetter());
+  const ps::comm::RankEnv rank_env = RankEnvOf(config);
   spdlog::set_level(rank_env.rank == 0 ? spdlog::level::from_str(config.logging.level) : spdlog::level::warn);
   spdlog::set_pattern(rank_env.distributed() ? "[%H:%M:%S rank " + std::to_string(rank_env.rank) + "] %v"
                                              : "[%H:%M:%S] %v");

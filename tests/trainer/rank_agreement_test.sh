@@ -74,6 +74,11 @@ saved=$(ls "$tmp/same/checkpoints" | grep -v '^step_[34]$' | grep -v '^latest$' 
 [ -z "$saved" ] || fail "resume: a checkpoint was saved or moved ($saved)"
 [ -f "$tmp/same/checkpoints/step_4/state.json" ] || fail "resume: the newer checkpoint step_4 was removed"
 
+echo "== a rank variable that is not a number is a user error (exit 2), naming it"
+rc=0
+RANK=x WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$bin" -c "$tmp/tiny.yaml" > "$tmp/bad_rank.log" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q "RANK='x' is not an integer" "$tmp/bad_rank.log" || fail "RANK=x: exit $rc"
+
 echo "== rank 0 alone refused (its folder held by another process): it exits at once"
 # (Before, its communicator waited 10 s for every rank to leave, while rank 1 waited in
 # a collective rank 0 never joined.)
