@@ -45,10 +45,7 @@ void CheckRunCanStart(const Config& c, at::Device device, comm::Communicator* co
     const std::vector<std::string> all = comm::AllGatherStrings(*comm, std::to_string(own) + " " + id, device);
     if (!id.empty()) bytes = BytesSharingDirectory(all, id, &sharing);
   }
-  const std::string note = sharing > 1 ? " on this rank; " + std::to_string(bytes) + " bytes for the " +
-                                             std::to_string(sharing) + " ranks of this machine sharing the directory"
-                                       : "";
-  const std::string refusal = PlanRefusal(c, plan, bytes, note);
+  const std::string refusal = PlanRefusal(c, plan, bytes, sharing);
   // Every rank stops, also where only one node's directory is refused (else the others
   // would wait for it in their next collective).
   const bool any = comm != nullptr && world > 1

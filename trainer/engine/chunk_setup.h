@@ -83,12 +83,12 @@ void CheckAccumulationSchedule(const Config& config, int world_size);
 RunPlan PlanRun(const Config& config, at::Device device, int world_size = 1, int rank = 0);
 
 // Why a run with `run_plan` cannot start (empty: it can): the plan does not fit its
-// budgets, or chunk.nvme_dir cannot hold `nvme_dir_bytes` (this rank's tier file, or the
-// files of every rank of this machine that shares the directory: `sharing` then says so
-// in the message, after the plan's own bytes). What MakeChunkSetup, the trainer's start
-// and `--plan` refuse by (plan_refusal.cc).
+// budgets, or chunk.nvme_dir cannot hold `nvme_dir_bytes` (this rank's tier file, or,
+// with `sharing_ranks` > 1, the files of that many ranks of this machine sharing the
+// directory: the message then names both figures). What MakeChunkSetup, the trainer's
+// start and `--plan` refuse by (plan_refusal.cc).
 std::string PlanRefusal(const Config& config, const RunPlan& run_plan, int64_t nvme_dir_bytes,
-                        const std::string& sharing = "");
+                        int sharing_ranks = 1);
 
 // The `--plan` report for `config`: model data per tier, the largest model the budgets
 // hold, and whether this run fits (and, with chunk.nvme_dir, whether the directory can
