@@ -34,11 +34,7 @@ struct ConfigJson {
   }
   double Double(const std::string& key, double fallback) const { return Double(j, key, fallback, ""); }
   int64_t Int(const std::string& key) const { return HfIntKey(j, key, path); }
-  bool Bool(const std::string& key, bool fallback) const {
-    if (!Has(key)) return fallback;
-    TORCH_CHECK(j[key].is_boolean(), path, ": field ", key, " is ", j[key].dump(), ", not true or false");
-    return j[key].get<bool>();
-  }
+  bool Bool(const std::string& key, bool fallback) const { return HfBoolKey(j, key, path, fallback); }
   void Refuse(bool bad, const std::string& key, const std::string& why) const {
     TORCH_CHECK(!bad, path, ": field ", key, " = ", j.contains(key) ? j[key].dump() : "?", " is not supported (", why,
                 ")");

@@ -24,7 +24,11 @@ Int8Moment Int8MomentOf(const at::Tensor& payload, int64_t capacity_numel, int64
 int64_t PackedInt8Numel(int64_t numel) { return numel + 4 * Blocks(numel); }
 
 at::Tensor PackInt8(const Int8Moment& moment) {
-  return at::cat({moment.codes.reshape({-1}), moment.scales.view(at::kByte)});
+  const int64_t numel = moment.codes.numel();
+  at::Tensor packed = at::empty({PackedInt8Numel(numel)}, at::kByte);
+  packed.narrow(0, 0, numel).copy_(moment.codes.reshape({-1}));
+  packed.narrow(0, numel, packed.numel() - numel).copy_(moment.scales.view(at::kByte));
+  return packed;
 }
 
 void UnpackInt8(const at::Tensor& packed, const Int8Moment& to, const std::string& what) {

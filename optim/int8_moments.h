@@ -25,7 +25,8 @@ Int8Moment Int8MomentOf(const at::Tensor& payload, int64_t capacity_numel, int64
 
 // Bytes of a packed moment of `numel` elements: codes, then 4 bytes per block.
 int64_t PackedInt8Numel(int64_t numel);
-// A new uint8 tensor [PackedInt8Numel]: the codes, then the scales' bytes.
+// A new uint8 host tensor [PackedInt8Numel]: the codes, then the scales' bytes (copied
+// from any device; the checkpoint form of one parameter's moment).
 at::Tensor PackInt8(const Int8Moment& moment);
 // Writes `packed` (PackedInt8Numel bytes, else c10::Error naming `what`) into `to`.
 void UnpackInt8(const at::Tensor& packed, const Int8Moment& to, const std::string& what);

@@ -202,7 +202,7 @@ class Validator {
     if (const auto bad = data::ChatKeyProblem(c.data, c.model_type == models::ModelType::kBert))
       throw ConfigError(At(bad->key) + ": " + bad->message);
     // Llama: its own shape checks (model.head_dim may set the head width).
-    if (c.model_type != models::ModelType::kLlama && (c.model.n_head <= 0 || c.model.n_embd % c.model.n_head != 0)) {
+    if (c.model_type != models::ModelType::kLlama && c.model.n_embd % c.model.n_head != 0) {
       throw ConfigError(At("model.n_head") + ": model.n_embd " + std::to_string(c.model.n_embd) +
                         " is not divisible by model.n_head " + std::to_string(c.model.n_head));
     }

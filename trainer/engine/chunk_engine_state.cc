@@ -88,11 +88,7 @@ class ChunkValues final : public DeferredValues {
     cursor_->Mount(rt_.layout().placements()[i].chunk_id);
     const ChunkKind kind = map == "params" ? ChunkKind::kMaster : map == "exp_avg" ? ChunkKind::kAdamM : ChunkKind::kAdamV;
     if (kind == ChunkKind::kMaster || rt_.state_dtype() != at::kByte) return rt_.View(kind, i);  // the slot's, if mounted
-    const optim::Int8Moment moment = Int8MomentOf(rt_, kind, i);
-    const int64_t numel = moment.codes.numel();
-    packed_ = at::empty({optim::PackedInt8Numel(numel)}, at::kByte);  // the one before is the writer's no more
-    packed_.narrow(0, 0, numel).copy_(moment.codes.reshape({-1}));
-    packed_.narrow(0, numel, packed_.numel() - numel).copy_(moment.scales.view(at::kByte));
+    packed_ = optim::PackInt8(Int8MomentOf(rt_, kind, i));  // the one before is the writer's no more
     return packed_;
   }
   bool reads_tier() const override { return reads_tier_; }

@@ -336,8 +336,9 @@ Config ConfigOfCheckpoint(const std::string& config_yaml, const std::string& che
     // (ignored); they mean nothing without a tier either.
     const YAML::Node chunk = root["chunk"];
     if (chunk && (!chunk["nvme_dir"] || chunk["nvme_dir"].as<std::string>().empty())) {
-      overrides.push_back("chunk.nvme_host_budget_bytes=-1");
-      overrides.push_back("chunk.nvme_ring_slots=4");
+      const chunkmem::ChunkConfig defaults;
+      overrides.push_back("chunk.nvme_host_budget_bytes=" + std::to_string(defaults.nvme_host_budget_bytes));
+      overrides.push_back("chunk.nvme_ring_slots=" + std::to_string(defaults.nvme_ring_slots));
     }
   } catch (const YAML::Exception& e) {
     TORCH_CHECK(false, checkpoint_path, ": the saved config is not valid YAML: ", e.what());
